@@ -1,0 +1,21 @@
+# Compiler flags shared by every strata target, through the interface target strata::flags.
+# The default binary targets baseline x86-64 (SIMD kernels are compiled per-function with target
+# attributes and chosen at run time by cpuid); STRATA_NATIVE=ON tunes for the build machine.
+add_library(strata_flags INTERFACE)
+add_library(strata::flags ALIAS strata_flags)
+target_compile_options(strata_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_WERROR}>>:-Werror>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_NATIVE}>>:-march=native>)
+if(STRATA_SANITIZE)
+  target_compile_options(strata_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${STRATA_SANITIZE} -fno-omit-frame-pointer>)
+  target_link_options(strata_flags INTERFACE -fsanitize=${STRATA_SANITIZE})
+endif()
+if(STRATA_HAVE_CUDA)
+  target_compile_definitions(strata_flags INTERFACE STRATA_HAVE_CUDA=1)
+  target_compile_options(strata_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
+endif()
+target_compile_definitions(strata_flags INTERFACE
+  STRATA_VERSION="${PROJECT_VERSION}" STRATA_LIBURING_VERSION="${LIBURING_VERSION}")

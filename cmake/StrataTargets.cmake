@@ -1,0 +1,20 @@
+# strata_add_library(NAME DIR [DEPS ...] [GLOBS ...]): one static library per layer directory from
+# the sources found by GLOBS (default DIR/*.cc). A layer with no sources yet becomes an INTERFACE
+# library carrying the same include path and dependencies, so the layers above link uniformly.
+function(strata_add_library name)
+  cmake_parse_arguments(ARG "" "" "GLOBS;DEPS" ${ARGN})
+  if(NOT ARG_GLOBS)
+    set(ARG_GLOBS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  endif()
+  file(GLOB sources CONFIGURE_DEPENDS ${ARG_GLOBS})
+  if(sources)
+    add_library(${name} STATIC ${sources})
+    set(scope PUBLIC)
+  else()
+    add_library(${name} INTERFACE)
+    set(scope INTERFACE)
+  endif()
+  target_include_directories(${name} ${scope} ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} ${scope} strata::flags ${ARG_DEPS})
+  set(${name}_SOURCES ${sources} PARENT_SCOPE)
+endfunction()

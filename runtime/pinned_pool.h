@@ -1,0 +1,112 @@
+// PinnedPool: page-locked host memory for fast, asynchronous device copies and io_uring fixed
+// buffers. Memory comes from cudaHostAlloc when the CUDA backend is built and a device is visible,
+// else from page-aligned mmap + mlock, else (mlock refused) from pageable memory with one
+// warning. It is reserved in slabs that are never returned to the OS before the pool dies, and
+// freed blocks are reused by size, so a training step allocates nothing from the OS.
+// Thread-safety: all methods are safe to call concurrently. Lifetime: blocks must be released (or
+// their PinnedBuffer destroyed) before the pool is destroyed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace strata {
+
+enum class PinnedKind : uint8_t { cuda_host, mlock, pageable };
+std::string_view pinned_kind_name(PinnedKind kind);
+
+struct PinnedPoolOptions {
+  uint64_t capacity = 0;            // hard limit on reserved bytes; 0 = no limit
+  uint64_t slab_bytes = 64ull << 20;  // granularity of reservations (a bigger request gets its own slab)
+  bool allow_cuda = true;            // try cudaHostAlloc first
+  bool allow_mlock = true;           // then mmap + mlock; else pageable
+};
+
+struct PinnedPoolStats {
+  PinnedKind kind = PinnedKind::pageable;
+  uint64_t capacity = 0;   // 0 = unlimited
+  uint64_t reserved = 0;   // bytes obtained from the OS (sum of slabs)
+  uint64_t in_use = 0;
+  uint64_t peak = 0;
+  uint64_t acquires = 0;
+  uint64_t reuses = 0;     // acquires served from a freed block of the same size
+  size_t slabs = 0;
+};
+
+class PinnedPool;
+
+// A move-only block of pinned memory that returns itself to its pool on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }  // the size asked for, rounded up to 4 KiB
+  template <typename T>
+  T* as() const { return reinterpret_cast<T*>(data_); }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  friend class PinnedPool;
+  PinnedBuffer(PinnedPool* pool, std::byte* data, uint64_t size) : pool_(pool), data_(data), size_(size) {}
+  PinnedPool* pool_ = nullptr;
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class PinnedPool {
+ public:
+  static StatusOr<std::unique_ptr<PinnedPool>> create(const PinnedPoolOptions& options);
+  ~PinnedPool();
+
+  // A 4 KiB-aligned block of at least `bytes` (rounded up to 4 KiB). Over capacity:
+  // out_of_memory naming the request, the reserved bytes and the capacity.
+  StatusOr<PinnedBuffer> acquire(uint64_t bytes);
+
+  PinnedPoolStats stats() const;
+  PinnedKind kind() const { return kind_; }
+
+  // The slabs reserved so far, in reservation order (stable addresses, for io_uring buffer
+  // registration). `on_new_slab` (optional) is called, under the pool's lock, with the index and
+  // span of every slab reserved from now on; it must not call back into the pool.
+  std::vector<std::span<std::byte>> slabs() const;
+  void set_slab_listener(std::function<void(size_t index, std::span<std::byte> slab)> on_new_slab);
+  // Index of the slab holding `p`, or -1.
+  int slab_index(const void* p) const;
+
+ private:
+  explicit PinnedPool(const PinnedPoolOptions& options, PinnedKind kind);
+  friend class PinnedBuffer;
+  void give_back(std::byte* data, uint64_t size);
+  StatusOr<std::span<std::byte>> reserve_slab_locked(uint64_t bytes);
+
+  struct Slab {
+    std::byte* base;
+    uint64_t size;
+    PinnedKind kind;
+  };
+  const PinnedPoolOptions options_;
+  PinnedKind kind_;
+  mutable std::mutex mu_;
+  std::vector<Slab> slabs_;
+  std::multimap<uint64_t, std::byte*> free_blocks_;  // size -> block, exact-size reuse
+  std::map<std::byte*, uint64_t> tail_free_;          // unused tails of slabs: start -> size
+  std::function<void(size_t, std::span<std::byte>)> listener_;
+  PinnedPoolStats stats_;
+};
+
+}  // namespace strata
