@@ -31,12 +31,9 @@ int main(int argc, char** argv) {
   app.fallthrough();
 
   CommandRegistry registry;
-  add_info_command(app, registry);
-  add_config_command(app, registry);
+  // Subcommands, one line each (their add_* functions are declared in command.h).
   CLI::App* bench = app.add_subcommand("bench", "Measure this machine: NVMe I/O, CPU Adam, ...");
   bench->require_subcommand(1);
-  add_bench_io_command(*bench, registry);
-  add_bench_adam_command(*bench, registry);
 
   try {
     app.parse(argc, argv);

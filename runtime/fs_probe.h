@@ -1,0 +1,31 @@
+// What a directory is, as offload needs it: its filesystem and free space, whether files there
+// accept O_DIRECT (probed by writing and reading one aligned block of a temporary file), and the
+// block device behind it (name, logical block size, rotational, model) from sysfs.
+// Not a benchmark (that is `strata bench io`). Thread-safe: no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/status.h"
+
+namespace strata {
+
+struct PathInfo {
+  std::string path;              // as given
+  std::string fs_type;           // "ext4", "xfs", "tmpfs", "overlay", ... or "0x<magic>"
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;       // available to this user
+  bool o_direct = false;         // an O_DIRECT write+read of one block worked
+  std::string o_direct_reason;   // why not, when !o_direct
+  std::string block_device;      // "nvme0n1", "vda", "" when none (tmpfs, overlay without one)
+  uint32_t logical_block_size = 4096;  // from sysfs / BLKSSZGET; 4096 when unknown
+  bool rotational = false;
+  std::string device_model;      // sysfs model string, may be empty
+};
+
+// `dir` must be an existing, writable directory: not_found / invalid_argument /
+// permission_denied otherwise, naming the path. The O_DIRECT probe leaves no file behind.
+StatusOr<PathInfo> probe_path(const std::string& dir);
+
+}  // namespace strata
