@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "runtime/arena.h"
 #include "runtime/status.h"
@@ -104,7 +106,15 @@ class Backend {
 // device, driver missing) is `unavailable` with the reason.
 StatusOr<std::unique_ptr<Backend>> make_backend(const BackendOptions& options);
 
-// True when this binary has the CUDA backend and a CUDA device is visible; `reason` says why not.
+// True when this binary has the CUDA backend and a CUDA device is visible; `reason` says why not
+// ("built without CUDA", "no CUDA driver (libcuda.so not found)", "no CUDA device visible").
 bool cuda_available(std::string* reason = nullptr);
+
+// Every CUDA device visible to this process (empty, with `reason`, when there is none).
+std::vector<DeviceDescription> list_cuda_devices(std::string* reason = nullptr);
+
+// ("CUDA runtime", "13.0"), ("CUDA driver", "13.0" or "none"), ("cuBLAS", ...), ("NCCL", "2.28.9"):
+// the CUDA libraries this binary uses; empty without the CUDA backend.
+std::vector<std::pair<std::string, std::string>> cuda_library_versions();
 
 }  // namespace strata
