@@ -5,31 +5,24 @@
 #include <charconv>
 #include <cmath>
 
+#include "runtime/text.h"
+
 namespace strata {
 namespace {
 
-struct Split {
-  double number;
-  std::string unit;
-};
-
-StatusOr<Split> split_number(std::string_view text, std::string_view what) {
-  size_t b = 0, e = text.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) b++;
-  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) e--;
-  std::string_view t = text.substr(b, e - b);
+// Splits " 1.5 GiB " into 1.5 and "GiB" (a view into `text`). Out-parameters rather than a
+// StatusOr<struct with a string>: GCC 12 reports a false -Wmaybe-uninitialized through the variant.
+Status split_number(std::string_view text, std::string_view what, double* number, std::string_view* unit) {
+  const std::string_view t = trim(text);
   if (t.empty()) return error(Code::invalid_argument, "empty {}", what);
   size_t i = 0;
   while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) i++;
   if (i == 0) return error(Code::invalid_argument, "'{}' is not a {}: it must start with a number", text, what);
-  double number = 0;
-  auto [ptr, ec] = std::from_chars(t.data(), t.data() + i, number);
+  auto [ptr, ec] = std::from_chars(t.data(), t.data() + i, *number);
   if (ec != std::errc() || ptr != t.data() + i)
     return error(Code::invalid_argument, "'{}' is not a {}: bad number '{}'", text, what, t.substr(0, i));
-  std::string unit;
-  for (size_t j = i; j < t.size(); j++)
-    if (!std::isspace(static_cast<unsigned char>(t[j]))) unit.push_back(t[j]);
-  return Split{number, unit};
+  *unit = trim(t.substr(i));
+  return Status::ok();
 }
 
 StatusOr<uint64_t> to_integer(double value, std::string_view text, std::string_view what) {
@@ -38,16 +31,23 @@ StatusOr<uint64_t> to_integer(double value, std::string_view text, std::string_v
   return static_cast<uint64_t>(std::llround(value));
 }
 
+// At most 3 significant digits, never an exponent ("1000", not "1e+03"), no trailing zeros.
 std::string trim_number(double v) {
-  std::string s = fmt::format("{:.3g}", v);
+  const int decimals = v >= 99.5 ? 0 : v >= 9.995 ? 1 : 2;
+  std::string s = fmt::format("{:.{}f}", v, decimals);
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
   return s;
 }
 
 }  // namespace
 
 StatusOr<uint64_t> parse_size(std::string_view text) {
-  STRATA_ASSIGN_OR_RETURN(Split s, split_number(text, "size"));
-  const std::string& u = s.unit;
+  double number = 0;
+  std::string_view u;
+  STRATA_RETURN_IF_ERROR(split_number(text, "size", &number, &u));
   double scale = 0;
   if (u.empty() || u == "B" || u == "b") scale = 1;
   else if (u == "KiB" || u == "k" || u == "K") scale = 1024.0;
@@ -63,12 +63,13 @@ StatusOr<uint64_t> parse_size(std::string_view text) {
                  "'{}' is not a size: unknown unit '{}' (use B, KiB, MiB, GiB, TiB (x1024), "
                  "KB, MB, GB, TB (x1000), or k, M, G, T (x1024))",
                  text, u);
-  return to_integer(s.number * scale, text, "size");
+  return to_integer(number * scale, text, "size");
 }
 
 StatusOr<uint64_t> parse_count(std::string_view text) {
-  STRATA_ASSIGN_OR_RETURN(Split s, split_number(text, "count"));
-  const std::string& u = s.unit;
+  double number = 0;
+  std::string_view u;
+  STRATA_RETURN_IF_ERROR(split_number(text, "count", &number, &u));
   double scale = 0;
   if (u.empty()) scale = 1;
   else if (u == "K" || u == "k") scale = 1e3;
@@ -79,7 +80,7 @@ StatusOr<uint64_t> parse_count(std::string_view text) {
     return error(Code::invalid_argument,
                  "'{}' is not a count: unknown suffix '{}' (use K = 1e3, M = 1e6, B or G = 1e9, T = 1e12)",
                  text, u);
-  return to_integer(s.number * scale, text, "count");
+  return to_integer(number * scale, text, "count");
 }
 
 std::string format_size(uint64_t bytes) {

@@ -20,11 +20,12 @@ StatusOr<uint64_t> parse_size(std::string_view text);
 // Counts with SI suffixes: "100M" = 1e8, "1.5B" or "1.5G" = 1.5e9, "17", "4K" = 4000.
 StatusOr<uint64_t> parse_count(std::string_view text);
 
-// "1.50 GiB", "512 MiB", "4 KiB", "17 B": binary units, at most 3 significant decimals.
+// "1.5 GiB", "512 MiB", "4 KiB", "17 B": binary units, at most 3 significant digits (1000 MiB
+// stays "1000 MiB"), no exponent.
 std::string format_size(uint64_t bytes);
 // "1.23 GB/s" from bytes and seconds (SI, as drive vendors and fio print throughput).
 std::string format_rate(double bytes_per_second);
-// "124.4M", "1.50B", "17".
+// "124M", "1.5B", "17": SI suffixes, formatted like format_size.
 std::string format_count(double count);
 
 }  // namespace strata

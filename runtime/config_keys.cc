@@ -1,0 +1,55 @@
+// Definitions of the runtime layer's config keys (see config_keys.h).
+#include "runtime/config_keys.h"
+
+namespace strata {
+
+void add_runtime_config_keys(ConfigSchema& schema) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  schema.add({.name = "config",
+              .type = ValueType::path,
+              .help = "JSON config file to read (its values are overridden by STRATA_* variables and flags)"});
+  schema.add({.name = "log_level",
+              .type = ValueType::choice,
+              .default_text = "info",
+              .help = "How much to log to stderr",
+              .choices = {"trace", "debug", "info", "warn", "error", "off"}});
+  schema.add({.name = "device",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "Where to compute: cuda (a GPU), cpu (the CPU backend), or auto (a GPU when one is visible)",
+              .choices = {"auto", "cpu", "cuda"}});
+  schema.add({.name = "gpu_index",
+              .type = ValueType::integer,
+              .default_text = "0",
+              .help = "Which GPU to use (as numbered by nvidia-smi / CUDA_VISIBLE_DEVICES)",
+              .min = 0,
+              .max = 63});
+  schema.add({.name = "gpu_mem",
+              .type = ValueType::size,
+              .default_text = "auto",
+              .help = "Device memory budget, e.g. 20GiB (auto: the free memory of the device, less a reserve)",
+              .min = 16 * kMiB,
+              .allow_auto = true});
+  schema.add({.name = "cpu_mem",
+              .type = ValueType::size,
+              .default_text = "auto",
+              .help = "Pinned host memory budget, e.g. 64GiB (auto: a share of the machine's RAM)",
+              .allow_auto = true});
+  schema.add({.name = "threads",
+              .type = ValueType::integer,
+              .default_text = "0",
+              .help = "CPU threads for the optimizer and CPU kernels (0: all cores)",
+              .min = 0,
+              .max = 4096});
+  schema.add({.name = "simd",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "CPU vector instructions for the kernels (auto: the best this CPU supports)",
+              .choices = {"auto", "scalar", "avx2", "avx512"}});
+  schema.add({.name = "seed",
+              .type = ValueType::integer,
+              .default_text = "1234",
+              .help = "Random seed for weight initialisation and data order"});
+}
+
+}  // namespace strata

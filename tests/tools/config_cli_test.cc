@@ -1,0 +1,102 @@
+// `strata config` end to end: the built binary prints sources, flags beat the environment,
+// unknown flags exit 2 with a did-you-mean, and --json is one JSON document.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/run_cli.h"
+
+namespace strata {
+namespace {
+
+using test::CliResult;
+using test::run_cli;
+
+// The table row of `key`, or "" when it has none.
+std::string row_of(const std::string& table, const std::string& key) {
+  const size_t at = table.find("\n" + key + " ");
+  if (at == std::string::npos) return "";
+  return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+}
+
+TEST(ConfigCli, PrintsEveryKeyWithItsSource) {
+  CliResult r = run_cli({"config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("source"), std::string::npos) << r.out;
+  const std::string seed = row_of(r.out, "seed");
+  EXPECT_NE(seed.find("1234"), std::string::npos) << r.out;
+  EXPECT_NE(seed.find("default"), std::string::npos) << r.out;
+  for (const char* key : {"config", "log_level", "device", "gpu_index", "gpu_mem", "cpu_mem", "threads", "simd"})
+    EXPECT_NE(row_of(r.out, key), "") << key << " missing from:\n" << r.out;
+}
+
+TEST(ConfigCli, FlagBeatsEnvironmentBeatsFile) {
+  const std::string file = (std::filesystem::path(::testing::TempDir()) / "strata_cli_cfg.json").string();
+  std::ofstream(file) << R"({"gpu_mem": "2GiB", "threads": 3})";
+  CliResult r = run_cli({"config", "--gpu-mem", "8GiB", "--config", file}, {"STRATA_GPU_MEM=4GiB", "STRATA_SEED=5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string gpu = row_of(r.out, "gpu_mem");
+  EXPECT_NE(gpu.find("8GiB"), std::string::npos) << r.out;
+  EXPECT_NE(gpu.find("flag --gpu-mem"), std::string::npos) << r.out;
+  EXPECT_NE(row_of(r.out, "seed").find("env STRATA_SEED"), std::string::npos) << r.out;
+  EXPECT_NE(row_of(r.out, "threads").find("file " + file), std::string::npos) << r.out;
+  EXPECT_NE(row_of(r.out, "config").find("flag --config"), std::string::npos) << r.out;
+
+  CliResult env_only = run_cli({"config"}, {"STRATA_GPU_MEM=4GiB"});
+  ASSERT_EQ(env_only.exit_code, 0) << env_only.err;
+  EXPECT_NE(row_of(env_only.out, "gpu_mem").find("env STRATA_GPU_MEM"), std::string::npos) << env_only.out;
+}
+
+TEST(ConfigCli, UnknownFlagExitsTwoWithDidYouMean) {
+  CliResult r = run_cli({"config", "--gpu-mme", "1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown flag --gpu-mme; did you mean --gpu-mem?"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(ConfigCli, UnknownCommandSuggestsTheCommand) {
+  CliResult r = run_cli({"confg"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("did you mean config?"), std::string::npos) << r.err;
+}
+
+TEST(ConfigCli, BadValuesAndVariablesExitTwoNamingThem) {
+  CliResult value = run_cli({"config", "--gpu-index", "99"});
+  EXPECT_EQ(value.exit_code, 2);
+  EXPECT_NE(value.err.find("--gpu-index 99: gpu_index must be an integer in [0, 63]"), std::string::npos)
+      << value.err;
+  CliResult env = run_cli({"config"}, {"STRATA_GPU_MME=1GiB"});
+  EXPECT_EQ(env.exit_code, 2);
+  EXPECT_NE(env.err.find("did you mean STRATA_GPU_MEM?"), std::string::npos) << env.err;
+  CliResult missing = run_cli({"config", "--config", "/nonexistent/strata.json"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("/nonexistent/strata.json"), std::string::npos) << missing.err;
+}
+
+TEST(ConfigCli, JsonIsOneDocumentWithValuesAndSources) {
+  CliResult r = run_cli({"config", "--json", "--threads", "8"}, {"STRATA_SIMD=scalar"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  EXPECT_EQ(j["threads"]["value"], 8);
+  EXPECT_EQ(j["threads"]["source"], "flag");
+  EXPECT_EQ(j["threads"]["origin"], "--threads");
+  EXPECT_EQ(j["simd"]["value"], "scalar");
+  EXPECT_EQ(j["simd"]["source"], "env");
+  EXPECT_EQ(j["simd"]["origin"], "STRATA_SIMD");
+  EXPECT_EQ(j["gpu_mem"]["value"], "auto");
+  EXPECT_EQ(j["seed"]["source"], "default");
+}
+
+TEST(ConfigCli, HelpListsFlagsWithTypesAndEnvNames) {
+  CliResult r = run_cli({"config", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--gpu-mem SIZE|auto"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("STRATA_GPU_MEM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--config FILE"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace strata

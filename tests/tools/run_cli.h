@@ -1,0 +1,101 @@
+// Runs the built `strata` binary for CLI tests and captures its exit code, stdout and stderr.
+// The child gets this process's environment without any STRATA_* variable (so the caller's shell
+// cannot change the result), plus the variables the test gives. Not a general process library:
+// no stdin, no timeout (the CLI commands tested here finish in well under a second).
+#pragma once
+
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+struct CliResult {
+  int exit_code = -1;  // the exit status, or 128 + signal when killed, or -1 when it did not start
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+inline std::string strata_binary() { return std::string(STRATA_BINARY_DIR) + "/bin/strata"; }
+
+// Runs `strata args...` with the environment described above plus `env` ("NAME=VALUE" entries).
+inline CliResult run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  CliResult result;
+  std::vector<std::string> argv_s = {strata_binary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; e++)
+    if (std::string(*e).rfind("STRATA_", 0) != 0) env_s.emplace_back(*e);
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0) return result;
+  if (pipe(err_pipe) != 0) {
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
+  posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
+  pid_t pid = -1;
+  const int spawn_err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawn_err != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    result.err = "posix_spawn " + argv_s[0] + " failed: errno " + std::to_string(spawn_err);
+    return result;
+  }
+
+  // Drain both pipes together so neither can fill up and block the child.
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        open_fds--;
+      }
+    }
+  }
+  for (pollfd& f : fds)
+    if (f.fd >= 0) close(f.fd);
+
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace strata::test

@@ -1,0 +1,19 @@
+// Composition of the layers' config keys for the strata CLI (see schema.h).
+#include "tools/strata/schema.h"
+
+#include "offload/config_keys.h"
+#include "runtime/config_keys.h"
+
+namespace strata::cli {
+
+ConfigSchema strata_config_schema() {
+  ConfigSchema schema;
+  // Set by tools/test.sh's caller for the build, not a runtime setting.
+  schema.ignore_env("STRATA_CMAKE_ARGS");
+  // One line per layer.
+  add_runtime_config_keys(schema);
+  add_offload_config_keys(schema);
+  return schema;
+}
+
+}  // namespace strata::cli
