@@ -28,4 +28,16 @@ struct PathInfo {
 // permission_denied otherwise, naming the path. The O_DIRECT probe leaves no file behind.
 StatusOr<PathInfo> probe_path(const std::string& dir);
 
+// The O_DIRECT part of probe_path alone: creates a temporary file in `dir` (O_EXCL, unlinked at
+// once), writes and reads back one `block_size`-aligned block with O_DIRECT. `reason` says which
+// step failed and the errno text ("open with O_DIRECT: Invalid argument (errno 22)").
+struct ODirectProbe {
+  bool works = false;
+  std::string reason;  // empty when works
+};
+ODirectProbe probe_o_direct(const std::string& dir, uint32_t block_size = 4096);
+
+// Filesystem name for a statfs f_type magic ("ext4", "xfs", "tmpfs", ...); "0x<hex>" if unknown.
+std::string filesystem_name(uint64_t magic);
+
 }  // namespace strata
