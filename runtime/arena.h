@@ -41,6 +41,14 @@ class Arena {
   // True if [offset, offset+bytes) lies inside one live block.
   bool contains(uint64_t offset, uint64_t bytes) const;
 
+  // For owners that map offsets to `base + offset` (the backends):
+  // invalid_argument naming `what` unless [ptr, ptr+bytes) lies inside one live block.
+  Status check_range(const void* base, const void* ptr, uint64_t bytes, std::string_view what) const;
+  // allocate() as the pointer `base + offset`.
+  StatusOr<void*> allocate_at(void* base, uint64_t bytes, std::string_view tag);
+  // release() of the block at pointer `ptr`; failed_precondition if it is outside the region.
+  Status release_at(const void* base, const void* ptr);
+
   ArenaStats stats() const;
   void reset_peak();
   const std::string& tier() const { return tier_; }

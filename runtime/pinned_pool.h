@@ -7,6 +7,7 @@
 // their PinnedBuffer destroyed) before the pool is destroyed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -78,7 +79,9 @@ class PinnedPool {
   StatusOr<PinnedBuffer> acquire(uint64_t bytes);
 
   PinnedPoolStats stats() const;
-  PinnedKind kind() const { return kind_; }
+  // The kind new slabs get: starts as the best kind allowed and available, and steps down
+  // (cuda_host -> mlock -> pageable, with one warning) if the OS or driver refuses a slab.
+  PinnedKind kind() const { return kind_.load(); }
 
   // The slabs reserved so far, in reservation order (stable addresses, for io_uring buffer
   // registration). `on_new_slab` (optional) is called, under the pool's lock, with the index and
@@ -100,7 +103,7 @@ class PinnedPool {
     PinnedKind kind;
   };
   const PinnedPoolOptions options_;
-  PinnedKind kind_;
+  std::atomic<PinnedKind> kind_;
   mutable std::mutex mu_;
   std::vector<Slab> slabs_;
   std::multimap<uint64_t, std::byte*> free_blocks_;  // size -> block, exact-size reuse
