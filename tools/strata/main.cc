@@ -8,6 +8,7 @@
 
 #include "runtime/log.h"
 #include "tools/strata/command.h"
+#include "tools/strata/usage_error.h"
 
 namespace strata::cli {
 
@@ -29,11 +30,16 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (env STRATA_LOG_LEVEL)")
       ->envname("STRATA_LOG_LEVEL");
   app.fallthrough();
+  app.failure_message(usage_error_message);  // "strata: error: ...; did you mean --gpu-mem?"
 
   CommandRegistry registry;
   // Subcommands, one line each (their add_* functions are declared in command.h).
   CLI::App* bench = app.add_subcommand("bench", "Measure this machine: NVMe I/O, CPU Adam, ...");
   bench->require_subcommand(1);
+  add_info_command(app, registry);
+  add_config_command(app, registry);
+  add_bench_io_command(*bench, registry);
+  add_bench_adam_command(*bench, registry);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,386 @@
+// `strata bench io` (see io_bench.h): strata's engine and fio, point by point on one file.
+#include "bench/io_bench.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "offload/nvme_store.h"
+#include "runtime/pinned_pool.h"
+#include "runtime/units.h"
+
+namespace strata::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double percentile(std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t i = std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())));
+  return sorted[i];
+}
+
+IoSample median_sample(const std::vector<IoSample>& runs) {
+  std::vector<double> g, i, p50, p99;
+  for (const IoSample& s : runs) {
+    g.push_back(s.gbps);
+    i.push_back(s.iops);
+    p50.push_back(s.p50_us);
+    p99.push_back(s.p99_us);
+  }
+  return IoSample{median(g), median(i), median(p50), median(p99)};
+}
+
+// stdout of `command`; unavailable when it cannot run or exits non-zero.
+StatusOr<std::string> run_command(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return errno_status(errno, "run " + command);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  int rc = ::pclose(pipe);
+  if (rc != 0) return error(Code::unavailable, "`{}` exited with status {}", command, rc);
+  return out;
+}
+
+// Buffers for `count` blocks of `block` bytes from a pinned pool, registered with the engine.
+struct BlockBuffers {
+  std::unique_ptr<PinnedPool> pool;
+  PinnedBuffer memory;
+};
+
+StatusOr<BlockBuffers> make_buffers(IoEngine& engine, uint64_t bytes) {
+  BlockBuffers b;
+  STRATA_ASSIGN_OR_RETURN(b.pool, PinnedPool::create(PinnedPoolOptions{.slab_bytes = bytes, .allow_cuda = false}));
+  register_pinned_pool(engine, *b.pool);
+  STRATA_ASSIGN_OR_RETURN(b.memory, b.pool->acquire(bytes));
+  b.pool->set_slab_listener(nullptr);
+  return b;
+}
+
+// One sequential pass over [0, size) in `block` requests, `qd` of them in flight.
+StatusOr<IoSample> strata_pass(IoEngine& engine, FileId file, IoOp mode, uint64_t size, uint64_t block, uint32_t qd,
+                               std::byte* buffers) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<uint32_t> free_slots;
+  for (uint32_t i = 0; i < qd; i++) free_slots.push_back(i);
+  std::vector<Clock::time_point> started(qd);
+  std::vector<double> latencies_us;
+  latencies_us.reserve(size / block + 1);
+  Status first_error;
+  const uint64_t blocks = size / block;
+  const Clock::time_point t0 = Clock::now();
+  for (uint64_t b = 0; b < blocks; b++) {
+    uint32_t slot;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !free_slots.empty(); });
+      if (!first_error.is_ok()) break;
+      slot = free_slots.front();
+      free_slots.pop_front();
+    }
+    started[slot] = Clock::now();
+    IoRequest r{mode, file, b * block, block, buffers + static_cast<uint64_t>(slot) * block};
+    Status s = engine.submit(r, [&, slot](const Status& st) {
+      auto now = Clock::now();
+      std::lock_guard lock(mu);
+      latencies_us.push_back(std::chrono::duration<double, std::micro>(now - started[slot]).count());
+      if (!st.is_ok() && first_error.is_ok()) first_error = st;
+      free_slots.push_back(slot);
+      cv.notify_all();
+    });
+    if (!s.is_ok()) {
+      std::lock_guard lock(mu);
+      free_slots.push_back(slot);
+      if (first_error.is_ok()) first_error = s;
+      break;
+    }
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return free_slots.size() == qd; });
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!first_error.is_ok()) return first_error;
+  std::sort(latencies_us.begin(), latencies_us.end());
+  const double bytes = static_cast<double>(blocks * block);
+  return IoSample{bytes / seconds / 1e9, static_cast<double>(blocks) / seconds, percentile(latencies_us, 0.50),
+                  percentile(latencies_us, 0.99)};
+}
+
+StatusOr<IoSample> fio_pass(const IoBenchOptions& o, const std::string& file, IoOp mode, uint64_t size,
+                            uint64_t block, uint32_t qd) {
+  std::string cmd = fmt::format(
+      "{} --name=strata-peer --filename='{}' --rw={} --bs={} --iodepth={} --direct=1 --ioengine=io_uring "
+      "--fixedbufs=1 --registerfiles=1 --size={} --numjobs=1 --output-format=json 2>/dev/null",
+      o.fio_binary, file, mode == IoOp::read ? "read" : "write", block, qd, size);
+  STRATA_ASSIGN_OR_RETURN(std::string out, run_command(cmd));
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty())
+    return error(Code::io_error, "fio printed no JSON result for `{}`", cmd);
+  const nlohmann::json& side = j["jobs"][0][mode == IoOp::read ? "read" : "write"];
+  const nlohmann::json& pct = side["clat_ns"]["percentile"];
+  return IoSample{side["bw_bytes"].get<double>() / 1e9, side["iops"].get<double>(),
+                  pct.value("50.000000", 0.0) / 1e3, pct.value("99.000000", 0.0) / 1e3};
+}
+
+// Writes `size` bytes of random data to `path` (so reads read real blocks, and fio finds the
+// file laid out), through `engine`.
+Status prepare_file(IoEngine& engine, const std::string& path, uint64_t size) {
+  ::unlink(path.c_str());
+  STRATA_ASSIGN_OR_RETURN(FileId f, engine.open(path, OpenOptions{.create = true, .direct = true}));
+  Status s = engine.allocate(f, 0, size);
+  const uint64_t chunk = 8 << 20;
+  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(engine, chunk));
+  std::mt19937_64 rng(1);
+  for (uint64_t i = 0; i < chunk / 8; i++) {
+    uint64_t v = rng();
+    std::memcpy(buf.memory.data() + i * 8, &v, 8);
+  }
+  for (uint64_t off = 0; s.is_ok() && off < size; off += chunk)
+    s = engine.run({IoOp::write, f, off, std::min(chunk, size - off), buf.memory.data()});
+  (void)engine.unregister_memory({buf.memory.data(), chunk});
+  Status c = engine.close(f);
+  return s.is_ok() ? c : s;
+}
+
+// The NVMe store over `paths`: extents of the whole size written, then read, `qd` pieces in flight.
+StatusOr<double> store_pass(const IoEngineConfig& ec, const std::vector<std::string>& paths, IoOp mode,
+                            uint64_t size) {
+  STRATA_ASSIGN_OR_RETURN(IoEngineChoice choice, make_io_engine(ec, paths));
+  NvmeStoreOptions so;
+  so.paths = paths;
+  so.capacity = size;
+  so.stripe_unit = ec.shape.block_bytes;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<NvmeStore> store, NvmeStore::create(*choice.engine, so));
+  const uint64_t extent = std::min<uint64_t>(64 << 20, size);
+  const uint64_t count = size / extent;
+  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(*choice.engine, extent * std::min<uint64_t>(count, 4)));
+  std::vector<ExtentId> ids;
+  for (uint64_t i = 0; i < count; i++) {
+    STRATA_ASSIGN_OR_RETURN(ExtentId id, store->allocate(fmt::format("bench{}", i), extent));
+    ids.push_back(id);
+  }
+  auto pass = [&](IoOp op) -> StatusOr<double> {  // four extents in flight
+    const Clock::time_point t0 = Clock::now();
+    std::deque<ExtentIo> inflight;
+    for (uint64_t i = 0; i < count; i++) {
+      if (inflight.size() == 4) {
+        STRATA_RETURN_IF_ERROR(store->finish(inflight.front()));
+        inflight.pop_front();
+      }
+      std::byte* b = buf.memory.data() + (i % 4) * extent;
+      StatusOr<ExtentIo> io = op == IoOp::write ? store->begin_write(ids[i], b) : store->begin_read(ids[i], b);
+      if (!io.is_ok()) return io.status();
+      inflight.push_back(std::move(*io));
+    }
+    for (ExtentIo& io : inflight) STRATA_RETURN_IF_ERROR(store->finish(io));
+    return static_cast<double>(count * extent) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+  };
+  if (mode == IoOp::read) STRATA_RETURN_IF_ERROR(pass(IoOp::write).status());  // reads need valid extents
+  StatusOr<double> gbps = pass(mode);
+  (void)choice.engine->unregister_memory({buf.memory.data(), buf.memory.size()});
+  return gbps;
+}
+
+}  // namespace
+
+StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
+  if (o.paths.empty()) return Status(Code::invalid_argument, "bench io needs --path DIR");
+  if (o.repeat < 1) return error(Code::invalid_argument, "--repeat must be >= 1 (got {})", o.repeat);
+  for (uint64_t b : o.blocks)
+    if (b == 0 || b % 4096 != 0 || b > o.size)
+      return error(Code::invalid_argument, "--block {}: blocks must be multiples of 4 KiB no larger than --size {}",
+                   format_size(b), format_size(o.size));
+  IoBenchReport report;
+  report.file = o.paths[0] + "/strata-bench-io.dat";
+  report.size = o.size / (1 << 20) * (1 << 20);
+  if (report.size == 0) return Status(Code::invalid_argument, "--size must be at least 1 MiB");
+
+  IoEngineConfig ec{o.engine, IoShape{8 << 20, 8}};
+  STRATA_ASSIGN_OR_RETURN(IoEngineChoice prep, make_io_engine(ec, {o.paths[0]}));
+  report.engine = std::string(prep.engine->name());
+  report.fallback_reason = prep.fallback_reason;
+  Status prepared = prepare_file(*prep.engine, report.file, report.size);
+  if (!prepared.is_ok()) {
+    ::unlink(report.file.c_str());
+    return prepared.with_context("bench io: writing the test file");
+  }
+
+  if (o.fio) {
+    auto v = run_command(o.fio_binary + " --version 2>/dev/null");
+    if (v.is_ok()) report.fio_version = std::string(v->substr(0, v->find('\n')));
+    else report.fio_missing = fmt::format("`{} --version` failed: fio is not installed (apt-get install fio)", o.fio_binary);
+  } else {
+    report.fio_missing = "--no-fio";
+  }
+
+  const size_t total = o.modes.size() * o.blocks.size() * o.queue_depths.size() * (o.paths.size() > 1 ? 2 : 1);
+  size_t done = 0;
+  Status failure;
+  for (IoOp mode : o.modes) {
+    for (uint64_t block : o.blocks) {
+      for (uint32_t qd : o.queue_depths) {
+        std::string what = fmt::format("{} {} QD{}", io_op_name(mode), format_size(block), qd);
+        if (o.progress) o.progress(done, total, what);
+        IoBenchPoint p{mode, block, qd, {}, std::nullopt};
+        IoEngineConfig pc{o.engine, IoShape{block, qd}};
+        std::vector<IoSample> ours, theirs;
+        for (int r = 0; r < o.repeat && failure.is_ok(); r++) {  // strata and fio take turns
+          StatusOr<IoEngineChoice> e = make_io_engine(pc, {o.paths[0]});
+          if (!e.is_ok()) { failure = e.status(); break; }
+          StatusOr<FileId> f = e->engine->open(report.file, OpenOptions{.direct = true, .writable = mode == IoOp::write});
+          if (!f.is_ok()) { failure = f.status(); break; }
+          StatusOr<BlockBuffers> buf = make_buffers(*e->engine, block * qd);
+          if (!buf.is_ok()) { failure = buf.status(); break; }
+          StatusOr<IoSample> s = strata_pass(*e->engine, *f, mode, report.size, block, qd, buf->memory.data());
+          (void)e->engine->unregister_memory({buf->memory.data(), buf->memory.size()});
+          (void)e->engine->close(*f);
+          if (!s.is_ok()) { failure = s.status().with_context("bench io: " + what); break; }
+          ours.push_back(*s);
+          if (!report.fio_version.empty()) {
+            StatusOr<IoSample> fs = fio_pass(o, report.file, mode, report.size, block, qd);
+            if (fs.is_ok()) theirs.push_back(*fs);
+            else report.fio_missing = fs.status().message();
+          }
+        }
+        if (!failure.is_ok()) break;
+        p.strata = median_sample(ours);
+        if (!theirs.empty()) p.fio = median_sample(theirs);
+        report.points.push_back(p);
+        done++;
+        if (o.paths.size() > 1) {
+          if (o.progress) o.progress(done, total, what + fmt::format(" store: 1 vs {} paths", o.paths.size()));
+          StatusOr<double> one = store_pass(pc, {o.paths[0]}, mode, report.size / 2);
+          StatusOr<double> all = one.is_ok() ? store_pass(pc, o.paths, mode, report.size / 2) : one;
+          if (!all.is_ok()) { failure = all.status().with_context("bench io: striping " + what); break; }
+          report.striping.push_back(StripePoint{mode, block, qd, static_cast<uint32_t>(o.paths.size()), *one, *all});
+          done++;
+        }
+      }
+      if (!failure.is_ok()) break;
+    }
+    if (!failure.is_ok()) break;
+  }
+  if (o.progress) o.progress(done, total, "done");
+  ::unlink(report.file.c_str());
+  if (!failure.is_ok()) return failure;
+  return report;
+}
+
+std::string io_bench_table(const IoBenchReport& r) {
+  std::string out = fmt::format("bench io: {} ({} file, engine {}{})\n", r.file, format_size(r.size), r.engine,
+                                r.fallback_reason.empty() ? "" : ", fallback: " + r.fallback_reason);
+  out += r.fio_version.empty() ? fmt::format("fio: not run ({})\n", r.fio_missing)
+                               : fmt::format("peer: {} (io_uring, direct, fixedbufs, registerfiles)\n", r.fio_version);
+  out += fmt::format("{:<6} {:>8} {:>4} | {:>7} {:>8} {:>9} {:>9} | {:>7} {:>8} {:>9} {:>9} | {:>6}\n", "mode", "block",
+                     "QD", "GB/s", "IOPS", "p50 us", "p99 us", "fio GB/s", "IOPS", "p50 us", "p99 us", "ratio");
+  for (const IoBenchPoint& p : r.points) {
+    out += fmt::format("{:<6} {:>8} {:>4} | {:>7.3f} {:>8.0f} {:>9.0f} {:>9.0f} |", io_op_name(p.mode),
+                       format_size(p.block_bytes), p.queue_depth, p.strata.gbps, p.strata.iops, p.strata.p50_us,
+                       p.strata.p99_us);
+    if (p.fio)
+      out += fmt::format(" {:>8.3f} {:>8.0f} {:>9.0f} {:>9.0f} | {:>5.1f}%\n", p.fio->gbps, p.fio->iops, p.fio->p50_us,
+                         p.fio->p99_us, 100.0 * p.strata.gbps / p.fio->gbps);
+    else
+      out += fmt::format(" {:>8} {:>8} {:>9} {:>9} | {:>6}\n", "-", "-", "-", "-", "-");
+  }
+  if (!r.striping.empty()) {
+    out += fmt::format("\nNVMe store, 1 path against {} paths (striped):\n", r.striping[0].paths);
+    out += fmt::format("{:<6} {:>8} {:>4} | {:>10} {:>10} | {:>6}\n", "mode", "block", "QD", "1 path", "striped", "ratio");
+    for (const StripePoint& s : r.striping)
+      out += fmt::format("{:<6} {:>8} {:>4} | {:>10.3f} {:>10.3f} | {:>5.1f}%\n", io_op_name(s.mode),
+                         format_size(s.block_bytes), s.queue_depth, s.one_path_gbps, s.striped_gbps,
+                         100.0 * s.striped_gbps / s.one_path_gbps);
+  }
+  return out;
+}
+
+std::string io_bench_csv(const IoBenchReport& r) {
+  std::string out =
+      "mode,block_bytes,queue_depth,strata_gbps,strata_iops,strata_p50_us,strata_p99_us,fio_gbps,fio_iops,"
+      "fio_p50_us,fio_p99_us,ratio\n";
+  for (const IoBenchPoint& p : r.points) {
+    out += fmt::format("{},{},{},{:.4f},{:.1f},{:.1f},{:.1f}", io_op_name(p.mode), p.block_bytes, p.queue_depth,
+                       p.strata.gbps, p.strata.iops, p.strata.p50_us, p.strata.p99_us);
+    if (p.fio)
+      out += fmt::format(",{:.4f},{:.1f},{:.1f},{:.1f},{:.4f}\n", p.fio->gbps, p.fio->iops, p.fio->p50_us,
+                         p.fio->p99_us, p.strata.gbps / p.fio->gbps);
+    else
+      out += ",,,,,\n";
+  }
+  return out;
+}
+
+std::string io_bench_json(const IoBenchReport& r) {
+  nlohmann::json j;
+  j["engine"] = r.engine;
+  j["fallback_reason"] = r.fallback_reason;
+  j["file"] = r.file;
+  j["size_bytes"] = r.size;
+  j["fio_version"] = r.fio_version;
+  j["points"] = nlohmann::json::array();
+  for (const IoBenchPoint& p : r.points) {
+    nlohmann::json q{{"mode", io_op_name(p.mode)},     {"block_bytes", p.block_bytes},
+                     {"queue_depth", p.queue_depth},   {"strata_gbps", p.strata.gbps},
+                     {"strata_iops", p.strata.iops},   {"strata_p50_us", p.strata.p50_us},
+                     {"strata_p99_us", p.strata.p99_us}};
+    if (p.fio) {
+      q["fio_gbps"] = p.fio->gbps;
+      q["fio_iops"] = p.fio->iops;
+      q["fio_p50_us"] = p.fio->p50_us;
+      q["fio_p99_us"] = p.fio->p99_us;
+      q["ratio"] = p.strata.gbps / p.fio->gbps;
+    }
+    j["points"].push_back(q);
+  }
+  j["striping"] = nlohmann::json::array();
+  for (const StripePoint& s : r.striping)
+    j["striping"].push_back({{"mode", io_op_name(s.mode)}, {"block_bytes", s.block_bytes}, {"queue_depth", s.queue_depth},
+                             {"paths", s.paths}, {"one_path_gbps", s.one_path_gbps}, {"striped_gbps", s.striped_gbps}});
+  return j.dump(2);
+}
+
+Status io_bench_plot(const std::string& csv_path, const std::string& png_path) {
+  if (!run_command("gnuplot --version >/dev/null 2>&1").is_ok())
+    return Status(Code::unavailable, "gnuplot is not installed (apt-get install gnuplot-nox); the CSV has the data");
+  std::string script = png_path + ".gp";
+  FILE* f = std::fopen(script.c_str(), "w");
+  if (f == nullptr) return errno_status(errno, "write " + script);
+  // One line per (mode, QD), its rows picked by awk: strata solid, fio dashed; x = KiB, log scale.
+  fmt::print(f,
+             "set terminal pngcairo size 1000,600 noenhanced\nset output '{}'\nset datafile separator ','\n"
+             "set logscale x 2\nset xlabel 'block size (KiB)'\nset ylabel 'GB/s'\nset key outside right\n"
+             "set title 'strata bench io: sequential O_DIRECT, strata (solid) and fio (dashed)'\n"
+             "csv = '{}'\nmodes = 'read write'\n"
+             "qds = system(\"tail -n +2 '\".csv.\"' | cut -d, -f3 | sort -nu | tr '\\n' ' '\")\n"
+             "series(m, q) = sprintf(\"< awk -F, '$1 == \\\"%s\\\" && $3 == %s' '%s'\", m, q, csv)\n"
+             "plot for [m in modes] for [q in qds] series(m, q) using ($2/1024):4 with linespoints title m.' QD'.q, \\\n"
+             "     for [m in modes] for [q in qds] series(m, q) using ($2/1024):8 with linespoints dt 2 "
+             "title 'fio '.m.' QD'.q\n",
+             png_path, csv_path);
+  std::fclose(f);
+  auto out = run_command(fmt::format("gnuplot '{}' 2>&1", script));
+  ::unlink(script.c_str());
+  if (!out.is_ok()) return out.status().with_context("drawing " + png_path);
+  return Status();
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,118 @@
+// NvmeStore: named extents in swap files under one or more paths (one per SSD), each extent
+// striped across all paths in stripe units so the drives' bandwidth adds up. Space is reserved up
+// front (fallocate): too little space fails at start-up, naming the bytes needed and free per
+// path. Every write records a CRC-32C per stripe segment; every read checks it, and a mismatch is
+// a corruption status naming the extent, path and offset (the data must not be used). Swap files
+// live in a per-run directory (run_dir.h) removed when the store is destroyed.
+// Not a cache or a tier policy (that is the tier manager): it moves whole extents on request.
+// Thread-safety: all methods may be called concurrently; I/O on one extent must not overlap other
+// I/O on the same extent (failed_precondition). Lifetime: the engine outlives the store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "offload/io_engine.h"
+#include "offload/run_dir.h"
+#include "offload/stripe_layout.h"
+#include "runtime/fs_probe.h"
+
+namespace strata {
+
+using ExtentId = uint32_t;
+
+struct NvmeStoreOptions {
+  std::vector<std::string> paths;     // existing directories, one per drive ideally
+  uint64_t capacity = 0;              // bytes of (padded) extents the run will hold, all paths together
+  uint64_t stripe_unit = 1ull << 20;  // a multiple of the alignment
+  bool direct = true;                 // O_DIRECT swap files
+  bool remove_stale_runs = true;      // delete leftovers of crashed runs in `paths` at start-up
+  // How a path's free space and logical block size are learned; tests replace it.
+  std::function<StatusOr<PathInfo>(const std::string&)> probe = probe_path;
+};
+
+class NvmeStore;
+
+// One read or write of a whole extent in flight; NvmeStore::finish() it exactly once.
+class ExtentIo {
+ public:
+  ExtentIo() = default;
+  ExtentIo(ExtentIo&&) noexcept = default;
+  ExtentIo& operator=(ExtentIo&&) noexcept = default;
+  ExtentId extent() const { return extent_; }
+  IoOp op() const { return op_; }
+
+ private:
+  friend class NvmeStore;
+  ExtentId extent_ = 0;
+  IoOp op_ = IoOp::read;
+  std::byte* buffer = nullptr;
+  std::vector<IoTicket> tickets;
+  std::vector<StripeSegment> segments;
+  std::vector<uint32_t> crcs;  // writes: the CRCs being written
+  bool pending = false;
+};
+
+class NvmeStore {
+ public:
+  static StatusOr<std::unique_ptr<NvmeStore>> create(IoEngine& engine, const NvmeStoreOptions& options);
+  ~NvmeStore();  // closes and removes the swap files; waits for nothing (finish I/O first)
+
+  uint32_t alignment() const { return alignment_; }  // buffers and sizes: multiples of this
+  // Bytes a buffer for an extent of `bytes` must hold (bytes rounded up to the alignment).
+  uint64_t padded_size(uint64_t bytes) const;
+  uint64_t capacity() const;    // logical bytes for extents
+  uint64_t free_bytes() const;
+  const std::vector<std::string>& swap_files() const { return swap_paths_; }
+  const std::vector<std::unique_ptr<RunDir>>& run_dirs() const { return run_dirs_; }
+
+  // A new extent of `bytes` (any length > 0). no_space when the reserved space cannot hold it.
+  StatusOr<ExtentId> allocate(std::string name, uint64_t bytes);
+  Status release(ExtentId extent);
+
+  // Start moving a whole extent between `buffer` and its swap space. `buffer` must be aligned to
+  // alignment() and hold padded_size(bytes); a write zeroes the padding bytes of the buffer.
+  StatusOr<ExtentIo> begin_write(ExtentId extent, std::byte* buffer);
+  StatusOr<ExtentIo> begin_read(ExtentId extent, std::byte* buffer);
+  // Waits for the transfer; a read is then checked against the CRCs of the last good write
+  // (corruption on mismatch). A failed write leaves the extent without valid data.
+  Status finish(ExtentIo& io);
+  Status write(ExtentId extent, std::byte* buffer);  // begin_write + finish
+  Status read(ExtentId extent, std::byte* buffer);   // begin_read + finish
+
+ private:
+  enum class State : uint8_t { empty, valid, failed };
+  struct Extent {
+    std::string name;
+    uint64_t bytes = 0;
+    uint64_t padded = 0;
+    uint64_t start = 0;  // in the logical (striped) space
+    State state = State::empty;
+    bool busy = false;
+    std::vector<uint32_t> crcs;  // one per segment of the last good write
+  };
+  NvmeStore(IoEngine& engine, StripeLayout layout, uint32_t alignment, uint64_t per_path);
+  StatusOr<ExtentIo> begin(ExtentId extent, IoOp op, std::byte* buffer);
+  Status wait_all(ExtentIo& io);
+  std::string describe(const Extent& e) const;
+
+  IoEngine& engine_;
+  const StripeLayout layout_;
+  const uint32_t alignment_;
+  const uint64_t per_path_bytes_;
+  std::vector<std::unique_ptr<RunDir>> run_dirs_;
+  std::vector<FileId> files_;
+  std::vector<std::string> swap_paths_;
+
+  mutable std::mutex mu_;
+  SpaceMap space_;
+  std::unordered_map<ExtentId, Extent> extents_;
+  ExtentId next_id_ = 1;
+};
+
+}  // namespace strata
