@@ -1,0 +1,34 @@
+// Causal scaled-dot-product attention on a CUDA stream with multi-head and grouped-query heads
+// (query head h reads kv head h / (NH / NKV)), forward and backward, with the semantics of
+// kernels/cpu/ops_attention.h: same layouts, lse (B, NH, T) saved instead of probabilities,
+// backward recomputing them from q, k and lse, and ACCUMULATING (+=) into dq, dk, dv.
+// Tensors are T (float or __nv_bfloat16); scores, softmax and sums are fp32.
+// Not flash attention: one warp per query row (forward, dq) or key row (dk, dv), online softmax,
+// k/v read through the cache. Simple and deterministic (each output element has one owner that
+// sums in a fixed order); O(T^2 HS) work per head as any exact attention.
+// Limits: 1 <= HS <= kAttentionMaxHeadSize, NH % NKV == 0 (else cudaErrorInvalidValue).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::kernels::cuda {
+
+inline constexpr int64_t kAttentionMaxHeadSize = 256;
+
+// q (B, T, NH, HS), k and v (B, T, NKV, HS); out (B, T, NH, HS);
+// lse (B, NH, T) = log sum_{j <= t} exp(scale q_t . k_j), scale = 1 / sqrt(HS).
+template <typename T>
+cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len,
+                              int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream);
+
+// Given dout (B, T, NH, HS), the forward's out and lse: dq +=, dk and dv (B, T, NKV, HS) += (summed
+// over the query heads sharing each kv head). None may be null.
+template <typename T>
+cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                               const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
+                               cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,141 @@
+// Device-side helpers shared by the kernels/cuda .cu files: element loads/stores in fp32, bf16 and
+// fp16 (rounding exactly as kernels/cpu/half.h), fixed-order warp/block reductions, launch sizing,
+// and one deterministic "column sums added into a vector" kernel (weight and bias gradients).
+// INTERNAL: holds device code, so only .cu files include it; callers use the public *.cuh headers.
+// Every reduction here has an order fixed by the launch shape alone: results are bit-reproducible.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::kernels::cuda::detail {
+
+inline constexpr int kBlock = 256;           // threads of a 1-D launch
+inline constexpr int64_t kMaxGridX = 1 << 20;  // cap for grid-stride loops (they cover the rest)
+
+// Blocks for n elements in grid-stride loops of kBlock threads (n > 0).
+inline unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(blocks < kMaxGridX ? blocks : kMaxGridX);
+}
+
+// --- fp32 <-> bf16 / fp16, bit-identical to kernels/cpu/half.h (RNE; NaN stays a quiet NaN) ----
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x03ffu));
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a >= 0x38800000u) {
+    uint32_t r = a - 0x38000000u;
+    r += 0x0fffu + ((r >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (r >> 13));
+  }
+  if (a < 0x33000000u) return sign;
+  const uint32_t exp = a >> 23;
+  const uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
+  const uint32_t shift = 126u - exp;
+  const uint32_t kept = sig >> shift;
+  const uint32_t rest = sig & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  const uint32_t up = (rest > half || (rest == half && (kept & 1u))) ? 1u : 0u;
+  return static_cast<uint16_t>(sign | (kept + up));
+}
+
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x03ffu;
+  if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mant ? 0x00400000u | (mant << 13) : 0u));
+  if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const float mag = __fmul_rn(static_cast<float>(mant), 5.9604644775390625e-8f);
+  return __uint_as_float(sign | __float_as_uint(mag));
+}
+
+// Loads and stores of an element type as fp32.
+__device__ __forceinline__ float load(const float* p) { return *p; }
+__device__ __forceinline__ float load(const __nv_bfloat16* p) {
+  return bf16_bits_to_f32(*reinterpret_cast<const uint16_t*>(p));
+}
+__device__ __forceinline__ float load(const __half* p) { return f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(p)); }
+__device__ __forceinline__ void store(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *reinterpret_cast<uint16_t*>(p) = f32_to_bf16_bits(x); }
+__device__ __forceinline__ void store(__half* p, float x) { *reinterpret_cast<uint16_t*>(p) = f32_to_f16_bits(x); }
+// *p += x, the sum formed in fp32 and rounded once to the element type.
+template <typename T>
+__device__ __forceinline__ void add_to(T* p, float x) { store(p, load(p) + x); }
+
+// --- reductions (fixed order: xor butterflies give every lane the same bits) --------------------
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum (or max) over the whole block, returned to every thread. blockDim.x must be a multiple of 32
+// and at most 1024; `scratch` is 32 floats of shared memory, reusable right after the call returns.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
+  r = kMax ? warp_max(r) : warp_sum(r);
+  return r;
+}
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
+
+// --- dst (C) += sum over rows n of value(n, c), rows summed in a fixed order ---------------------
+// Block (32, kColumnRows): threadIdx.x picks a column of a 32-wide tile, threadIdx.y a residue of
+// the rows mod kColumnRows; each thread sums its rows in order, then row 0 adds the kColumnRows
+// partials in order and does the single += into dst.
+inline constexpr int kColumnRows = 16;
+
+template <typename T, typename Value>
+__global__ void add_column_sums_kernel(T* dst, int64_t N, int64_t C, Value value) {
+  __shared__ float partial[kColumnRows][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (c < C) {
+    for (int64_t n = threadIdx.y; n < N; n += kColumnRows) acc += value(n, c);
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+    for (int r = 0; r < kColumnRows; ++r) total += partial[r][threadIdx.x];
+    add_to(dst + c, total);
+  }
+}
+
+template <typename T, typename Value>
+cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return cudaSuccess;
+  const int64_t tiles = (C + 31) / 32;
+  if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  add_column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(32, kColumnRows), 0, stream>>>(dst, N, C, value);
+  return cudaGetLastError();
+}
+
+// Rejects negative sizes and grids of one block per row beyond the x-dimension limit.
+inline bool valid_rows(int64_t rows) { return rows >= 0 && rows <= 0x7fffffff; }
+
+}  // namespace strata::kernels::cuda::detail

@@ -1,0 +1,190 @@
+// GELU, SwiGLU, residual and RoPE kernels (contract in elementwise.cuh): grid-stride loops, one
+// thread per element (per pair for RoPE), the same fp32 formulas as kernels/cpu/ops_elementwise.cc.
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/elementwise.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::add_to;
+using detail::grid_for;
+using detail::kBlock;
+using detail::load;
+using detail::store;
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float x = load(inp + i);
+    store(out + i, 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
+  }
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float x = load(inp + i);
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float sech2 = 1.0f - t * t;
+    const float local_grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    add_to(dinp + i, local_grad * load(dout + i));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H) {
+  for (int64_t i = first_index(); i < N * H; i += grid_stride()) {
+    const int64_t n = i / H, h = i % H;
+    const float g = load(inp + n * 2 * H + h);
+    store(out + i, g / (1.0f + expf(-g)) * load(inp + n * 2 * H + H + h));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H) {
+  for (int64_t i = first_index(); i < N * H; i += grid_stride()) {
+    const int64_t n = i / H, h = i % H;
+    const int64_t gate_at = n * 2 * H + h, up_at = gate_at + H;
+    const float g = load(inp + gate_at), up = load(inp + up_at), dy = load(dout + i);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    add_to(dinp + gate_at, dy * up * sig * (1.0f + g * (1.0f - sig)));
+    add_to(dinp + up_at, dy * g * sig);
+  }
+}
+
+template <typename T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) store(out + i, load(a + i) + load(b + i));
+}
+
+template <typename T>
+__global__ void residual_backward_kernel(T* da, T* db, const T* dout, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = load(dout + i);
+    if (da != nullptr) add_to(da + i, g);
+    if (db != nullptr) add_to(db + i, g);
+  }
+}
+
+// One thread per (t, i) pair index: builds cos/sin of that angle once (double, as the CPU op) and
+// rotates that pair in every batch row and head. Forward: (x1 c - x2 s, x2 c + x1 s); inverse
+// (accumulating): (x1 c + x2 s, x2 c - x1 s).
+template <typename T, bool kInverse>
+__global__ void rope_kernel(T* dst, const T* src, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                            int64_t pos_offset) {
+  const int64_t half = HS / 2;
+  for (int64_t idx = first_index(); idx < T_len * half; idx += grid_stride()) {
+    const int64_t t = idx / half, i = idx % half;
+    const double freq = pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+    const double angle = static_cast<double>(pos_offset + t) * freq;
+    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < NH; ++h) {
+        const int64_t offset = ((b * T_len + t) * NH + h) * HS;
+        const float x1 = load(src + offset + i), x2 = load(src + offset + i + half);
+        if constexpr (kInverse) {
+          add_to(dst + offset + i, x1 * c + x2 * s);
+          add_to(dst + offset + i + half, x2 * c - x1 * s);
+        } else {
+          store(dst + offset + i, x1 * c - x2 * s);
+          store(dst + offset + i + half, x2 * c + x1 * s);
+        }
+      }
+    }
+  }
+}
+
+template <bool kInverse, typename T>
+cudaError_t launch_rope(T* dst, const T* src, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                        int64_t pos_offset, cudaStream_t stream) {
+  if (B < 0 || T_len < 0 || NH < 0 || HS < 0 || HS % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t pairs = T_len * (HS / 2);
+  if (B == 0 || NH == 0 || pairs == 0) return cudaSuccess;
+  rope_kernel<T, kInverse><<<grid_for(pairs), kBlock, 0, stream>>>(dst, src, B, T_len, NH, HS, theta, pos_offset);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dinp, inp, dout, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t swiglu_forward(T* out, const T* inp, int64_t N, int64_t H, cudaStream_t stream) {
+  if (N < 0 || H < 0) return cudaErrorInvalidValue;
+  if (N * H == 0) return cudaSuccess;
+  swiglu_forward_kernel<<<grid_for(N * H), kBlock, 0, stream>>>(out, inp, N, H);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream) {
+  if (N < 0 || H < 0) return cudaErrorInvalidValue;
+  if (N * H == 0) return cudaSuccess;
+  swiglu_backward_kernel<<<grid_for(N * H), kBlock, 0, stream>>>(dinp, inp, dout, N, H);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  residual_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, a, b, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t residual_backward(T* da, T* db, const T* dout, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0 || (da == nullptr && db == nullptr)) return cudaSuccess;
+  residual_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(da, db, dout, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t rope_forward(T* out, const T* inp, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                         int64_t pos_offset, cudaStream_t stream) {
+  return launch_rope<false>(out, inp, B, T_len, NH, HS, theta, pos_offset, stream);
+}
+
+template <typename T>
+cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                          int64_t pos_offset, cudaStream_t stream) {
+  return launch_rope<true>(dinp, dout, B, T_len, NH, HS, theta, pos_offset, stream);
+}
+
+#define STRATA_INSTANTIATE_ELEMENTWISE(T)                                                                         \
+  template cudaError_t gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                      \
+  template cudaError_t gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                           \
+  template cudaError_t swiglu_forward<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                           \
+  template cudaError_t swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, cudaStream_t);                \
+  template cudaError_t residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                        \
+  template cudaError_t residual_backward<T>(T*, T*, const T*, int64_t, cudaStream_t);                             \
+  template cudaError_t rope_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,          \
+                                       cudaStream_t);                                                             \
+  template cudaError_t rope_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,         \
+                                        cudaStream_t);
+STRATA_INSTANTIATE_ELEMENTWISE(float)
+STRATA_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
+#undef STRATA_INSTANTIATE_ELEMENTWISE
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,48 @@
+// Elementwise ops on a CUDA stream: GELU (tanh approximation), SwiGLU over the fused (N, 2H) input,
+// the residual add, and rotary position embedding (RoPE, "rotate half" pairing), forward and
+// backward, with the semantics of kernels/cpu/ops_elementwise.h and kernels/cpu/ops_rope.h.
+// Tensors are T (float or __nv_bfloat16), math in fp32 (RoPE angles in double, as the CPU op).
+// Backward ops ACCUMULATE (+=), rounding once to T per element. No reductions: deterministic.
+// Device pointers; asynchronous on `stream`; returns the launch error (cudaErrorInvalidValue for
+// a negative size or, for RoPE, an odd head size).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::kernels::cuda {
+
+// out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may equal inp.
+template <typename T>
+cudaError_t gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+// dinp (n) += gelu'(inp) * dout.
+template <typename T>
+cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+
+// inp (N, 2H) = [gate | up] per row; out (N, H) = silu(gate) * up.
+template <typename T>
+cudaError_t swiglu_forward(T* out, const T* inp, int64_t N, int64_t H, cudaStream_t stream);
+// dinp (N, 2H) += [d gate | d up] given dout (N, H).
+template <typename T>
+cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream);
+
+// out (n) = a (n) + b (n); out may equal a or b.
+template <typename T>
+cudaError_t residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+// da (n) += dout, db (n) += dout; either may be null.
+template <typename T>
+cudaError_t residual_backward(T* da, T* db, const T* dout, int64_t n, cudaStream_t stream);
+
+// out (B, T, NH, HS) = rotate(inp): pair (x[i], x[i + HS/2]) turned by (pos_offset + t) *
+// theta^(-2i/HS), i in [0, HS/2). HS must be even. out may equal inp.
+template <typename T>
+cudaError_t rope_forward(T* out, const T* inp, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                         int64_t pos_offset, cudaStream_t stream);
+// dinp (B, T, NH, HS) += the inverse rotation of dout.
+template <typename T>
+cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
+                          int64_t pos_offset, cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,36 @@
+// Fused softmax + cross-entropy over the vocabulary on a CUDA stream, with the semantics of
+// kernels/cpu/ops_loss.h: the forward saves only lse (N); the backward rebuilds each probability
+// from the logit and lse; targets int32 in [0, V) or kIgnoreTarget (-1: no loss, no gradient, not
+// counted). Logits and dlogits are T (float or __nv_bfloat16); lse, losses and sums fp32, the final
+// loss sum over rows in double (N values), into the CPU op's CrossEntropyResult.
+// Deterministic (fixed-order block reductions). Device pointers; asynchronous on `stream`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/ops_loss.h"
+
+namespace strata::kernels::cuda {
+
+// logits (N, V), V >= 1, targets (N). Writes lse (N) for every row and losses (N) =
+// -log softmax(logits[n])[targets[n]] (0 for ignored rows). If result is not null (a device
+// pointer) it is overwritten with the loss sum (row order), the counted rows and their mean.
+template <typename T>
+cudaError_t crossentropy_forward(float* lse, float* losses, CrossEntropyResult* result, const T* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, cudaStream_t stream);
+
+// dlogits (N, V) += dloss * (softmax(logits[n]) - onehot(targets[n])) for counted rows; ignored
+// rows untouched. dlogits must not alias logits.
+template <typename T>
+cudaError_t crossentropy_backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
+                                  int64_t N, int64_t V, cudaStream_t stream);
+
+// The same gradient written over the logits in place; ignored rows become 0.
+template <typename T>
+cudaError_t crossentropy_backward_inplace(T* logits_to_dlogits, const float* lse, const int32_t* targets,
+                                          float dloss, int64_t N, int64_t V, cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda
