@@ -67,9 +67,9 @@ struct BlockBuffers {
   PinnedBuffer memory;
 };
 
-StatusOr<BlockBuffers> make_buffers(IoEngine& engine, uint64_t bytes) {
+StatusOr<BlockBuffers> make_buffers(IoEngine& engine, uint64_t bytes, bool huge_pages) {
   BlockBuffers b;
-  STRATA_ASSIGN_OR_RETURN(b.pool, PinnedPool::create(PinnedPoolOptions{.slab_bytes = bytes, .allow_cuda = false}));
+  STRATA_ASSIGN_OR_RETURN(b.pool, PinnedPool::create(PinnedPoolOptions{.slab_bytes = bytes, .allow_cuda = false, .huge_pages = huge_pages}));
   register_pinned_pool(engine, *b.pool);
   STRATA_ASSIGN_OR_RETURN(b.memory, b.pool->acquire(bytes));
   b.pool->set_slab_listener(nullptr);
@@ -125,12 +125,48 @@ StatusOr<IoSample> strata_pass(IoEngine& engine, FileId file, IoOp mode, uint64_
                   percentile(latencies_us, 0.99)};
 }
 
-StatusOr<IoSample> fio_pass(const IoBenchOptions& o, const std::string& file, IoOp mode, uint64_t size,
-                            uint64_t block, uint32_t qd) {
+// fio's buffers on the same kind of pages as strata's: with strata on huge pages, fio gets
+// hugetlbfs pages (--iomem=mmaphuge) when a hugetlbfs mount has enough free 2 MiB pages for the
+// largest block x queue depth of the sweep; otherwise fio keeps its default malloc'd 4 KiB pages
+// and `note` says the comparison is not like-for-like and how to make it so.
+std::string choose_fio_iomem(const IoBenchOptions& o, std::string* note) {
+  if (!o.huge_pages) return "malloc";
+  uint64_t needed = 0;
+  for (uint64_t b : o.blocks)
+    for (uint32_t q : o.queue_depths) needed = std::max(needed, b * q);
+  uint64_t free_bytes = 0, page_bytes = 0;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long long v = 0;
+      if (std::sscanf(line, "HugePages_Free: %llu", &v) == 1) free_bytes = v;
+      if (std::sscanf(line, "Hugepagesize: %llu kB", &v) == 1) page_bytes = v * 1024;
+    }
+    std::fclose(f);
+  }
+  free_bytes *= page_bytes;
+  std::string mount;
+  if (std::FILE* f = std::fopen("/proc/mounts", "r")) {
+    char dev[256], dir[1024], type[64];
+    while (mount.empty() && std::fscanf(f, "%255s %1023s %63s %*[^\n]", dev, dir, type) == 3)
+      if (std::string(type) == "hugetlbfs") mount = dir;
+    std::fclose(f);
+  }
+  if (!mount.empty() && free_bytes >= needed) return fmt::format("mmaphuge:{}/strata-fio-{}", mount, ::getpid());
+  *note = fmt::format(
+      "fio's buffers are on 4 KiB pages and strata's on huge pages, so this is not like-for-like (O_DIRECT "
+      "transfers from 4 KiB pages need more segments): for fio on huge pages reserve {} of hugetlbfs pages "
+      "(echo {} > /proc/sys/vm/nr_hugepages; mount -t hugetlbfs none /dev/hugepages), or run with --pages 4k",
+      format_size(needed), (needed + (2 << 20) - 1) / (2 << 20));
+  return "malloc";
+}
+
+StatusOr<IoSample> fio_pass(const IoBenchOptions& o, const std::string& file, const std::string& iomem, IoOp mode,
+                            uint64_t size, uint64_t block, uint32_t qd) {
   std::string cmd = fmt::format(
       "{} --name=strata-peer --filename='{}' --rw={} --bs={} --iodepth={} --direct=1 --ioengine=io_uring "
-      "--fixedbufs=1 --registerfiles=1 --size={} --numjobs=1 --output-format=json 2>/dev/null",
-      o.fio_binary, file, mode == IoOp::read ? "read" : "write", block, qd, size);
+      "--fixedbufs=1 --registerfiles=1 --iomem={} --size={} --numjobs=1 --output-format=json 2>/dev/null",
+      o.fio_binary, file, mode == IoOp::read ? "read" : "write", block, qd, iomem, size);
   STRATA_ASSIGN_OR_RETURN(std::string out, run_command(cmd));
   nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
   if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty())
@@ -148,7 +184,7 @@ Status prepare_file(IoEngine& engine, const std::string& path, uint64_t size) {
   STRATA_ASSIGN_OR_RETURN(FileId f, engine.open(path, OpenOptions{.create = true, .direct = true}));
   Status s = engine.allocate(f, 0, size);
   const uint64_t chunk = 8 << 20;
-  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(engine, chunk));
+  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(engine, chunk, true));
   std::mt19937_64 rng(1);
   for (uint64_t i = 0; i < chunk / 8; i++) {
     uint64_t v = rng();
@@ -172,7 +208,7 @@ StatusOr<double> store_pass(const IoEngineConfig& ec, const std::vector<std::str
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<NvmeStore> store, NvmeStore::create(*choice.engine, so));
   const uint64_t extent = std::min<uint64_t>(64 << 20, size);
   const uint64_t count = size / extent;
-  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(*choice.engine, extent * std::min<uint64_t>(count, 4)));
+  STRATA_ASSIGN_OR_RETURN(BlockBuffers buf, make_buffers(*choice.engine, extent * std::min<uint64_t>(count, 4), true));
   std::vector<ExtentId> ids;
   for (uint64_t i = 0; i < count; i++) {
     STRATA_ASSIGN_OR_RETURN(ExtentId id, store->allocate(fmt::format("bench{}", i), extent));
@@ -217,6 +253,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
   IoEngineConfig ec{o.engine, IoShape{8 << 20, 8}};
   STRATA_ASSIGN_OR_RETURN(IoEngineChoice prep, make_io_engine(ec, {o.paths[0]}));
   report.engine = std::string(prep.engine->name());
+  report.huge_pages = o.huge_pages;
   report.fallback_reason = prep.fallback_reason;
   Status prepared = prepare_file(*prep.engine, report.file, report.size);
   if (!prepared.is_ok()) {
@@ -228,6 +265,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
     auto v = run_command(o.fio_binary + " --version 2>/dev/null");
     if (v.is_ok()) report.fio_version = std::string(v->substr(0, v->find('\n')));
     else report.fio_missing = fmt::format("`{} --version` failed: fio is not installed (apt-get install fio)", o.fio_binary);
+    report.fio_iomem = choose_fio_iomem(o, &report.fio_iomem_note);
   } else {
     report.fio_missing = "--no-fio";
   }
@@ -248,7 +286,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
           if (!e.is_ok()) { failure = e.status(); break; }
           StatusOr<FileId> f = e->engine->open(report.file, OpenOptions{.direct = true, .writable = mode == IoOp::write});
           if (!f.is_ok()) { failure = f.status(); break; }
-          StatusOr<BlockBuffers> buf = make_buffers(*e->engine, block * qd);
+          StatusOr<BlockBuffers> buf = make_buffers(*e->engine, block * qd, o.huge_pages);
           if (!buf.is_ok()) { failure = buf.status(); break; }
           StatusOr<IoSample> s = strata_pass(*e->engine, *f, mode, report.size, block, qd, buf->memory.data());
           (void)e->engine->unregister_memory({buf->memory.data(), buf->memory.size()});
@@ -256,7 +294,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
           if (!s.is_ok()) { failure = s.status().with_context("bench io: " + what); break; }
           ours.push_back(*s);
           if (!report.fio_version.empty()) {
-            StatusOr<IoSample> fs = fio_pass(o, report.file, mode, report.size, block, qd);
+            StatusOr<IoSample> fs = fio_pass(o, report.file, report.fio_iomem, mode, report.size, block, qd);
             if (fs.is_ok()) theirs.push_back(*fs);
             else report.fio_missing = fs.status().message();
           }
@@ -286,10 +324,13 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
 }
 
 std::string io_bench_table(const IoBenchReport& r) {
-  std::string out = fmt::format("bench io: {} ({} file, engine {}{})\n", r.file, format_size(r.size), r.engine,
-                                r.fallback_reason.empty() ? "" : ", fallback: " + r.fallback_reason);
+  std::string out = fmt::format("bench io: {} ({} file, engine {}{}, buffers on {})\n", r.file, format_size(r.size),
+                                r.engine, r.fallback_reason.empty() ? "" : ", fallback: " + r.fallback_reason,
+                                r.huge_pages ? "huge pages" : "4 KiB pages");
   out += r.fio_version.empty() ? fmt::format("fio: not run ({})\n", r.fio_missing)
-                               : fmt::format("peer: {} (io_uring, direct, fixedbufs, registerfiles)\n", r.fio_version);
+                               : fmt::format("peer: {} (io_uring, direct, fixedbufs, registerfiles, iomem={})\n",
+                                             r.fio_version, r.fio_iomem);
+  if (!r.fio_iomem_note.empty()) out += fmt::format("note: {}\n", r.fio_iomem_note);
   out += fmt::format("{:<6} {:>8} {:>4} | {:>7} {:>8} {:>9} {:>9} | {:>7} {:>8} {:>9} {:>9} | {:>6}\n", "mode", "block",
                      "QD", "GB/s", "IOPS", "p50 us", "p99 us", "fio GB/s", "IOPS", "p50 us", "p99 us", "ratio");
   for (const IoBenchPoint& p : r.points) {
@@ -303,7 +344,7 @@ std::string io_bench_table(const IoBenchReport& r) {
       out += fmt::format(" {:>8} {:>8} {:>9} {:>9} | {:>6}\n", "-", "-", "-", "-", "-");
   }
   if (!r.striping.empty()) {
-    out += fmt::format("\nNVMe store, 1 path against {} paths (striped):\n", r.striping[0].paths);
+    out += fmt::format("\nNVMe store, 1 path against {} paths (striped; stripe unit = block):\n", r.striping[0].paths);
     out += fmt::format("{:<6} {:>8} {:>4} | {:>10} {:>10} | {:>6}\n", "mode", "block", "QD", "1 path", "striped", "ratio");
     for (const StripePoint& s : r.striping)
       out += fmt::format("{:<6} {:>8} {:>4} | {:>10.3f} {:>10.3f} | {:>5.1f}%\n", io_op_name(s.mode),
@@ -332,6 +373,9 @@ std::string io_bench_csv(const IoBenchReport& r) {
 std::string io_bench_json(const IoBenchReport& r) {
   nlohmann::json j;
   j["engine"] = r.engine;
+  j["huge_pages"] = r.huge_pages;
+  j["fio_iomem"] = r.fio_iomem;
+  j["fio_iomem_note"] = r.fio_iomem_note;
   j["fallback_reason"] = r.fallback_reason;
   j["file"] = r.file;
   j["size_bytes"] = r.size;

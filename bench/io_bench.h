@@ -28,6 +28,8 @@ struct IoBenchOptions {
   bool fio = true;                // run fio where it is installed
   std::string fio_binary = "fio";
   int repeat = 1;                 // runs per point and tool; the median is kept
+  bool huge_pages = true;         // strata's buffers on transparent huge pages (its default); false:
+                                  // 4 KiB pages, the same memory fio's default malloc gets
   // Called with (points done, points in all, what runs now).
   std::function<void(size_t done, size_t total, const std::string& what)> progress;
 };
@@ -58,11 +60,14 @@ struct StripePoint {
 
 struct IoBenchReport {
   std::string engine;           // the engine strata used
+  bool huge_pages = true;       // strata's buffers were on transparent huge pages
   std::string fallback_reason;  // why not io_uring, when auto fell back
   std::string file;
   uint64_t size = 0;
   std::string fio_version;      // empty: fio did not run
   std::string fio_missing;      // why fio did not run
+  std::string fio_iomem;        // fio's --iomem: "mmaphuge:<hugetlbfs>/..." or "malloc"
+  std::string fio_iomem_note;   // when fio's memory differs from strata's: why, and how to match
   std::vector<IoBenchPoint> points;
   std::vector<StripePoint> striping;
 };

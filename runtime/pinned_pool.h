@@ -30,6 +30,8 @@ struct PinnedPoolOptions {
   uint64_t slab_bytes = 64ull << 20;  // granularity of reservations (a bigger request gets its own slab)
   bool allow_cuda = true;            // try cudaHostAlloc first
   bool allow_mlock = true;           // then mmap + mlock; else pageable
+  bool huge_pages = true;            // mmap'd slabs: 2 MiB-aligned and advised MADV_HUGEPAGE (fewer
+                                     // segments per O_DIRECT transfer); false: plain 4 KiB pages
 };
 
 struct PinnedPoolStats {

@@ -1,5 +1,5 @@
 // `strata bench io --path DIR[,DIR...] [--size 1GiB] [--block 128KiB,1MiB,8MiB] [--qd 1,8,32]
-// [--mode read,write] [--engine auto|io_uring|posix] [--repeat N] [--no-fio] [--csv FILE]
+// [--mode read,write] [--engine auto|io_uring|posix] [--repeat N] [--pages huge|4k] [--no-fio] [--csv FILE]
 // [--png FILE] [--json]`: sequential O_DIRECT throughput of strata's I/O engine beside fio's on
 // the same file. Only flag parsing, progress and printing live here; the benchmark is
 // bench/io_bench.h.
@@ -27,6 +27,7 @@ struct BenchIoFlags {
   std::vector<std::string> modes = {"read", "write"};
   std::string engine = "auto";
   int repeat = 1;
+  std::string pages = "huge";
   bool no_fio = false;
   std::string csv = "strata-bench-io.csv";
   std::string png = "strata-bench-io.png";
@@ -53,6 +54,9 @@ StatusOr<bench::IoBenchOptions> to_options(const BenchIoFlags& f) {
   }
   STRATA_ASSIGN_OR_RETURN(o.engine, parse_io_engine_kind(f.engine));
   o.repeat = f.repeat;
+  if (f.pages != "huge" && f.pages != "4k")
+    return error(Code::invalid_argument, "--pages {}: expected huge or 4k", f.pages);
+  o.huge_pages = f.pages == "huge";
   o.fio = !f.no_fio;
   return o;
 }
@@ -87,6 +91,10 @@ void add_bench_io_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_option("--mode", flags->modes, "read, write (comma list)")->delimiter(',')->capture_default_str();
   app->add_option("--engine", flags->engine, "auto, io_uring or posix")->capture_default_str();
   app->add_option("--repeat", flags->repeat, "runs per point and tool, alternating (the median is kept)")
+      ->capture_default_str();
+  app->add_option("--pages", flags->pages,
+                  "strata's buffers: huge (transparent huge pages, strata's default) or 4k (the same memory "
+                  "fio's default buffers get, for a like-for-like comparison)")
       ->capture_default_str();
   app->add_flag("--no-fio", flags->no_fio, "do not run fio");
   app->add_option("--csv", flags->csv, "CSV file for the results (\"\" for none)")->capture_default_str();
