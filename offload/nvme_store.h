@@ -29,7 +29,7 @@ using ExtentId = uint32_t;
 struct NvmeStoreOptions {
   std::vector<std::string> paths;     // existing directories, one per drive ideally
   uint64_t capacity = 0;              // bytes of (padded) extents the run will hold, all paths together
-  uint64_t stripe_unit = 1ull << 20;  // a multiple of the alignment
+  uint64_t stripe_unit = 8ull << 20;  // a multiple of the alignment (default: see nvme_stripe_unit)
   bool direct = true;                 // O_DIRECT swap files
   bool remove_stale_runs = true;      // delete leftovers of crashed runs in `paths` at start-up
   // How a path's free space and logical block size are learned; tests replace it.

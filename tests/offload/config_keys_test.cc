@@ -20,7 +20,7 @@ TEST(OffloadConfigKeys, DefaultsGiveTheDefaultEngineShape) {
   EXPECT_EQ(e->kind, IoEngineKind::auto_select);
   EXPECT_EQ(e->shape.block_bytes, 1u << 20);
   EXPECT_EQ(e->shape.queue_depth, 32u);
-  EXPECT_EQ(c.get_size("nvme_stripe_unit"), 1u << 20);
+  EXPECT_EQ(c.get_size("nvme_stripe_unit"), 8u << 20);
   EXPECT_TRUE(c.get_list("nvme_path").empty());
 }
 
