@@ -225,7 +225,9 @@ TEST(Adam, RunnableLevelNeverExceedsTheCpu) {
     const SimdLevel run = runnable_simd_level(l);
     EXPECT_TRUE(simd_level_supported(run));
     EXPECT_LE(static_cast<int>(run), static_cast<int>(l));
-    if (simd_level_supported(l)) EXPECT_EQ(run, l);
+    if (simd_level_supported(l)) {
+      EXPECT_EQ(run, l);
+    }
   }
 }
 

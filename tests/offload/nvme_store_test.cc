@@ -70,7 +70,7 @@ TEST_P(StoreSuite, RoundTripsRandomDataAtUnalignedSizes) {
   };
   std::vector<Item> items;
   for (uint64_t bytes : {1ull, 4095ull, 4097ull, 65536ull + 3, 300001ull, 1000000ull}) {
-    auto id = s.allocate("e" + std::to_string(bytes), bytes);
+    auto id = s.allocate(fmt::format("e{}", bytes), bytes);
     ASSERT_TRUE(id.is_ok()) << id.status().to_string();
     Item it{*id, bytes, aligned_buffer(s.padded_size(bytes))};
     fill_random(it.data.get(), bytes, rng());
