@@ -3,8 +3,8 @@
 // device->host copies), events between them, and asynchronous copies. Two implementations:
 // CpuBackend (device memory is host memory under the same budget; each stream is a worker thread,
 // so overlap logic runs without a GPU) and CudaBackend (one cudaMalloc'd arena, CUDA streams).
-// Compute ops (GEMM, norms, attention, ...) are added by the model layer's issue; this header is
-// the memory/stream/copy contract they build on. Not a tensor library: pointers and byte counts.
+// The compute ops (GEMM, norms, attention, loss, casts, AdamW) are ComputeOps (runtime/compute_ops.h),
+// reached through ops(). Not a tensor library: pointers and byte counts.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/arena.h"
+#include "runtime/compute_ops.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -100,6 +101,12 @@ class Backend {
   // Runs `fn` on the host once all prior work on `stream` completes, in stream order; later work
   // on the stream waits for it. `fn` must not call back into this backend's stream methods.
   virtual Status host_callback(Stream stream, std::function<void()> fn) = 0;
+
+  // ---- compute ----------------------------------------------------------------------------------
+  // The ops on this backend's memory, queued on Stream::compute (runtime/compute_ops.h).
+  // Ownership: the backend owns the ops object; never delete it. Lifetime: the backend's.
+  // Thread-safety: as the compute stream (one thread drives it at a time).
+  virtual ComputeOps& ops() = 0;
 };
 
 // Builds the backend `options` asks for. CUDA requested but unavailable (not compiled in, no

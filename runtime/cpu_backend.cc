@@ -1,5 +1,5 @@
 // CpuBackend: arena over an mmap'd region, copies as memcpy closures on CpuStream workers
-// (contract in cpu_backend.h). Not where CPU compute ops live (kernels/cpu).
+// (contract in cpu_backend.h). Not where CPU compute ops live (runtime/cpu_compute_ops.cc, kernels/cpu).
 #include "runtime/cpu_backend.h"
 
 #include <sys/mman.h>
@@ -41,6 +41,7 @@ CpuBackend::CpuBackend(std::byte* base, uint64_t budget) : base_(base), budget_(
   for (int s = 0; s < kStreamCount; s++) {
     streams_[s] = std::make_unique<CpuStream>(std::string(stream_name(static_cast<Stream>(s))));
   }
+  ops_ = std::make_unique<CpuComputeOps>(stream(Stream::compute), arena_, base_);
 }
 
 CpuBackend::~CpuBackend() {

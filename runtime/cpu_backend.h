@@ -1,8 +1,8 @@
 // CpuBackend: the Backend whose "device memory" is host memory under the same byte budget as a
 // GPU. The budget is one mmap'd region (MAP_NORESERVE: pages are committed when first touched),
 // carved by an Arena; the three streams are CpuStream worker threads, so copies run
-// asynchronously and in stream order exactly as on CUDA. Not a compute backend yet: ops are added
-// by the model layer on top of this memory/stream contract.
+// asynchronously and in stream order exactly as on CUDA. Compute ops are CpuComputeOps (fp32 only)
+// queued on the compute stream. Not a fast backend: it exists so everything runs without a GPU.
 // Thread-safety and lifetime: as Backend. The destructor runs all queued work, then unmaps.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "runtime/backend.h"
+#include "runtime/cpu_compute_ops.h"
 #include "runtime/cpu_stream.h"
 
 namespace strata {
@@ -46,6 +47,8 @@ class CpuBackend final : public Backend {
   Status fill_zero(void* device_dst, uint64_t bytes, Stream stream) override;
   Status host_callback(Stream stream, std::function<void()> fn) override;
 
+  ComputeOps& ops() override { return *ops_; }
+
  private:
   CpuBackend(std::byte* base, uint64_t budget);
   CpuStream& stream(Stream s) { return *streams_[static_cast<int>(s)]; }
@@ -57,6 +60,7 @@ class CpuBackend final : public Backend {
   const uint64_t budget_;
   Arena arena_;
   std::array<std::unique_ptr<CpuStream>, kStreamCount> streams_;
+  std::unique_ptr<CpuComputeOps> ops_;  // queues on streams_[compute]
 };
 
 }  // namespace strata

@@ -75,6 +75,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(const BackendOptions&
   }
   STRATA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&backend->cublas_));
   STRATA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(backend->cublas_, backend->stream(Stream::compute)));
+  STRATA_ASSIGN_OR_RETURN(backend->ops_, CudaComputeOps::create(dev, backend->stream(Stream::compute),
+                                                                backend->cublas_, backend->arena_, backend->base_));
   spdlog::debug("CUDA backend on device {} ({}): {} arena", dev, description.name, format_size(budget));
   return backend;
 }
@@ -87,6 +89,7 @@ CudaBackend::~CudaBackend() {
   for (cudaStream_t s : streams_) {
     if (s != nullptr) log_teardown_failure(STRATA_CUDA_STATUS(cudaStreamSynchronize(s)));
   }
+  ops_.reset();  // frees its scratch while the device is bound and its streams are idle
   if (cublas_ != nullptr) log_teardown_failure(STRATA_CUBLAS_STATUS(cublasDestroy(cublas_)));
   for (cudaStream_t s : streams_) {
     if (s != nullptr) log_teardown_failure(STRATA_CUDA_STATUS(cudaStreamDestroy(s)));

@@ -1,7 +1,8 @@
 // CudaBackend: the Backend on one CUDA device. Device memory is a single cudaMalloc of the budget
 // made at creation (so nothing is allocated from the driver inside a training step), carved by an
 // Arena; three non-blocking streams (compute, h2d, d2h) ordered by timing-free events; a cuBLAS
-// handle bound to the compute stream. Every CUDA call is checked and becomes a Status.
+// handle bound to the compute stream; CudaComputeOps (fp32/bf16 kernels from kernels/cuda) queued on
+// the compute stream. Every CUDA call is checked and becomes a Status.
 // Not for model/ to include: model code talks to Backend. Only built with STRATA_HAVE_CUDA.
 // Thread-safety: as Backend; each method binds the backend's device on the calling thread first.
 #pragma once
@@ -14,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/backend.h"
+#include "runtime/cuda/cuda_compute_ops.h"
 
 namespace strata {
 
@@ -62,6 +64,8 @@ class CudaBackend final : public Backend {
   Status fill_zero(void* device_dst, uint64_t bytes, Stream stream) override;
   Status host_callback(Stream stream, std::function<void()> fn) override;
 
+  ComputeOps& ops() override { return *ops_; }
+
   // For the compute ops built on this backend (GEMM through cuBLAS, kernels on the compute stream).
   cublasHandle_t cublas() const { return cublas_; }
   cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
@@ -80,6 +84,7 @@ class CudaBackend final : public Backend {
   Arena arena_;
   std::array<cudaStream_t, kStreamCount> streams_{};
   cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<CudaComputeOps> ops_;  // on streams_[compute] and cublas_; freed before them
 };
 
 }  // namespace strata

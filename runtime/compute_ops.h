@@ -1,0 +1,200 @@
+// ComputeOps: the compute a transformer step needs (GEMM, norms, activations, embeddings, RoPE,
+// causal attention, fused cross-entropy, casts, gradient norm / finite check, AdamW), written once
+// here and run by each Backend on its compute stream. Every public method validates its arguments
+// (shape, dtype, device ranges) and returns invalid_argument naming the problem BEFORE anything is
+// queued; then it queues the op on Stream::compute and returns at once. Errors raised while the op
+// runs surface at the next synchronize. Not a tensor library: device pointers, a DType, shapes.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/ops_loss.h"
+#include "runtime/arena.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace strata {
+
+// Conventions for every op below:
+// - Pointers are device pointers from the owning backend's allocate(); each tensor's byte range,
+//   computed from the shape, must lie inside one live block (Arena::check_range), else
+//   invalid_argument naming the op and the argument. Empty tensors (0 elements) are not checked.
+// - `dt` is the element type of the activations, weights and their gradients of the op. fp32 works
+//   on every backend; bf16 on CUDA. The CPU backend computes in fp32 only: any other dt is
+//   invalid_argument "the CPU backend computes in fp32; use --dtype fp32 or the CUDA backend".
+//   Statistics (mean, rstd, lse, losses) are always fp32; token ids and targets int32.
+// - Backward ops ACCUMULATE (+=) into every gradient (zero them first with Backend::fill_zero);
+//   a gradient marked "may be null" is then not computed.
+// - Outputs must not alias inputs unless stated. Token ids must lie in [0, V) and targets in
+//   [0, V) or -1: they are device data, so the ops cannot check them (the data loader does).
+// - Scalar results (loss, grad norm, finite flag) are written to device memory: the host reads
+//   them with copy_to_host after an event, so no op ever synchronizes.
+// Thread-safety: like the compute stream: one thread drives it at a time.
+// Lifetime: owned by its Backend (Backend::ops()); valid while the backend lives.
+class ComputeOps {
+ public:
+  virtual ~ComputeOps() = default;
+  ComputeOps(const ComputeOps&) = delete;
+  ComputeOps& operator=(const ComputeOps&) = delete;
+
+  // ---- linear layer: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null --
+  Status matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                        int64_t C, int64_t OC);
+  // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of
+  // dout (N, OC). Each gradient may be null.
+  Status matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                         const void* weight, int64_t N, int64_t C, int64_t OC);
+
+  // ---- norms over rows of (N, C); eps > 0 ------------------------------------------------------
+  // out = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N) fp32.
+  Status layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                           const void* bias, int64_t N, int64_t C, float eps);
+  // dinp (N, C) +=, dweight (C) +=, dbias (C) +=; each may be null.
+  Status layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                            const void* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+  // out = inp * rstd * weight (C), rstd (N) = 1 / sqrt(mean(inp^2) + eps), saved.
+  Status rmsnorm_forward(DType dt, void* out, float* rstd, const void* inp, const void* weight, int64_t N, int64_t C,
+                         float eps);
+  // dinp (N, C) +=, dweight (C) +=; either may be null.
+  Status rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
+                          const void* weight, const float* rstd, int64_t N, int64_t C);
+
+  // ---- elementwise -----------------------------------------------------------------------------
+  // out (n) = gelu(inp) (tanh approximation); out may equal inp. dinp (n) += gelu'(inp) * dout.
+  Status gelu_forward(DType dt, void* out, const void* inp, int64_t n);
+  Status gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n);
+  // inp (N, 2H) = [gate | up]; out (N, H) = silu(gate) * up. dinp (N, 2H) += given dout (N, H).
+  Status swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H);
+  Status swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H);
+  // out (n) = a + b (out may equal a or b). da (n) += dout, db (n) += dout; either may be null.
+  Status residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n);
+  Status residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n);
+
+  // ---- embeddings: tokens int32 (B, T) or (N), wte (V, C), wpe (>= T, C) ------------------------
+  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. dwte +=, dwpe rows 0..T-1 +=; either may be null.
+  Status encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,
+                         int64_t T, int64_t C, int64_t V);
+  Status encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B,
+                          int64_t T, int64_t C, int64_t V);
+  // out (N, C) = wte[tokens[n]]. dwte (V, C) += scatter of dout (N, C).
+  Status token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t C,
+                                 int64_t V);
+  Status token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens, int64_t N,
+                                  int64_t C, int64_t V);
+
+  // ---- rotary embedding over (B, T, NH, HS), "rotate half" pairing, HS even, theta > 0 ----------
+  // Position of row t is pos_offset + t (pos_offset >= 0). out may equal inp. dinp += inverse.
+  Status rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                      float theta, int64_t pos_offset);
+  Status rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                       float theta, int64_t pos_offset);
+
+  // ---- causal attention, grouped-query heads (NH % NKV == 0), scale 1 / sqrt(HS) ---------------
+  // q, out (B, T, NH, HS); k, v (B, T, NKV, HS); lse (B, NH, T) fp32 saved for the backward.
+  Status attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v, int64_t B,
+                           int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+  // dq +=, dk +=, dv += (none may be null) given dout and the forward's out and lse.
+  Status attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
+                            const void* v, const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                            int64_t NKV, int64_t HS);
+
+  // ---- fused softmax cross-entropy over logits (N, V), V >= 1, targets (N) ----------------------
+  // Writes lse (N) and losses (N) (0 for ignored rows) and, if `result` (a device pointer) is not
+  // null, the loss sum, the counted rows and their mean.
+  Status crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
+                              const void* logits, const int32_t* targets, int64_t N, int64_t V);
+  // dlogits (N, V) += dloss * (softmax - onehot) for counted rows; dlogits must not alias logits.
+  Status crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
+                               const int32_t* targets, float dloss, int64_t N, int64_t V);
+  // The same gradient written over the logits (ignored rows become 0): no second (N, V) buffer.
+  Status crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse, const int32_t* targets,
+                                       float dloss, int64_t N, int64_t V);
+
+  // ---- casts, gradient checks, optimizer (every backend: fp32, bf16, fp16) ---------------------
+  // dst (n elements of `to`) = src (n elements of `from`), round to nearest even, NaN kept quiet
+  // (bit-identical to kernels/cpu/half.h). dst and src must not overlap.
+  Status cast(void* dst, DType to, const void* src, DType from, int64_t n);
+  // *sum_squares (one fp32 on the device) += sum of grad^2 over n elements of `format`; call once
+  // per gradient tensor after zeroing it; sqrt on the host gives the global norm.
+  Status grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n);
+  // Writes 0 to *all_finite (one int32 on the device) if any grad element is Inf or NaN; never
+  // writes 1 (set it to 1 before a step's first tensor).
+  Status grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n);
+  // One fused Adam/AdamW pass (kernels/cpu/adam.h) over optimizer states that live in this
+  // backend's memory: span.param/m/v fp32, span.grad in formats.grad, span.copy_out in formats.copy
+  // (ignored for CopyOut::none). Build `constants` with kernels::adam_constants.
+  Status adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                     const kernels::AdamSpan& span);
+
+ protected:
+  // `arena` and `base` are the owning backend's: every device range is checked against them.
+  ComputeOps(const Arena& arena, const void* base) : arena_(arena), base_(base) {}
+
+  // ok if this backend runs activation ops in `dt` (fp32 everywhere); else invalid_argument.
+  virtual Status check_activation_dtype(DType dt, std::string_view op) const = 0;
+
+  // The queueing half of each op, called only with validated arguments. May still refuse a shape
+  // that only this backend cannot run (before queueing); otherwise queues on the compute stream.
+  // T-typed pointers are `dt` elements. Parameter meanings as in the public methods.
+  virtual Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias,
+                                      int64_t N, int64_t C, int64_t OC) = 0;
+  virtual Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
+                                       const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) = 0;
+  virtual Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
+                                         const void* weight, const void* bias, int64_t N, int64_t C, float eps) = 0;
+  virtual Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
+                                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                                          int64_t N, int64_t C) = 0;
+  virtual Status queue_rmsnorm_forward(DType dt, void* out, float* rstd, const void* inp, const void* weight,
+                                       int64_t N, int64_t C, float eps) = 0;
+  virtual Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
+                                        const void* weight, const float* rstd, int64_t N, int64_t C) = 0;
+  virtual Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) = 0;
+  virtual Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
+  virtual Status queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) = 0;
+  virtual Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N,
+                                       int64_t H) = 0;
+  virtual Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) = 0;
+  virtual Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) = 0;
+  virtual Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                       int64_t B, int64_t T, int64_t C) = 0;
+  virtual Status queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                        int64_t B, int64_t T, int64_t C) = 0;
+  virtual Status queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
+                                               int64_t N, int64_t C) = 0;
+  virtual Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
+                                                int64_t N, int64_t C) = 0;
+  virtual Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
+                                    int64_t HS, float theta, int64_t pos_offset) = 0;
+  virtual Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
+                                     int64_t HS, float theta, int64_t pos_offset) = 0;
+  virtual Status queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k,
+                                         const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                         int64_t HS) = 0;
+  virtual Status queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                          const void* k, const void* v, const void* out, const float* lse,
+                                          int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) = 0;
+  virtual Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
+                                            const void* logits, const int32_t* targets, int64_t N, int64_t V) = 0;
+  virtual Status queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
+                                             const int32_t* targets, float dloss, int64_t N, int64_t V) = 0;
+  virtual Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
+                                                     const int32_t* targets, float dloss, int64_t N, int64_t V) = 0;
+  virtual Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) = 0;
+  virtual Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) = 0;
+  virtual Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) = 0;
+  virtual Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                                   const kernels::AdamSpan& span) = 0;
+
+ private:
+  friend class OpArgs;  // runtime/compute_ops.cc: the shared argument checks
+  const Arena& arena_;
+  const void* const base_;
+};
+
+// The kernels' float format for a DType (fp32, bf16, fp16); invalid_argument for integer types.
+StatusOr<kernels::FloatFormat> float_format_of(DType dt, std::string_view what);
+
+}  // namespace strata

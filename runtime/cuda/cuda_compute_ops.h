@@ -1,0 +1,91 @@
+// CudaComputeOps: ComputeOps on the CUDA backend. Each op launches the kernels/cuda kernel (GEMMs
+// through the backend's cuBLAS handle) on the compute stream, in fp32 or bf16 activations, and turns
+// the launch's cudaError_t / GemmStatus into a Status (runtime/cuda/cuda_check.h); faults while a
+// kernel runs surface at the next synchronize. fp16 activations are invalid_argument (the kernels
+// are built for fp32 and bf16); casts and gradient checks take fp32, bf16 and fp16.
+// Not for model/ to include. Thread-safety and lifetime: as ComputeOps; owned by its CudaBackend.
+#pragma once
+
+#include <memory>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "runtime/compute_ops.h"
+
+namespace strata {
+
+class CudaComputeOps final : public ComputeOps {
+ public:
+  // Binds `device` and allocates the grad-norm scratch (1 KiB, outside the arena, once). `compute`,
+  // `cublas` (already bound to `compute`), `arena` and `base` are the backend's and outlive this.
+  static StatusOr<std::unique_ptr<CudaComputeOps>> create(int device, cudaStream_t compute, cublasHandle_t cublas,
+                                                          const Arena& arena, const void* base);
+  ~CudaComputeOps() override;
+
+ protected:
+  Status check_activation_dtype(DType dt, std::string_view op) const override;
+
+  Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                              int64_t C, int64_t OC) override;
+  Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                               const void* weight, int64_t N, int64_t C, int64_t OC) override;
+  Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                                 const void* bias, int64_t N, int64_t C, float eps) override;
+  Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                  const void* weight, const float* mean, const float* rstd, int64_t N,
+                                  int64_t C) override;
+  Status queue_rmsnorm_forward(DType dt, void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                               int64_t C, float eps) override;
+  Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
+                                const void* weight, const float* rstd, int64_t N, int64_t C) override;
+  Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) override;
+  Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) override;
+  Status queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) override;
+  Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H) override;
+  Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) override;
+  Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) override;
+  Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,
+                               int64_t T, int64_t C) override;
+  Status queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B,
+                                int64_t T, int64_t C) override;
+  Status queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, int64_t N,
+                                       int64_t C) override;
+  Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens, int64_t N,
+                                        int64_t C) override;
+  Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                            float theta, int64_t pos_offset) override;
+  Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                             float theta, int64_t pos_offset) override;
+  Status queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v,
+                                 int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) override;
+  Status queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                  const void* k, const void* v, const void* out, const float* lse, int64_t B,
+                                  int64_t T, int64_t NH, int64_t NKV, int64_t HS) override;
+  Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
+                                    const void* logits, const int32_t* targets, int64_t N, int64_t V) override;
+  Status queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
+                                     const int32_t* targets, float dloss, int64_t N, int64_t V) override;
+  Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
+                                             const int32_t* targets, float dloss, int64_t N, int64_t V) override;
+  Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) override;
+  Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) override;
+  Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) override;
+  Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                           const kernels::AdamSpan& span) override;
+
+ private:
+  CudaComputeOps(int device, cudaStream_t compute, cublasHandle_t cublas, const Arena& arena, const void* base)
+      : ComputeOps(arena, base), device_(device), stream_(compute), cublas_(cublas) {}
+  // Binds the device, then runs `launch` with a type tag for `dt` (float or __nv_bfloat16) and
+  // converts the cudaError_t it returns, naming `op`.
+  template <typename Launch>
+  Status launch(DType dt, const char* op, Launch&& fn);
+
+  const int device_;
+  cudaStream_t const stream_;
+  cublasHandle_t const cublas_;
+  float* norm_scratch_ = nullptr;  // kernels::cuda::kGradNormScratchFloats floats, cudaMalloc'd
+};
+
+}  // namespace strata

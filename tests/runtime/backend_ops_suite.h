@@ -1,0 +1,230 @@
+// The backend conformance suite: every ComputeOps op run on a backend (the test parameter) with
+// inputs made on the host and copied in, results copied back and compared with the float64
+// references of backend_ops_reference.h, outputs guarded (backend_ops_fixture.h); the casts,
+// gradient checks, AdamW and argument errors are in backend_ops_suite_checks.h. Backward ops start
+// from non-zero gradients, so the += contract is checked too. Included by backend_ops_test.cc (CPU)
+// and backend_ops_gpu_test.cc (CUDA, label gpu), each instantiating it for its backend.
+// Tolerances, fp32: sums of <= 64 products of O(1) values, each rounding ~6e-8 relative, plus a few
+// ulps from exp/tanh: 1e-5 absolute + 1e-4 relative leaves 10x margin. bf16: every stored output is
+// rounded to 8 mantissa bits (4e-3 relative), and bf16 gradients add once more: 3e-2 both ways.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "tests/runtime/backend_ops_fixture.h"
+#include "tests/runtime/backend_ops_reference.h"
+#include "tests/runtime/backend_ops_suite_checks.h"  // casts, gradient checks, AdamW, argument errors
+
+namespace strata::ops_test {
+
+namespace ref = ops_reference;
+inline constexpr Tol kF32{1e-5, 1e-4};
+inline constexpr Tol kBf16{3e-2, 3e-2};
+
+inline std::vector<double> plus(std::vector<double> a, const std::vector<double>& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+TEST_P(BackendOpsTest, MatmulForwardAndAccumulatingBackward) {
+  const int64_t N = 6, C = 40, OC = 24;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C)), bias = act(OC, random(OC));
+  Tensor out = act(N * OC), out_nobias = act(N * OC);
+  ASSERT_TRUE(ops().matmul_forward(dt(), out.data, inp.data, w.data, bias.data, N, C, OC).is_ok());
+  ASSERT_TRUE(ops().matmul_forward(dt(), out_nobias.data, inp.data, w.data, nullptr, N, C, OC).is_ok());
+  expect_near(read(out), ref::matmul(inp.host, w.host, bias.host, N, C, OC), tol(kF32, kBf16), "out");
+  expect_near(read(out_nobias), ref::matmul(inp.host, w.host, {}, N, C, OC), tol(kF32, kBf16), "out without bias");
+
+  Tensor dout = act(N * OC, random(N * OC)), dinp = act(N * C, random(N * C)), dw = act(OC * C, random(OC * C));
+  Tensor db = act(OC, random(OC));
+  std::vector<double> want_dinp = dinp.host, want_dw = dw.host, want_db = db.host;
+  ASSERT_TRUE(
+      ops().matmul_backward(dt(), dinp.data, dw.data, db.data, dout.data, inp.data, w.data, N, C, OC).is_ok());
+  ref::matmul_backward(want_dinp, want_dw, want_db, dout.host, inp.host, w.host, N, C, OC);
+  expect_near(read(dinp), want_dinp, tol(kF32, kBf16), "dinp");
+  expect_near(read(dw), want_dw, tol(kF32, kBf16), "dweight");
+  expect_near(read(db), want_db, tol(kF32, kBf16), "dbias");
+}
+
+TEST_P(BackendOpsTest, LayerNormForwardAndBackward) {
+  const int64_t N = 5, C = 48;
+  Tensor x = act(N * C, random(N * C, -2.0, 3.0)), w = act(C, random(C, 0.5, 1.5)), b = act(C, random(C));
+  const float eps = 1e-5f;
+  Tensor out = act(N * C), mean = f32(N), rstd = f32(N);
+  ASSERT_TRUE(ops().layernorm_forward(dt(), out.data, mean.f(), rstd.f(), x.data, w.data, b.data, N, C, eps).is_ok());
+  std::vector<double> want_mean, want_rstd;
+  ref::row_stats(want_mean, want_rstd, x.host, N, C, eps, false);
+  expect_near(read(mean), want_mean, kF32, "mean");
+  expect_near(read(rstd), want_rstd, kF32, "rstd");
+  const std::vector<double> want_out = ref::norm_forward(x.host, want_mean, want_rstd, w.host, b.host, N, C);
+  expect_near(read(out), want_out, tol(kF32, kBf16), "out");
+
+  Tensor dout = act(N * C, random(N * C)), dinp = act(N * C, random(N * C)), dw = act(C, random(C));
+  Tensor db = act(C, random(C));
+  std::vector<double> want_dinp = dinp.host, want_dw = dw.host, want_db = db.host;
+  ASSERT_TRUE(ops().layernorm_backward(dt(), dinp.data, dw.data, db.data, dout.data, x.data, w.data, mean.f(),
+                                       rstd.f(), N, C).is_ok());
+  ref::norm_backward(want_dinp, want_dw, want_db, dout.host, x.host, w.host, want_mean, want_rstd, N, C, false);
+  expect_near(read(dinp), want_dinp, tol(kF32, kBf16), "dinp");
+  expect_near(read(dw), want_dw, tol(kF32, kBf16), "dweight");
+  expect_near(read(db), want_db, tol(kF32, kBf16), "dbias");
+}
+
+TEST_P(BackendOpsTest, RmsNormForwardAndBackward) {
+  const int64_t N = 5, C = 48;
+  Tensor x = act(N * C, random(N * C, -2.0, 2.0)), w = act(C, random(C, 0.5, 1.5));
+  const float eps = 1e-6f;
+  Tensor out = act(N * C), rstd = f32(N);
+  ASSERT_TRUE(ops().rmsnorm_forward(dt(), out.data, rstd.f(), x.data, w.data, N, C, eps).is_ok());
+  std::vector<double> zero_mean, want_rstd, no_db;
+  ref::row_stats(zero_mean, want_rstd, x.host, N, C, eps, true);
+  expect_near(read(rstd), want_rstd, kF32, "rstd");
+  expect_near(read(out), ref::norm_forward(x.host, zero_mean, want_rstd, w.host, {}, N, C), tol(kF32, kBf16), "out");
+
+  Tensor dout = act(N * C, random(N * C)), dinp = act(N * C, random(N * C)), dw = act(C, random(C));
+  std::vector<double> want_dinp = dinp.host, want_dw = dw.host;
+  ASSERT_TRUE(ops().rmsnorm_backward(dt(), dinp.data, dw.data, dout.data, x.data, w.data, rstd.f(), N, C).is_ok());
+  ref::norm_backward(want_dinp, want_dw, no_db, dout.host, x.host, w.host, zero_mean, want_rstd, N, C, true);
+  expect_near(read(dinp), want_dinp, tol(kF32, kBf16), "dinp");
+  expect_near(read(dw), want_dw, tol(kF32, kBf16), "dweight");
+}
+
+TEST_P(BackendOpsTest, GeluSwigluAndResidualForwardAndBackward) {
+  const int64_t N = 4, H = 37, n = N * H;  // odd sizes: no vector-width multiple
+  Tensor x = act(n, random(n, -3.0, 3.0)), dout = act(n, random(n)), y = act(n), dx = act(n, random(n));
+  ASSERT_TRUE(ops().gelu_forward(dt(), y.data, x.data, n).is_ok());
+  ASSERT_TRUE(ops().gelu_backward(dt(), dx.data, x.data, dout.data, n).is_ok());
+  std::vector<double> want_y(n), want_dx = dx.host;
+  for (int64_t i = 0; i < n; ++i) {
+    want_y[i] = ref::gelu(x.host[i]);
+    want_dx[i] += ref::gelu_grad(x.host[i]) * dout.host[i];
+  }
+  expect_near(read(y), want_y, tol(kF32, kBf16), "gelu out");
+  expect_near(read(dx), want_dx, tol(kF32, kBf16), "gelu dinp");
+
+  Tensor gu = act(2 * n, random(2 * n, -3.0, 3.0)), s = act(n), dgu = act(2 * n, random(2 * n));
+  ASSERT_TRUE(ops().swiglu_forward(dt(), s.data, gu.data, N, H).is_ok());
+  ASSERT_TRUE(ops().swiglu_backward(dt(), dgu.data, gu.data, dout.data, N, H).is_ok());
+  std::vector<double> want_s(n), want_dgu = dgu.host;
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < H; ++i) {
+      const double g = gu.host[r * 2 * H + i], u = gu.host[r * 2 * H + H + i], sg = ref::sigmoid(g);
+      const double d = dout.host[r * H + i];
+      want_s[r * H + i] = g * sg * u;
+      want_dgu[r * 2 * H + i] += d * u * (sg + g * sg * (1.0 - sg));
+      want_dgu[r * 2 * H + H + i] += d * g * sg;
+    }
+  expect_near(read(s), want_s, tol(kF32, kBf16), "swiglu out");
+  expect_near(read(dgu), want_dgu, tol(kF32, kBf16), "swiglu dinp");
+
+  Tensor sum = act(n), da = act(n, random(n)), db = act(n, random(n));
+  ASSERT_TRUE(ops().residual_forward(dt(), sum.data, x.data, dout.data, n).is_ok());
+  ASSERT_TRUE(ops().residual_backward(dt(), da.data, db.data, dout.data, n).is_ok());
+  expect_near(read(sum), plus(x.host, dout.host), tol(kF32, kBf16), "residual out");
+  expect_near(read(da), plus(da.host, dout.host), tol(kF32, kBf16), "residual da");
+  expect_near(read(db), plus(db.host, dout.host), tol(kF32, kBf16), "residual db");
+}
+
+TEST_P(BackendOpsTest, EncoderAndTokenEmbeddingForwardAndBackward) {
+  const int64_t B = 2, T = 5, C = 24, V = 11, maxT = 7;
+  const std::vector<int32_t> ids = {3, 0, 3, 10, 7, 3, 7, 1, 0, 10};  // repeats: the scatter must sum
+  Tensor tokens = ints(ids), wte = act(V * C, random(V * C)), wpe = act(maxT * C, random(maxT * C));
+  Tensor out = act(B * T * C), tok_out = act(B * T * C);
+  ASSERT_TRUE(ops().encoder_forward(dt(), out.data, tokens.i(), wte.data, wpe.data, B, T, C, V).is_ok());
+  ASSERT_TRUE(ops().token_embedding_forward(dt(), tok_out.data, tokens.i(), wte.data, B * T, C, V).is_ok());
+  std::vector<double> want(B * T * C), want_tok(B * T * C);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      want_tok[r * C + c] = wte.host[ids[r] * C + c];
+      want[r * C + c] = want_tok[r * C + c] + wpe.host[(r % T) * C + c];
+    }
+  expect_near(read(out), want, tol(kF32, kBf16), "encoder out");
+  expect_near(read(tok_out), want_tok, tol(kF32, kBf16), "token embedding out");
+
+  Tensor dout = act(B * T * C, random(B * T * C)), dwte = act(V * C, random(V * C));
+  Tensor dwpe = act(maxT * C, random(maxT * C)), dwte_tok = act(V * C, random(V * C));
+  std::vector<double> want_dwte = dwte.host, want_dwpe = dwpe.host, want_dwte_tok = dwte_tok.host;
+  ASSERT_TRUE(ops().encoder_backward(dt(), dwte.data, dwpe.data, dout.data, tokens.i(), B, T, C, V).is_ok());
+  ASSERT_TRUE(ops().token_embedding_backward(dt(), dwte_tok.data, dout.data, tokens.i(), B * T, C, V).is_ok());
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      want_dwte[ids[r] * C + c] += dout.host[r * C + c];
+      want_dwte_tok[ids[r] * C + c] += dout.host[r * C + c];
+      want_dwpe[(r % T) * C + c] += dout.host[r * C + c];
+    }
+  expect_near(read(dwte), want_dwte, tol(kF32, kBf16), "encoder dwte");
+  expect_near(read(dwpe), want_dwpe, tol(kF32, kBf16), "encoder dwpe (rows >= T untouched)");
+  expect_near(read(dwte_tok), want_dwte_tok, tol(kF32, kBf16), "token embedding dwte");
+}
+
+TEST_P(BackendOpsTest, RopeForwardAndBackward) {
+  const int64_t B = 2, T = 6, NH = 3, HS = 16, n = B * T * NH * HS, pos = 5;
+  const float theta = 10000.0f;
+  Tensor x = act(n, random(n)), y = act(n), dout = act(n, random(n)), dx = act(n, random(n));
+  ASSERT_TRUE(ops().rope_forward(dt(), y.data, x.data, B, T, NH, HS, theta, pos).is_ok());
+  ASSERT_TRUE(ops().rope_backward(dt(), dx.data, dout.data, B, T, NH, HS, theta, pos).is_ok());
+  std::vector<double> want_y(n, 0.0), want_dx = dx.host;
+  ref::rope(want_y, x.host, B, T, NH, HS, theta, pos, false);
+  ref::rope(want_dx, dout.host, B, T, NH, HS, theta, pos, true);
+  expect_near(read(y), want_y, tol(kF32, kBf16), "rope out");
+  expect_near(read(dx), want_dx, tol(kF32, kBf16), "rope dinp");
+}
+
+TEST_P(BackendOpsTest, CausalGroupedQueryAttentionForwardAndBackward) {
+  const ref::Attention a{2, 7, 4, 2, 16};  // B, T, NH, NKV (2 query heads per kv head), HS
+  const int64_t nq = a.B * a.T * a.NH * a.HS, nk = a.B * a.T * a.NKV * a.HS;
+  Tensor q = act(nq, random(nq)), k = act(nk, random(nk)), v = act(nk, random(nk));
+  Tensor out = act(nq), lse = f32(a.B * a.NH * a.T);
+  ASSERT_TRUE(ops().attention_forward(dt(), out.data, lse.f(), q.data, k.data, v.data, a.B, a.T, a.NH, a.NKV, a.HS)
+                  .is_ok());
+  Tensor dout = act(nq, random(nq)), dq = act(nq, random(nq)), dk = act(nk, random(nk)), dv = act(nk, random(nk));
+  std::vector<double> want_out, want_lse, want_dq = dq.host, want_dk = dk.host, want_dv = dv.host;
+  a.run(want_out, want_lse, q.host, k.host, v.host, dout.host, want_dq, want_dk, want_dv);
+  expect_near(read(out), want_out, tol(kF32, kBf16), "out");
+  expect_near(read(lse), want_lse, tol(kF32, Tol{1e-3, 1e-3}), "lse");  // fp32 math over bf16 inputs
+  ASSERT_TRUE(ops().attention_backward(dt(), dq.data, dk.data, dv.data, dout.data, q.data, k.data, v.data, out.data,
+                                       lse.f(), a.B, a.T, a.NH, a.NKV, a.HS).is_ok());
+  expect_near(read(dq), want_dq, tol(kF32, kBf16), "dq");
+  expect_near(read(dk), want_dk, tol(kF32, kBf16), "dk");
+  expect_near(read(dv), want_dv, tol(kF32, kBf16), "dv");
+}
+
+TEST_P(BackendOpsTest, FusedCrossEntropyWithIgnoredTargets) {
+  const int64_t N = 6, V = 50;
+  const std::vector<int32_t> ids = {4, -1, 49, 0, -1, 17};
+  Tensor logits = act(N * V, random(N * V, -4.0, 4.0)), targets = ints(ids);
+  Tensor lse = f32(N), losses = f32(N);
+  Tensor result = tensor(DType::u8, sizeof(kernels::CrossEntropyResult));
+  auto* result_ptr = static_cast<kernels::CrossEntropyResult*>(result.data);
+  ASSERT_TRUE(
+      ops().crossentropy_forward(dt(), lse.f(), losses.f(), result_ptr, logits.data, targets.i(), N, V).is_ok());
+  std::vector<double> want_lse, want_losses;
+  ref::crossentropy(want_lse, want_losses, logits.host, ids, N, V);
+  expect_near(read(lse), want_lse, Tol{1e-5, 1e-5}, "lse");  // fp32 sums of <= 50 exps, from stored logits
+  expect_near(read(losses), want_losses, Tol{2e-5, 1e-5}, "losses");
+  const std::vector<uint8_t> bytes = read_bytes(result);
+  kernels::CrossEntropyResult got;
+  std::memcpy(&got, bytes.data(), sizeof(got));
+  double want_sum = 0.0;
+  for (double l : want_losses) want_sum += l;
+  EXPECT_EQ(got.valid_count, 4);
+  EXPECT_NEAR(got.loss_sum, want_sum, 1e-4);
+  EXPECT_NEAR(got.mean_loss, want_sum / 4, 1e-5);
+
+  const float dloss = 0.25f;
+  Tensor dlogits = act(N * V, random(N * V));
+  std::vector<double> want_d = dlogits.host, want_inplace(N * V, 0.0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < V && ids[r] >= 0; ++i) {
+      const double g = dloss * (std::exp(logits.host[r * V + i] - want_lse[r]) - (i == ids[r] ? 1.0 : 0.0));
+      want_d[r * V + i] += g;
+      want_inplace[r * V + i] = g;
+    }
+  ASSERT_TRUE(ops().crossentropy_backward(dt(), dlogits.data, logits.data, lse.f(), targets.i(), dloss, N, V).is_ok());
+  ASSERT_TRUE(ops().crossentropy_backward_inplace(dt(), logits.data, lse.f(), targets.i(), dloss, N, V).is_ok());
+  expect_near(read(dlogits), want_d, tol(kF32, kBf16), "dlogits");
+  expect_near(read(logits), want_inplace, tol(kF32, Tol{2e-3, 3e-2}), "in-place dlogits (ignored rows 0)");
+}
+
+}  // namespace strata::ops_test

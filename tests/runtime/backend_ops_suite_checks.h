@@ -1,0 +1,155 @@
+// The second half of the backend conformance suite (included by backend_ops_suite.h, same fixture):
+// casts against kernels/cpu/half.h bit for bit, the gradient norm and finite check, AdamW on
+// device-resident states against a float64 AdamW, and the argument errors (wrong shapes, dtypes,
+// ranges outside the arena) that must name the problem and queue nothing. Test-only.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "tests/runtime/backend_ops_fixture.h"
+
+namespace strata::ops_test {
+
+TEST_P(BackendOpsTest, CastsRoundLikeTheHalfReference) {
+  std::vector<double> values = random(200, -70000.0, 70000.0);  // beyond fp16's range too
+  const std::vector<double> edges = {0.0, -0.0, 1e-40, -3e-8, 6.1e-5, 65519.0, 65520.0, 1.0 + 1.0 / 256, INFINITY,
+                                     -INFINITY, NAN};
+  values.insert(values.end(), edges.begin(), edges.end());
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor src = f32(n, values), bf = tensor(DType::bf16, n), hf = tensor(DType::f16, n);
+  Tensor back = f32(n), hf_from_bf = tensor(DType::f16, n);
+  ASSERT_TRUE(ops().cast(bf.data, DType::bf16, src.data, DType::f32, n).is_ok());
+  ASSERT_TRUE(ops().cast(hf.data, DType::f16, src.data, DType::f32, n).is_ok());
+  ASSERT_TRUE(ops().cast(back.data, DType::f32, bf.data, DType::bf16, n).is_ok());
+  ASSERT_TRUE(ops().cast(hf_from_bf.data, DType::f16, bf.data, DType::bf16, n).is_ok());
+  const std::vector<uint8_t> bf_bytes = read_bytes(bf), hf_bytes = read_bytes(hf), hb_bytes = read_bytes(hf_from_bf);
+  const std::vector<double> back_values = read(back);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto x = static_cast<float>(values[i]);
+    uint16_t b, h, hb;
+    std::memcpy(&b, &bf_bytes[2 * i], 2);
+    std::memcpy(&h, &hf_bytes[2 * i], 2);
+    std::memcpy(&hb, &hb_bytes[2 * i], 2);
+    EXPECT_EQ(b, kernels::float_to_bf16(x)) << "bf16 of " << x;
+    EXPECT_EQ(h, kernels::float_to_fp16(x)) << "fp16 of " << x;
+    EXPECT_EQ(hb, kernels::float_to_fp16(kernels::bf16_to_float(b))) << "fp16 of bf16 of " << x;
+    const float widened = kernels::bf16_to_float(b);
+    if (std::isnan(widened)) {
+      EXPECT_TRUE(std::isnan(back_values[i]));
+    } else {
+      EXPECT_EQ(back_values[i], widened) << "fp32 of bf16 of " << x;
+    }
+  }
+}
+
+TEST_P(BackendOpsTest, GradNormSquaredAndFiniteCheck) {
+  const int64_t n = 1000;
+  const std::vector<double> g = random(n, -2.0, 2.0);
+  for (DType format : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(dtype_name(format)));
+    Tensor grad = tensor(format, n, g), sum = f32(1, {1.5}), flag = ints({1});
+    ASSERT_TRUE(ops().grad_norm_squared(sum.f(), grad.data, format, n).is_ok());
+    ASSERT_TRUE(ops().grad_check_finite(flag.i(), grad.data, format, n).is_ok());
+    double want = 1.5;  // the op adds to what the sum held
+    for (double x : grad.host) want += x * x;
+    expect_near(read(sum), {want}, Tol{0.0, 1e-5}, "sum of squares");  // fp32 tree sum of 1000 terms
+    EXPECT_EQ(read(flag)[0], 1.0) << "all finite: the flag stays 1";
+
+    std::vector<double> bad = g;
+    bad[777] = format == DType::f32 ? NAN : INFINITY;
+    Tensor bad_grad = tensor(format, n, bad);
+    ASSERT_TRUE(ops().grad_check_finite(flag.i(), bad_grad.data, format, n).is_ok());
+    EXPECT_EQ(read(flag)[0], 0.0) << "one non-finite element clears the flag";
+  }
+}
+
+TEST_P(BackendOpsTest, AdamWUpdateOfDeviceResidentStates) {
+  const int64_t n = 300;
+  kernels::AdamHyper hyper;
+  hyper.lr = 1e-2f;
+  hyper.weight_decay = 0.1f;
+  hyper.step = 3;
+  hyper.grad_scale = 0.5f;
+  const kernels::AdamConstants c = kernels::adam_constants(hyper);
+  Tensor p = f32(n, random(n)), m = f32(n, random(n, -0.1, 0.1)), v = f32(n, random(n, 0.0, 0.01));
+  Tensor g = tensor(DType::bf16, n, random(n)), copy = tensor(DType::bf16, n);
+  const kernels::AdamFormats formats{kernels::FloatFormat::bf16, kernels::CopyOut::bf16};
+  const kernels::AdamSpan span{p.f(), m.f(), v.f(), g.data, copy.data, static_cast<size_t>(n)};
+  ASSERT_TRUE(ops().adam_update(c, formats, span).is_ok());
+  std::vector<double> want_p(n), want_m(n), want_v(n);
+  for (int64_t i = 0; i < n; ++i) {  // torch.optim.AdamW, in double
+    const double grad = g.host[i] * c.grad_scale, param = p.host[i] - c.lr_decay * p.host[i];
+    want_m[i] = c.beta1 * m.host[i] + c.one_minus_beta1 * grad;
+    want_v[i] = c.beta2 * v.host[i] + c.one_minus_beta2 * grad * grad;
+    want_p[i] = param - c.step_size * (want_m[i] / (std::sqrt(want_v[i]) * c.inv_sqrt_bias2 + c.eps));
+  }
+  const std::vector<double> got_p = read(p), got_copy = read(copy);
+  expect_near(got_p, want_p, Tol{1e-6, 1e-5}, "param");  // a few fp32 roundings per element
+  expect_near(read(m), want_m, Tol{1e-7, 1e-5}, "m");
+  expect_near(read(v), want_v, Tol{1e-9, 1e-5}, "v");
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(got_copy[i], kernels::bf16_to_float(kernels::float_to_bf16(static_cast<float>(got_p[i])))) << i;
+  }
+}
+
+// A rejected call returns invalid_argument naming the op and the problem, and queues nothing: the
+// output still holds only sentinel bytes after the streams drain.
+TEST_P(BackendOpsTest, ArgumentErrorsNameTheProblemAndQueueNothing) {
+  const int64_t N = 4, C = 8, OC = 4;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C)), out = act(N * OC);
+  Tensor stats = f32(N), tokens = ints({0, 1, 2, 3});
+  const std::vector<uint8_t> untouched(out.bytes(), kSentinel);
+  struct Case {
+    Status status;
+    std::vector<const char*> words;
+  };
+  const Case cases[] = {
+      {ops().matmul_forward(dt(), out.data, inp.data, w.data, nullptr, N, C, -1), {"matmul_forward", "OC = -1"}},
+      {ops().matmul_forward(dt(), out.data, inp.data, w.data, nullptr, N + 100, C, OC),
+       {"matmul_forward out", "not inside one live block"}},
+      {ops().matmul_forward(dt(), out.data, nullptr, w.data, nullptr, N, C, OC), {"inp is null"}},
+      {ops().layernorm_forward(dt(), out.data, stats.f(), stats.f(), inp.data, w.data, w.data, N, C, 0.0f),
+       {"layernorm_forward", "eps"}},
+      {ops().rope_forward(dt(), out.data, inp.data, 1, 1, 1, 3, 10000.0f, 0), {"rope_forward", "HS = 3", "even"}},
+      {ops().attention_forward(dt(), out.data, stats.f(), inp.data, inp.data, inp.data, 1, 1, 3, 2, 1),
+       {"attention_forward", "NH = 3", "multiple of NKV = 2"}},
+      {ops().crossentropy_forward(dt(), stats.f(), stats.f(), nullptr, out.data, tokens.i(), N, 0),
+       {"crossentropy_forward", "V = 0"}},
+      {ops().cast(out.data, DType::f32, tokens.data, DType::i32, 4), {"cast source", "i32", "not a float format"}},
+      {ops().crossentropy_backward(dt(), out.data, out.data, stats.f(), tokens.i(), 1.0f, N, OC),
+       {"must not alias", "crossentropy_backward_inplace"}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), Code::invalid_argument) << c.status.to_string();
+    for (const char* word : c.words) {
+      EXPECT_NE(c.status.message().find(word), std::string::npos) << c.status.to_string();
+    }
+  }
+  ASSERT_TRUE(backend().synchronize_all().is_ok());
+  EXPECT_EQ(read_bytes(out), untouched);
+}
+
+// Device ranges must lie inside a live block of this backend: host memory and released blocks
+// are refused before anything runs.
+TEST_P(BackendOpsTest, RangesOutsideTheArenaAreInvalidArgument) {
+  const int64_t n = 64;
+  Tensor x = act(n, random(n));
+  std::vector<float> host(n, 7.0f);
+  Status s = ops().gelu_forward(dt(), host.data(), x.data, n);
+  EXPECT_EQ(s.code(), Code::invalid_argument);
+  EXPECT_NE(s.message().find("gelu_forward out"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("not inside one live block"), std::string::npos) << s.to_string();
+
+  StatusOr<void*> gone = backend().allocate(4096, "released");
+  ASSERT_TRUE(gone.is_ok());
+  ASSERT_TRUE(backend().release(*gone).is_ok());
+  s = ops().gelu_forward(dt(), x.data, *gone, n);
+  EXPECT_EQ(s.code(), Code::invalid_argument);
+  EXPECT_NE(s.message().find("gelu_forward inp"), std::string::npos) << s.to_string();
+  ASSERT_TRUE(backend().synchronize_all().is_ok());
+  EXPECT_EQ(host, std::vector<float>(n, 7.0f));
+}
+
+}  // namespace strata::ops_test
