@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/stream_ceiling.h"
 #include "runtime/thread_pool.h"
@@ -44,11 +45,6 @@ StatusOr<Bytes> allocate(size_t bytes) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 double bytes_per_param(AdamStates states, FloatFormat grad, kernels::CopyOut copy) {
@@ -238,21 +234,16 @@ std::string variant_name(AdamStates states, FloatFormat grad, kernels::CopyOut c
 Status run_torch_peer(const AdamBenchOptions& o, size_t tensors, int threads, std::vector<TorchPeerResult>& out) {
   const std::string cmd = fmt::format("'{}' '{}/torch_adam.py' --params {} --tensors {} --threads {} --repeat {} 2>/dev/null",
                                       o.python, STRATA_BENCH_PEERS_DIR, o.params, tensors, threads, std::max(1, o.repeat / 2));
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return errno_status(errno, "bench adam: starting " + o.python);
-  char line[4096];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+  Status ran = run_command_lines(cmd, [&](std::string_view line) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("params_per_s")) continue;
+    if (j.is_discarded() || !j.contains("params_per_s")) return;
     TorchPeerResult r{j.value("optimizer", ""), j.value("impl", ""), j.value("torch", ""), tensors,
                       j.value("params_per_s", 0.0)};
     if (o.progress) o.progress(fmt::format("  torch {} {} {} tensors={}: {}/s", r.version, r.optimizer, r.impl, tensors,
                                            format_count(r.params_per_s)));
     out.push_back(std::move(r));
-  }
-  const int rc = pclose(pipe);
-  if (rc != 0) return error(Code::io_error, "bench adam: the torch peer ({}) exited with status {}", cmd, rc);
-  return Status::ok();
+  });
+  return ran.with_context("bench adam: the torch peer");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "offload/nvme_store.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/units.h"
@@ -24,12 +25,6 @@ namespace strata::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double percentile(std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
@@ -46,19 +41,6 @@ IoSample median_sample(const std::vector<IoSample>& runs) {
     p99.push_back(s.p99_us);
   }
   return IoSample{median(g), median(i), median(p50), median(p99)};
-}
-
-// stdout of `command`; unavailable when it cannot run or exits non-zero.
-StatusOr<std::string> run_command(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return errno_status(errno, "run " + command);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int rc = ::pclose(pipe);
-  if (rc != 0) return error(Code::unavailable, "`{}` exited with status {}", command, rc);
-  return out;
 }
 
 // Buffers for `count` blocks of `block` bytes from a pinned pool, registered with the engine.
