@@ -28,8 +28,8 @@ void adam8bit_quantize(const float* m, const float* v, size_t n, const Adam8bitS
       v_absmax = ScalarOps::max(v_absmax, v[base + i]);
       sqrt_v[i] = ScalarOps::sqrt(v[base + i]);
     }
-    requantize_block<ScalarOps>(m + base, sqrt_v, len, m_absmax, v_absmax, span.m_code + base,
-                                span.v_code + base, span.m_scale + b, span.v_scale + b);
+    requantize<ScalarOps>(finish_block(m + base, sqrt_v, len, m_absmax, v_absmax, span.m_code + base,
+                                       span.v_code + base, span.m_scale + b, span.v_scale + b));
   }
 }
 

@@ -1,7 +1,9 @@
 // AdamW / Adam with 8-bit optimizer states (`adamw8bit`): fp32 master weights are kept, m and v
 // are stored as one byte each per element with one fp32 scale per block of kAdam8bitBlock values.
 // One fused pass per block: dequantize m and v, run the exact fp32 update of adam.h (the weights
-// are updated from the fresh fp32 m and v), write the weights and the bf16/fp16 copy, requantize.
+// are updated from the fresh fp32 m and v), write the weights and the bf16/fp16 copy, requantize
+// (with no square root or division: the update's sqrt(v) is reused, codes come from an estimate
+// corrected by one exact comparison, see adam8bit_kernel.h).
 // Not a multi-threaded driver (see offload/cpu_adam.h), and not a format for checkpoints to
 // exchange with other programs.
 //
@@ -9,15 +11,20 @@
 //   m: int8 q in [-127, 127],  m = s_m * q*|q| / 127^2        (signed square law: fine near 0)
 //   v: uint8 u in [0, 255],    v = s_v * (u^2)^2 / 255^4      (sqrt(v) is square-law in u)
 //   quantize: q = sign(m) * round(127 * sqrt(|m| / s_m)),  u = round(255 * sqrt(sqrt(v / s_v)))
+//   exactly: with z = |m| * (127^2 / s_m) for m and z = sqrt(v) * (255^2 / sqrt(s_v)) for v (each
+//   an fp32 product of fp32 values), the code magnitude is the integer q with
+//   (q - 0.5)^2 <= z < (q + 0.5)^2 (thresholds exact in fp32), i.e. round to nearest, ties up.
 // Error bound (from rounding x = sqrt(|m|/s_m) to a multiple of 1/127, i.e. |dx| <= 1/254; the fp32
 // arithmetic adds a few ulps): |m - m_q| <= s_m * (2x/254 + 1/254^2) <= 0.0079 * s_m, and
 // relative to m itself about 1/|q| (0.8% at |q| = 127, coarser for small codes). For v, with
 // y = (v/s_v)^(1/4) rounded to a multiple of 1/255: |sqrt(v) - sqrt(v_q)| <= sqrt(s_v) *
 // (2y/510 + 1/510^2) <= 0.0040 * sqrt(s_v). Values below s_m/64516 (m) or s_v/510^4 (v, i.e.
-// sqrt(v) below 3.8e-6 sqrt(s_v)) flush to zero. Rounding is to nearest (ties to even), so there
-// is no systematic drift; increments smaller than half a code step are lost (as in every 8-bit
-// Adam without stochastic rounding). Non-finite values are not representable: check gradients
-// first (grad_all_finite) and skip the step.
+// sqrt(v) below 3.8e-6 sqrt(s_v)) flush to zero, and so does an m block whose absmax is below
+// 2^-100 (~8e-31: 127^2 / s_m would overflow; such moments move no weight). Rounding is to
+// nearest (exact ties are measure-zero and round up), so there is no systematic drift; increments
+// smaller than half a code step are lost (as in every 8-bit Adam without stochastic rounding).
+// Non-finite values are not representable: check gradients first (grad_all_finite) and skip the
+// step.
 #pragma once
 
 #include <cstddef>

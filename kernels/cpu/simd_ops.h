@@ -2,8 +2,8 @@
 // lane, always), Avx2Ops (8 lanes, only where the file is compiled with -mavx2 -mfma -mf16c) and
 // Avx512Ops (16 lanes, only with -mavx512f/bw/vl/dq). Every operation is an IEEE-exact op (add,
 // mul, div, sqrt, max, floor) or a bit manipulation, and none is fused (no FMA), so one kernel body
-// gives the same bits in every variant. The one exception, rsqrt_estimate, differs by variant and
-// may only feed a computation that an exact comparison then corrects (see adam8bit_kernel.h).
+// gives the same bits in every variant. The exceptions, rsqrt_estimate and rcp_estimate, differ by
+// variant and may only feed a computation that an exact comparison then corrects (adam8bit_kernel.h).
 // Not a general SIMD library: just what the kernels need.
 // Internal linkage on purpose (unnamed namespace): each variant file gets its own copies, so no
 // AVX-compiled function can be merged into baseline code by the linker.
@@ -53,8 +53,10 @@ struct ScalarOps {
   static F mul(F a, F b) { return a * b; }
   static F div(F a, F b) { return a / b; }
   static F sqrt(F a) { return std::sqrt(a); }
-  // 1/sqrt(a) for a > 0 within 2^-11 relative; NOT the same bits in every variant (see the top).
+  // 1/sqrt(a) and 1/a within 2^-11 relative (+Inf at 0, 0 at +Inf); NOT the same bits in every
+  // variant (see the top).
   static F rsqrt_estimate(F a) { return 1.0f / std::sqrt(a); }
+  static F rcp_estimate(F a) { return 1.0f / a; }
   static F floor(F a) { return std::floor(a); }
   // x + 1 where a >= b, else x.
   static F add_one_where_ge(F x, F a, F b) { return a >= b ? x + 1.0f : x; }
@@ -108,6 +110,7 @@ struct Avx2Ops {
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
   static F sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F rsqrt_estimate(F a) { return _mm256_rsqrt_ps(a); }  // 1.5 * 2^-12 relative
+  static F rcp_estimate(F a) { return _mm256_rcp_ps(a); }      // 1.5 * 2^-12 relative
   static F floor(F a) { return _mm256_floor_ps(a); }
   static F add_one_where_ge(F x, F a, F b) {
     return _mm256_add_ps(x, _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ), _mm256_set1_ps(1.0f)));
@@ -177,6 +180,7 @@ struct Avx512Ops {
   static F div(F a, F b) { return _mm512_div_ps(a, b); }
   static F sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F rsqrt_estimate(F a) { return _mm512_rsqrt14_ps(a); }  // 2^-14 relative
+  static F rcp_estimate(F a) { return _mm512_rcp14_ps(a); }      // 2^-14 relative
   static F floor(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
   static F add_one_where_ge(F x, F a, F b) {
     return _mm512_mask_add_ps(x, _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), x, _mm512_set1_ps(1.0f));

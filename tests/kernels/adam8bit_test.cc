@@ -117,6 +117,79 @@ TEST(Adam8bit, QuantizationErrorWithinTheStatedBound) {
   EXPECT_EQ(first_float_mismatch(back_v.data(), zeros.data(), kAdam8bitBlock), kAdam8bitBlock);
 }
 
+// The exact rounding rule of adam8bit.h: with s_m = 127^2 the m scale factor is exactly 1, so
+// z = |m| and the code is the integer q with (q - 0.5)^2 <= |m| < (q + 0.5)^2. Each threshold
+// itself and the float just below it land on both sides, for every code and both signs.
+TEST(Adam8bit, MCodesSwitchExactlyAtTheHalfwayThresholds) {
+  const size_t n = kAdam8bitBlock;
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<int> want(n, 0);
+  m[0] = 127.0f * 127.0f;  // the absmax
+  want[0] = 127;
+  for (int q = 1; q <= 127; ++q) {
+    const float at = (q - 0.5f) * (q - 0.5f);
+    const size_t i = 2 * static_cast<size_t>(q) - 1;
+    const float sign = q % 2 == 0 ? -1.0f : 1.0f;
+    m[i] = sign * at;
+    want[i] = static_cast<int>(sign) * q;
+    if (i + 1 < n) {
+      m[i + 1] = sign * std::nextafter(at, 0.0f);
+      want[i + 1] = static_cast<int>(sign) * (q - 1);
+    }
+  }
+  std::vector<int8_t> mc(n);
+  std::vector<uint8_t> vc(n);
+  std::vector<float> ms(1), vs(1);
+  adam8bit_quantize(m.data(), v.data(), n, Adam8bitSpan{nullptr, mc.data(), vc.data(), ms.data(), vs.data(), nullptr,
+                                                        nullptr, n});
+  ASSERT_EQ(ms[0], 127.0f * 127.0f);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(int{mc[i]}, want[i]) << "m = " << m[i];
+}
+
+// An m block below 2^-100 (where 127^2 / s_m would overflow) is stored as zero; v keeps its codes
+// down to the smallest floats (its factor divides by sqrt(s_v), which cannot overflow).
+TEST(Adam8bit, TinyMBlockIsZeroAndTinyVKeepsItsCodes) {
+  const size_t n = kAdam8bitBlock;
+  std::vector<float> m(n, 1e-33f), v(n, 1e-40f);  // v: a subnormal float
+  m[1] = -3e-31f;
+  v[1] = 0.0f;
+  std::vector<int8_t> mc(n, 1);
+  std::vector<uint8_t> vc(n, 1);
+  std::vector<float> ms(1), vs(1);
+  adam8bit_quantize(m.data(), v.data(), n, Adam8bitSpan{nullptr, mc.data(), vc.data(), ms.data(), vs.data(), nullptr,
+                                                        nullptr, n});
+  EXPECT_EQ(ms[0], 0.0f);
+  EXPECT_EQ(vs[0], 1e-40f);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(mc[i], 0) << i;
+    ASSERT_EQ(vc[i], i == 1 ? 0 : 255) << i;
+  }
+}
+
+// Every code survives dequantize -> quantize (the codes are fixed points of the rounding), for m
+// and v, in a block that holds the top codes (so the absmax comes back as the scale).
+TEST(Adam8bit, EveryCodeRoundTrips) {
+  const size_t n = kAdam8bitBlock;
+  std::vector<int8_t> mc(n);
+  std::vector<uint8_t> vc(n);
+  for (size_t i = 0; i < n; ++i) {
+    mc[i] = static_cast<int8_t>(static_cast<int>(i % 255) - 127);  // -127 .. 127
+    vc[i] = static_cast<uint8_t>(i);                                 // 0 .. 255
+  }
+  std::vector<float> ms{3.7e-3f}, vs{2.1e-5f}, m(n), v(n);
+  const Adam8bitSpan q{nullptr, mc.data(), vc.data(), ms.data(), vs.data(), nullptr, nullptr, n};
+  adam8bit_dequantize(q, m.data(), v.data());
+  std::vector<int8_t> mc2(n);
+  std::vector<uint8_t> vc2(n);
+  std::vector<float> ms2(1), vs2(1);
+  adam8bit_quantize(m.data(), v.data(), n, Adam8bitSpan{nullptr, mc2.data(), vc2.data(), ms2.data(), vs2.data(),
+                                                        nullptr, nullptr, n});
+  EXPECT_NEAR(ms2[0], ms[0], 1e-6 * ms[0]);  // 127^2 * (s / 127^2): the scale back within ulps
+  EXPECT_NEAR(vs2[0], vs[0], 1e-6 * vs[0]);
+  EXPECT_EQ(first_byte_mismatch(mc.data(), mc2.data(), n), n);
+  EXPECT_EQ(first_byte_mismatch(vc.data(), vc2.data(), n), n);
+}
+
 // 8-bit and fp32 AdamW on one fixed problem: 200 steps of a fixed gradient sequence with
 // per-element scales spread over three decades inside every block. Bound: the 8-bit weights' total
 // displacement differs from fp32's by <= 12% (2-norm; measured 9.2%). m carries ~1/|q| relative
