@@ -1,0 +1,55 @@
+// ModelConfig: the dimensions of a decoder-only transformer, GPT-2 style (learned positions,
+// LayerNorm, GELU MLP, multi-head attention, head tied to the token embedding) or LLaMA style
+// (RMSNorm, RoPE, SwiGLU MLP, grouped-query attention, untied head), with presets by name and the
+// checks that keep a hand-written config buildable. Not the parameter layout (param_layout.h) and
+// not the model (transformer.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace strata::model {
+
+enum class Arch : uint8_t { gpt2, llama };
+std::string_view arch_name(Arch arch);
+
+struct ModelConfig {
+  std::string name;           // preset name or "custom"; for logs only
+  Arch arch = Arch::gpt2;
+  int64_t vocab = 0;          // V
+  int64_t max_seq = 0;        // maxT: GPT-2's position table rows; LLaMA's longest sequence
+  int64_t dim = 0;            // C, the residual stream width
+  int64_t n_layer = 0;        // L
+  int64_t n_head = 0;         // NH query heads; head size HS = C / NH
+  int64_t n_kv_head = 0;      // NKV key/value heads (GQA); == NH for GPT-2
+  int64_t ffn_hidden = 0;     // H: GPT-2 MLP width (4C), LLaMA SwiGLU width
+  float norm_eps = 1e-5f;     // LayerNorm / RMSNorm epsilon
+  float rope_theta = 10000.f; // LLaMA RoPE base; unused by GPT-2
+  bool tied_head = true;      // logits use the token embedding (V, C) as the head weight
+
+  int64_t head_dim() const { return n_head > 0 ? dim / n_head : 0; }  // HS
+  int64_t kv_dim() const { return n_kv_head * head_dim(); }           // NKV * HS
+  int64_t qkv_rows() const { return dim + 2 * kv_dim(); }             // rows of the fused q|k|v weight
+  // Rows of the first MLP weight: GPT-2 c_fc (H); LLaMA fused [gate | up] (2H).
+  int64_t fc_rows() const { return arch == Arch::llama ? 2 * ffn_hidden : ffn_hidden; }
+};
+
+// Presets (real Hugging Face dimensions): gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-1b,
+// llama-3b (Llama 3.2), llama-7b, llama-13b, llama-70b (Llama 2), llama-30b (LLaMA 1), and the
+// test models gpt2-tiny and llama-tiny (tests/data/golden). not_found lists the known names.
+StatusOr<ModelConfig> model_preset(std::string_view name);
+std::vector<std::string_view> model_preset_names();
+
+// invalid_argument naming the first problem and how to fix it: a dimension < 1, dim not a
+// multiple of n_head, n_head not a multiple of n_kv_head, GPT-2 with n_kv_head != n_head, an odd
+// LLaMA head size (RoPE pairs elements), norm_eps or rope_theta <= 0, a vocabulary beyond int32.
+Status validate(const ModelConfig& config);
+
+// Number of parameters (elements), the tied head counted once. gpt2-124m: 124,439,808.
+uint64_t parameter_count(const ModelConfig& config);
+
+}  // namespace strata::model

@@ -1,0 +1,182 @@
+// The parameter spec table of a ModelConfig (param_layout.h).
+#include "model/param_layout.h"
+
+#include <fmt/format.h>
+
+namespace strata::model {
+namespace {
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// One HF tensor of a slot: `rows` x `cols` in strata's layout (cols 0 for a vector).
+struct Member {
+  std::string name;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool hf_transposed = false;
+};
+
+// Appends one chunk's slots to the layout, each slot aligned, members back to back.
+class ChunkBuilder {
+ public:
+  ChunkBuilder(ParamLayout& layout, ChunkKind kind, int layer, std::string name) : layout_(layout), layer_(layer) {
+    chunk_ = static_cast<int>(layout_.chunks.size());
+    layout_.chunks.push_back({kind, layer, std::move(name), 0});
+  }
+  ~ChunkBuilder() { layout_.chunks[chunk_].bytes = align_up(cursor_, kChunkAlignment); }
+
+  void slot(int slot, const std::vector<Member>& members) {
+    cursor_ = align_up(cursor_, kParamAlignment);
+    const uint64_t slot_offset = cursor_;
+    for (const auto& m : members) {
+      ParamSpec p;
+      p.name = m.name;
+      p.shape = m.cols > 0 ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.rows};
+      p.hf_transposed = m.hf_transposed;
+      p.chunk = chunk_;
+      p.layer = layer_;
+      p.slot = slot;
+      p.slot_offset = slot_offset;
+      p.offset = cursor_;
+      p.elements = uint64_t(m.rows) * uint64_t(m.cols > 0 ? m.cols : 1);
+      p.weight_decay = m.cols > 0;
+      cursor_ += p.elements * layout_.element_bytes;
+      layout_.params.push_back(std::move(p));
+    }
+  }
+  void slot(LayerSlot s, const std::vector<Member>& members) { slot(static_cast<int>(s), members); }
+  void slot(GlobalSlot s, const std::vector<Member>& members) { slot(static_cast<int>(s), members); }
+
+ private:
+  ParamLayout& layout_;
+  int chunk_ = 0;
+  int layer_ = -1;
+  uint64_t cursor_ = 0;
+};
+
+void gpt2_layer(ParamLayout& layout, const ModelConfig& c, int i) {
+  const std::string h = fmt::format("transformer.h.{}.", i);
+  const int64_t C = c.dim, H = c.ffn_hidden, QKV = c.qkv_rows();
+  ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
+  b.slot(LayerSlot::ln1_w, {{h + "ln_1.weight", C}});
+  b.slot(LayerSlot::ln1_b, {{h + "ln_1.bias", C}});
+  b.slot(LayerSlot::qkv_w, {{h + "attn.c_attn.weight", QKV, C, true}});
+  b.slot(LayerSlot::qkv_b, {{h + "attn.c_attn.bias", QKV}});
+  b.slot(LayerSlot::attn_proj_w, {{h + "attn.c_proj.weight", C, C, true}});
+  b.slot(LayerSlot::attn_proj_b, {{h + "attn.c_proj.bias", C}});
+  b.slot(LayerSlot::ln2_w, {{h + "ln_2.weight", C}});
+  b.slot(LayerSlot::ln2_b, {{h + "ln_2.bias", C}});
+  b.slot(LayerSlot::fc_w, {{h + "mlp.c_fc.weight", H, C, true}});
+  b.slot(LayerSlot::fc_b, {{h + "mlp.c_fc.bias", H}});
+  b.slot(LayerSlot::fc_proj_w, {{h + "mlp.c_proj.weight", C, H, true}});
+  b.slot(LayerSlot::fc_proj_b, {{h + "mlp.c_proj.bias", C}});
+}
+
+void llama_layer(ParamLayout& layout, const ModelConfig& c, int i) {
+  const std::string l = fmt::format("model.layers.{}.", i);
+  const int64_t C = c.dim, H = c.ffn_hidden, KV = c.kv_dim();
+  ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
+  b.slot(LayerSlot::ln1_w, {{l + "input_layernorm.weight", C}});
+  b.slot(LayerSlot::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
+                            {l + "self_attn.k_proj.weight", KV, C},
+                            {l + "self_attn.v_proj.weight", KV, C}});
+  b.slot(LayerSlot::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
+  b.slot(LayerSlot::ln2_w, {{l + "post_attention_layernorm.weight", C}});
+  b.slot(LayerSlot::fc_w, {{l + "mlp.gate_proj.weight", H, C}, {l + "mlp.up_proj.weight", H, C}});
+  b.slot(LayerSlot::fc_proj_w, {{l + "mlp.down_proj.weight", C, H}});
+}
+
+}  // namespace
+
+float*& slot_field(LayerParams& p, LayerSlot s) {
+  switch (s) {
+    case LayerSlot::ln1_w: return p.ln1_w;
+    case LayerSlot::ln1_b: return p.ln1_b;
+    case LayerSlot::qkv_w: return p.qkv_w;
+    case LayerSlot::qkv_b: return p.qkv_b;
+    case LayerSlot::attn_proj_w: return p.attn_proj_w;
+    case LayerSlot::attn_proj_b: return p.attn_proj_b;
+    case LayerSlot::ln2_w: return p.ln2_w;
+    case LayerSlot::ln2_b: return p.ln2_b;
+    case LayerSlot::fc_w: return p.fc_w;
+    case LayerSlot::fc_b: return p.fc_b;
+    case LayerSlot::fc_proj_w: return p.fc_proj_w;
+    case LayerSlot::fc_proj_b: return p.fc_proj_b;
+  }
+  return p.ln1_w;  // unreachable: every enumerator is handled above
+}
+
+std::string_view slot_name(LayerSlot s) {
+  static constexpr std::string_view names[kLayerSlotCount] = {
+      "ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b",
+      "ln2_w", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b"};
+  return names[static_cast<int>(s)];
+}
+
+float*& slot_field(GlobalParams& p, GlobalSlot s) {
+  switch (s) {
+    case GlobalSlot::wte: return p.wte;
+    case GlobalSlot::wpe: return p.wpe;
+    case GlobalSlot::lnf_w: return p.lnf_w;
+    case GlobalSlot::lnf_b: return p.lnf_b;
+    case GlobalSlot::lm_head: return p.lm_head;
+  }
+  return p.wte;  // unreachable: every enumerator is handled above
+}
+
+std::vector<int64_t> ParamSpec::hf_shape() const {
+  if (!hf_transposed || shape.size() != 2) return shape;
+  return {shape[1], shape[0]};
+}
+
+uint64_t ParamLayout::total_bytes() const {
+  uint64_t sum = 0;
+  for (const auto& c : chunks) sum += c.bytes;
+  return sum;
+}
+
+uint64_t ParamLayout::total_elements() const {
+  uint64_t sum = 0;
+  for (const auto& p : params) sum += p.elements;
+  return sum;
+}
+
+const ParamSpec* ParamLayout::find(std::string_view hf_name) const {
+  for (const auto& p : params) {
+    if (p.name == hf_name) return &p;
+  }
+  return nullptr;
+}
+
+StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_bytes) {
+  STRATA_RETURN_IF_ERROR(validate(c));
+  if (element_bytes != 2 && element_bytes != 4) {
+    return error(Code::invalid_argument, "parameter layout: element size {} bytes; use 2 (bf16/fp16) or 4 (fp32)",
+                 element_bytes);
+  }
+  ParamLayout layout;
+  layout.element_bytes = element_bytes;
+  const int64_t V = c.vocab, C = c.dim;
+  const bool gpt2 = c.arch == Arch::gpt2;
+  {
+    ChunkBuilder b(layout, ChunkKind::embedding, -1, "embedding");
+    b.slot(GlobalSlot::wte, {{gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", V, C}});
+    if (gpt2) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
+  }
+  for (int i = 0; i < c.n_layer; ++i) {
+    if (gpt2) {
+      gpt2_layer(layout, c, i);
+    } else {
+      llama_layer(layout, c, i);
+    }
+  }
+  {
+    ChunkBuilder b(layout, ChunkKind::head, -1, "head");
+    b.slot(GlobalSlot::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
+    if (gpt2) b.slot(GlobalSlot::lnf_b, {{"transformer.ln_f.bias", C}});
+    if (!c.tied_head) b.slot(GlobalSlot::lm_head, {{"lm_head.weight", V, C}});
+  }
+  return layout;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,103 @@
+// ParamLayout: where every parameter of a ModelConfig lives. Parameters are grouped into chunks,
+// the unit the offload layers move: the embedding chunk (token table, GPT-2 positions), one chunk
+// per transformer layer, and the head chunk (final norm, untied head). Inside a chunk each tensor
+// starts kParamAlignment-aligned and the chunk is padded to kChunkAlignment, so one chunk is one
+// large transfer. The spec table (one row per Hugging Face tensor) is what the loader, the
+// planner and checkpoints read. Not an allocator: offsets and sizes only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model_config.h"
+#include "runtime/status.h"
+
+namespace strata::model {
+
+inline constexpr uint64_t kParamAlignment = 256;   // bytes; each tensor (slot) starts here
+inline constexpr uint64_t kChunkAlignment = 4096;  // bytes; each chunk's size is a multiple
+
+// The tensors of one transformer layer, pointers into its chunk (weights or gradients alike).
+// Matrices are (out, in) as matmul_forward takes them. Null where the architecture has none
+// (LLaMA has no biases and no norm shifts).
+struct LayerParams {
+  float* ln1_w = nullptr;        // (C)        GPT-2 ln_1 gain / LLaMA input_layernorm
+  float* ln1_b = nullptr;        // (C)        GPT-2 only
+  float* qkv_w = nullptr;        // (C + 2*NKV*HS, C) rows [q | k | v]
+  float* qkv_b = nullptr;        // (3C)       GPT-2 only
+  float* attn_proj_w = nullptr;  // (C, C)     c_proj / o_proj
+  float* attn_proj_b = nullptr;  // (C)        GPT-2 only
+  float* ln2_w = nullptr;        // (C)        ln_2 / post_attention_layernorm
+  float* ln2_b = nullptr;        // (C)        GPT-2 only
+  float* fc_w = nullptr;         // GPT-2 (H, C) c_fc; LLaMA (2H, C) rows [gate | up]
+  float* fc_b = nullptr;         // (H)        GPT-2 only
+  float* fc_proj_w = nullptr;    // (C, H)     mlp.c_proj / down_proj
+  float* fc_proj_b = nullptr;    // (C)        GPT-2 only
+};
+
+// One name per LayerParams field, in field order.
+enum class LayerSlot : uint8_t {
+  ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b
+};
+inline constexpr int kLayerSlotCount = 12;
+static_assert(sizeof(LayerParams) == kLayerSlotCount * sizeof(float*),
+              "LayerParams and LayerSlot must list the same tensors");
+float*& slot_field(LayerParams& p, LayerSlot s);
+std::string_view slot_name(LayerSlot s);
+
+// The tensors outside the layers.
+struct GlobalParams {
+  float* wte = nullptr;      // (V, C)     token embedding (also the head when tied)
+  float* wpe = nullptr;      // (maxT, C)  GPT-2 only
+  float* lnf_w = nullptr;    // (C)        ln_f / model.norm
+  float* lnf_b = nullptr;    // (C)        GPT-2 only
+  float* lm_head = nullptr;  // (V, C)     untied head only; the forward uses wte when tied
+};
+enum class GlobalSlot : uint8_t { wte, wpe, lnf_w, lnf_b, lm_head };
+inline constexpr int kGlobalSlotCount = 5;
+static_assert(sizeof(GlobalParams) == kGlobalSlotCount * sizeof(float*),
+              "GlobalParams and GlobalSlot must list the same tensors");
+float*& slot_field(GlobalParams& p, GlobalSlot s);
+
+enum class ChunkKind : uint8_t { embedding, layer, head };
+
+struct ChunkSpec {
+  ChunkKind kind = ChunkKind::layer;
+  int layer = -1;      // for ChunkKind::layer
+  std::string name;    // "embedding", "layer 3", "head"
+  uint64_t bytes = 0;  // padded to kChunkAlignment
+};
+
+// One Hugging Face tensor. Several may share one slot (LLaMA q/k/v, gate/up): they are row
+// blocks of the fused tensor, back to back.
+struct ParamSpec {
+  std::string name;            // HF name, e.g. "model.layers.3.self_attn.k_proj.weight"
+  std::vector<int64_t> shape;  // strata's shape: (out, in) for matrices
+  bool hf_transposed = false;  // the HF file stores the transpose (GPT-2 Conv1D weights (in, out))
+  int chunk = 0;               // index into ParamLayout::chunks
+  int layer = -1;              // -1 outside the layers
+  int slot = 0;                // LayerSlot (layer >= 0) or GlobalSlot value
+  uint64_t slot_offset = 0;    // bytes from the chunk's start to the slot (the fused tensor)
+  uint64_t offset = 0;         // bytes from the chunk's start to this tensor
+  uint64_t elements = 0;
+  bool weight_decay = false;   // AdamW decays 2-D and larger tensors only
+
+  std::vector<int64_t> hf_shape() const;  // shape as the HF file stores it
+};
+
+struct ParamLayout {
+  uint64_t element_bytes = 4;    // 4 for fp32 masters and gradients, 2 for bf16 working weights
+  std::vector<ChunkSpec> chunks;  // embedding, layer 0 .. L-1, head
+  std::vector<ParamSpec> params;  // chunk by chunk, offsets ascending
+
+  uint64_t total_bytes() const;     // sum of padded chunk sizes
+  uint64_t total_elements() const;  // == parameter_count(config)
+  const ParamSpec* find(std::string_view hf_name) const;  // nullptr when absent
+};
+
+// The layout of `config` (validated first) at `element_bytes` per element (2 or 4).
+StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
+
+}  // namespace strata::model

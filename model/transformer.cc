@@ -1,0 +1,355 @@
+// Transformer (transformer.h): allocation, then the forward and backward passes, top to bottom.
+// Notation: B batch, T sequence, N = B * T rows, C dim, NH / NKV query / kv heads, HS head size,
+// KV = NKV * HS, H MLP width, FC rows of the first MLP weight (GPT-2 H, LLaMA 2H [gate | up]),
+// V vocabulary, L layers. Every op is queued on the backend's compute stream; backward ops
+// accumulate, so each scratch gradient is zeroed right before use. Loading and init live in
+// transformer_io.cc.
+#include "model/transformer.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace strata::model {
+namespace {
+
+constexpr DType kF32 = DType::f32;
+constexpr uint64_t kBufferAlignFloats = 64;  // 256 bytes, as the arena aligns blocks
+
+// Hands out consecutive aligned float ranges of one block; with a null base it only counts.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(uint64_t floats) {
+    const uint64_t at = used_;
+    used_ += (floats + kBufferAlignFloats - 1) / kBufferAlignFloats * kBufferAlignFloats;
+    return base_ != nullptr ? base_ + at : nullptr;
+  }
+  uint64_t used() const { return used_; }
+
+ private:
+  float* base_;
+  uint64_t used_ = 0;
+};
+
+// Carves every activation and scratch gradient for N = B * T rows from `base` (null: count only)
+// and returns the floats used. Identical order for any N, so the block sized for the largest N
+// holds every smaller one.
+uint64_t carve(const ModelConfig& c, bool checkpoint, int64_t B, int64_t T, float* base, Activations& a,
+               ActivationGrads& d) {
+  const uint64_t N = uint64_t(B) * uint64_t(T), C = c.dim, KV = c.kv_dim(), NH = c.n_head;
+  const uint64_t H = c.ffn_hidden, FC = c.fc_rows(), V = c.vocab, L = c.n_layer;
+  const bool gpt2 = c.arch == Arch::gpt2, llama = !gpt2;
+  Carver k(base);
+  a.residual = k.take((L + 1) * N * C);
+  a.layers.assign(checkpoint ? 1 : L, {});
+  for (auto& la : a.layers) {
+    la.ln1 = k.take(N * C);
+    la.ln1_mean = gpt2 ? k.take(N) : nullptr;
+    la.ln1_rstd = k.take(N);
+    la.q = k.take(N * C);
+    la.k = k.take(N * KV);
+    la.v = k.take(N * KV);
+    la.att = k.take(N * C);
+    la.att_lse = k.take(N * NH);
+    la.att_proj = k.take(N * C);
+    la.res1 = k.take(N * C);
+    la.ln2 = k.take(N * C);
+    la.ln2_mean = gpt2 ? k.take(N) : nullptr;
+    la.ln2_rstd = k.take(N);
+    la.fc = k.take(N * FC);
+    la.fc_act = k.take(N * H);
+    la.fc_proj = k.take(N * C);
+  }
+  a.lnf = k.take(N * C);
+  a.lnf_mean = gpt2 ? k.take(N) : nullptr;
+  a.lnf_rstd = k.take(N);
+  a.logits = k.take(N * V);
+  a.ce_lse = k.take(N);
+  a.ce_losses = k.take(N);
+  a.loss = reinterpret_cast<kernels::CrossEntropyResult*>(k.take(sizeof(kernels::CrossEntropyResult) / 4 + 1));
+  d.dres = k.take(N * C);
+  d.dln = k.take(N * C);
+  d.datt = k.take(N * C);
+  d.dq = k.take(N * C);
+  d.dk = k.take(N * KV);
+  d.dv = k.take(N * KV);
+  d.dq_rot = llama ? k.take(N * C) : nullptr;
+  d.dk_rot = llama ? k.take(N * KV) : nullptr;
+  d.dfc = k.take(N * FC);
+  d.dfc_act = k.take(N * H);
+  return k.used();
+}
+
+}  // namespace
+
+// ---- creation ------------------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, const ModelConfig& config,
+                                                           const TransformerOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(config, sizeof(float)));
+  TransformerOptions o = options;
+  if (o.seq_len == 0) o.seq_len = config.max_seq;
+  if (o.batch < 1 || o.seq_len < 1 || o.seq_len > config.max_seq) {
+    return error(Code::invalid_argument,
+                 "transformer '{}': batch {} and seq_len {} must be >= 1 and seq_len <= max_seq {}", config.name,
+                 o.batch, o.seq_len, config.max_seq);
+  }
+  std::unique_ptr<Transformer> model(new Transformer(backend, config, std::move(layout), o));
+  STRATA_RETURN_IF_ERROR(model->allocate_all());
+  return model;
+}
+
+Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, TransformerOptions options)
+    : backend_(backend),
+      ops_(backend.ops()),
+      config_(std::move(config)),
+      layout_(std::move(layout)),
+      options_(options),
+      layer_params_(config_.n_layer),
+      layer_grads_(config_.n_layer) {}
+
+Transformer::~Transformer() {
+  Status s = backend_.synchronize_all();
+  if (!s.is_ok()) spdlog::warn("transformer '{}': releasing memory after a failed stream: {}", config_.name, s);
+  for (void* block : blocks_) {
+    s = backend_.release(block);
+    if (!s.is_ok()) spdlog::warn("transformer '{}': {}", config_.name, s);
+  }
+}
+
+// Parameter and gradient chunks one block each (the unit the offload layers move), then one block
+// for all activations at (batch, seq_len); pointers are carved from the layout's offsets.
+Status Transformer::allocate_all() {
+  for (const char* what : {"parameters", "gradients"}) {
+    const bool grads = what[0] == 'g';
+    auto& chunks = grads ? grad_chunks_ : param_chunks_;
+    for (const auto& chunk : layout_.chunks) {
+      STRATA_ASSIGN_OR_RETURN(void* block,
+                              backend_.allocate(chunk.bytes, fmt::format("{} {} ({})", config_.name, what, chunk.name)));
+      blocks_.push_back(block);
+      chunks.push_back(static_cast<float*>(block));
+    }
+    GlobalParams& global = grads ? grads_ : params_;
+    std::vector<LayerParams>& layers = grads ? layer_grads_ : layer_params_;
+    for (const auto& p : layout_.params) {
+      float* slot = chunks[p.chunk] + p.slot_offset / sizeof(float);
+      if (p.layer >= 0) {
+        slot_field(layers[p.layer], static_cast<LayerSlot>(p.slot)) = slot;
+      } else {
+        slot_field(global, static_cast<GlobalSlot>(p.slot)) = slot;
+      }
+    }
+  }
+  const uint64_t floats = carve(config_, options_.checkpoint_layers, options_.batch, options_.seq_len, nullptr,
+                                acts_, dacts_);
+  STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(floats * sizeof(float),
+                                                          fmt::format("{} activations (B={}, T={})", config_.name,
+                                                                      options_.batch, options_.seq_len)));
+  blocks_.push_back(block);
+  act_block_ = static_cast<float*>(block);
+  carve_activations(options_.batch, options_.seq_len);
+  return Status::ok();
+}
+
+void Transformer::carve_activations(int64_t B, int64_t T) {
+  carve(config_, options_.checkpoint_layers, B, T, act_block_, acts_, dacts_);
+  B_ = B;
+  T_ = T;
+}
+
+Status Transformer::zero_grad() {
+  for (size_t i = 0; i < grad_chunks_.size(); ++i) {
+    STRATA_RETURN_IF_ERROR(backend_.fill_zero(grad_chunks_[i], layout_.chunks[i].bytes));
+  }
+  return Status::ok();
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  if (B < 1 || T < 1 || B > options_.batch || T > options_.seq_len) {
+    return error(Code::invalid_argument,
+                 "transformer '{}': forward on B={} T={} but buffers were sized for B<={} T<={}; create the model "
+                 "with a larger TransformerOptions batch / seq_len",
+                 config_.name, B, T, options_.batch, options_.seq_len);
+  }
+  carve_activations(B, T);
+  inputs_ = inputs;
+  targets_ = targets;
+  const int64_t N = B * T, C = config_.dim, V = config_.vocab;
+
+  // Embedding: GPT-2 adds learned positions; LLaMA's positions enter through RoPE.
+  if (config_.arch == Arch::gpt2) {
+    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(kF32, residual(0), inputs, params_.wte, params_.wpe, B, T, C, V));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(kF32, residual(0), inputs, params_.wte, N, C, V));
+  }
+  for (int l = 0; l < config_.n_layer; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l));
+
+  // Final norm, head (tied to wte or lm_head), fused cross-entropy -> mean loss on the device.
+  STRATA_RETURN_IF_ERROR(norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer),
+                                      params_.lnf_w, params_.lnf_b));
+  const float* head = config_.tied_head ? params_.wte : params_.lm_head;
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, acts_.logits, acts_.lnf, head, nullptr, N, C, V));
+  return ops_.crossentropy_forward(kF32, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V);
+}
+
+// x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
+// `write_output` false in the backward's recomputation (residual[l + 1] already holds it).
+Status Transformer::layer_forward(int l, bool write_output) {
+  const LayerParams& p = layer_params_[l];
+  const LayerActivations& a = layer_acts(l);
+  const int64_t NC = B_ * T_ * config_.dim;
+  const float* x = residual(l);
+  STRATA_RETURN_IF_ERROR(norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b));
+  STRATA_RETURN_IF_ERROR(attention_forward(p, a));
+  STRATA_RETURN_IF_ERROR(ops_.residual_forward(kF32, a.res1, x, a.att_proj, NC));
+  STRATA_RETURN_IF_ERROR(norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln2_w, p.ln2_b));
+  STRATA_RETURN_IF_ERROR(mlp_forward(p, a));
+  if (!write_output) return Status::ok();
+  return ops_.residual_forward(kF32, residual(l + 1), a.res1, a.fc_proj, NC);
+}
+
+// ln1 -> q, k, v (row blocks of the fused weight) -> [RoPE] -> causal attention -> out projection.
+Status Transformer::attention_forward(const LayerParams& p, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
+  const float* qkv_b = p.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, a.q, a.ln1, p.qkv_w, qkv_b, N, C, C));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_forward(kF32, a.k, a.ln1, p.qkv_w + C * C, qkv_b ? qkv_b + C : nullptr, N, C, KV));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_forward(kF32, a.v, a.ln1, p.qkv_w + (C + KV) * C, qkv_b ? qkv_b + C + KV : nullptr, N, C, KV));
+  if (config_.arch == Arch::llama) {
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(kF32, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(kF32, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0));
+  }
+  STRATA_RETURN_IF_ERROR(ops_.attention_forward(kF32, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS));
+  return ops_.matmul_forward(kF32, a.att_proj, a.att, p.attn_proj_w, p.attn_proj_b, N, C, C);
+}
+
+// ln2 -> fc -> GELU (GPT-2) or SwiGLU over [gate | up] (LLaMA) -> projection back to C.
+Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
+  if (config_.arch == Arch::gpt2) {
+    STRATA_RETURN_IF_ERROR(ops_.gelu_forward(kF32, a.fc_act, a.fc, N * H));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.swiglu_forward(kF32, a.fc_act, a.fc, N, H));
+  }
+  return ops_.matmul_forward(kF32, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
+}
+
+// LayerNorm (GPT-2, mean saved) or RMSNorm (LLaMA) over rows of (N, C).
+Status Transformer::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                 const float* b) {
+  const int64_t N = B_ * T_, C = config_.dim;
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_forward(kF32, out, mean, rstd, inp, w, b, N, C, config_.norm_eps);
+  return ops_.rmsnorm_forward(kF32, out, rstd, inp, w, N, C, config_.norm_eps);
+}
+
+// ---- backward ------------------------------------------------------------------------------------
+
+Status Transformer::backward(int64_t counted_targets, float grad_scale) {
+  if (inputs_ == nullptr) {
+    return error(Code::failed_precondition, "transformer '{}': backward() before any forward()", config_.name);
+  }
+  const int64_t N = B_ * T_, C = config_.dim, V = config_.vocab, L = config_.n_layer;
+  if (counted_targets < 0 || counted_targets > N) {
+    return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
+                 counted_targets, N);
+  }
+  const float dloss = grad_scale / float(counted_targets > 0 ? counted_targets : N);
+
+  // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
+  // d loss / d residual stream from here down.
+  STRATA_RETURN_IF_ERROR(ops_.crossentropy_backward_inplace(kF32, acts_.logits, acts_.ce_lse, targets_, dloss, N, V));
+  const float* dlogits = acts_.logits;
+  const float* head = config_.tied_head ? params_.wte : params_.lm_head;
+  float* dhead = config_.tied_head ? grads_.wte : grads_.lm_head;
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, N * C * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, N * C * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V));
+  STRATA_RETURN_IF_ERROR(norm_backward(dacts_.dres, grads_.lnf_w, grads_.lnf_b, dacts_.dln, residual(L),
+                                       params_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
+
+  for (int l = int(L) - 1; l >= 0; --l) {
+    // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
+    // still in the shared buffers from the forward).
+    if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(l, /*write_output=*/false));
+    STRATA_RETURN_IF_ERROR(layer_backward(l));
+  }
+
+  if (config_.arch == Arch::gpt2) {
+    return ops_.encoder_backward(kF32, grads_.wte, grads_.wpe, dacts_.dres, inputs_, B_, T_, C, V);
+  }
+  return ops_.token_embedding_backward(kF32, grads_.wte, dacts_.dres, inputs_, N, C, V);
+}
+
+// dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each
+// branch reads dres as its output gradient and its norm accumulates its input gradient into dres.
+Status Transformer::layer_backward(int l) {
+  const LayerParams& p = layer_params_[l];
+  const LayerParams& g = layer_grads_[l];
+  const LayerActivations& a = layer_acts(l);
+  STRATA_RETURN_IF_ERROR(mlp_backward(p, g, a));  // dres -> dln = d ln2
+  STRATA_RETURN_IF_ERROR(
+      norm_backward(dacts_.dres, g.ln2_w, g.ln2_b, dacts_.dln, a.res1, p.ln2_w, a.ln2_mean, a.ln2_rstd));
+  STRATA_RETURN_IF_ERROR(attention_backward(p, g, a));  // dres -> dln = d ln1
+  return norm_backward(dacts_.dres, g.ln1_w, g.ln1_b, dacts_.dln, residual(l), p.ln1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
+  const ActivationGrads& d = dacts_;
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, N * H * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, N * FC * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, N * C * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(kF32, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act, p.fc_proj_w, N, H, C));
+  if (config_.arch == Arch::gpt2) {
+    STRATA_RETURN_IF_ERROR(ops_.gelu_backward(kF32, d.dfc, a.fc, d.dfc_act, N * H));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.swiglu_backward(kF32, d.dfc, a.fc, d.dfc_act, N, H));
+  }
+  return ops_.matmul_backward(kF32, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC);
+}
+
+Status Transformer::attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
+  const bool llama = config_.arch == Arch::llama;
+  const ActivationGrads& d = dacts_;
+  for (auto [buf, floats] : {std::pair{d.datt, N * C}, {d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV},
+                             {d.dq_rot, N * C}, {d.dk_rot, N * KV}, {d.dln, N * C}}) {
+    if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, floats * sizeof(float)));
+  }
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(kF32, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att, p.attn_proj_w, N, C, C));
+  // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward
+  // turns them into the projections' output gradients.
+  float* dq_att = llama ? d.dq_rot : d.dq;
+  float* dk_att = llama ? d.dk_rot : d.dk;
+  STRATA_RETURN_IF_ERROR(
+      ops_.attention_backward(kF32, dq_att, dk_att, d.dv, d.datt, a.q, a.k, a.v, a.att, a.att_lse, B_, T_, NH, NKV, HS));
+  if (llama) {
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(kF32, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(kF32, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
+  }
+  // The three projections share the input: their input gradients all accumulate into dln.
+  float* gb = g.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, d.dln, g.qkv_w + C * C, gb ? gb + C : nullptr, d.dk, a.ln1,
+                                              p.qkv_w + C * C, N, C, KV));
+  return ops_.matmul_backward(kF32, d.dln, g.qkv_w + (C + KV) * C, gb ? gb + C + KV : nullptr, d.dv, a.ln1,
+                              p.qkv_w + (C + KV) * C, N, C, KV);
+}
+
+Status Transformer::norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                  const float* w, const float* mean, const float* rstd) {
+  const int64_t N = B_ * T_, C = config_.dim;
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_backward(kF32, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  return ops_.rmsnorm_backward(kF32, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,155 @@
+// Transformer (transformer.h): getting parameters in and out — Hugging Face safetensors loading
+// (with GPT-2's Conv1D transposition), GPT-2 style random initialisation, and host read-back of
+// one parameter or the loss. Each stages a whole chunk on the host and moves it in one copy.
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/half.h"
+#include "model/transformer.h"
+
+namespace strata::model {
+namespace {
+
+// Deterministic normal samples (splitmix64 + Box-Muller): identical on every platform, unlike
+// std::normal_distribution.
+class NormalRng {
+ public:
+  explicit NormalRng(uint64_t seed) : state_(seed) {}
+  float next(float stddev) {
+    const double u1 = (double(next_u64() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = double(next_u64() >> 11) * 0x1.0p-53;
+    return float(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  }
+
+ private:
+  uint64_t next_u64() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t state_;
+};
+
+std::vector<uint64_t> as_u64(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }
+
+// A file tensor's elements as fp32 (F32, BF16, F16).
+StatusOr<std::vector<float>> tensor_as_f32(const SafetensorsFile& file, const SafetensorsTensor& t) {
+  const auto bytes = file.data(t);
+  std::vector<float> out(t.elements());
+  if (t.dtype == SafeDType::f32) {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  } else if (t.dtype == SafeDType::bf16 || t.dtype == SafeDType::f16) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      out[i] = t.dtype == SafeDType::bf16 ? kernels::bf16_to_float(h) : kernels::fp16_to_float(h);
+    }
+  } else {
+    return error(Code::invalid_argument, "{}: tensor '{}' is {}; the model loads F32, BF16 or F16", file.path(), t.name,
+                 safe_dtype_name(t.dtype));
+  }
+  return out;
+}
+
+// (rows, cols) -> (cols, rows).
+void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+
+}  // namespace
+
+Status Transformer::write_chunks(const std::vector<std::vector<float>>& host_chunks) {
+  // The compute stream may still read the old values: let it finish before overwriting them.
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  for (size_t i = 0; i < host_chunks.size(); ++i) {
+    STRATA_RETURN_IF_ERROR(
+        backend_.copy_to_device(param_chunks_[i], host_chunks[i].data(), layout_.chunks[i].bytes, Stream::h2d));
+  }
+  return backend_.synchronize(Stream::h2d);
+}
+
+Status Transformer::load_hf_safetensors(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
+  return load_hf_safetensors(file);
+}
+
+Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
+  std::vector<std::vector<float>> host(layout_.chunks.size());
+  for (size_t i = 0; i < host.size(); ++i) host[i].assign(layout_.chunks[i].bytes / sizeof(float), 0.f);
+  for (const auto& p : layout_.params) {
+    const SafetensorsTensor* t = file.find(p.name);
+    constexpr std::string_view kGpt2Prefix = "transformer.";  // absent in OpenAI's own GPT-2 files
+    if (t == nullptr && p.name.starts_with(kGpt2Prefix)) t = file.find(std::string_view(p.name).substr(kGpt2Prefix.size()));
+    if (t == nullptr) {
+      return error(Code::not_found, "{}: no tensor '{}', which model '{}' ({}) needs; is it a checkpoint of this model?",
+                   file.path(), p.name, config_.name, arch_name(config_.arch));
+    }
+    const std::vector<uint64_t> want = as_u64(p.hf_shape());
+    if (t->shape != want) {
+      return error(Code::invalid_argument, "{}: tensor '{}' has shape [{}] but model '{}' needs [{}]", file.path(),
+                   p.name, fmt::join(t->shape, ", "), config_.name, fmt::join(want, ", "));
+    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, tensor_as_f32(file, *t));
+    float* dst = host[p.chunk].data() + p.offset / sizeof(float);
+    if (p.hf_transposed) {
+      transpose_into(dst, values.data(), p.shape[1], p.shape[0]);  // HF (in, out) -> (out, in)
+    } else {
+      std::memcpy(dst, values.data(), values.size() * sizeof(float));
+    }
+  }
+  return write_chunks(host);
+}
+
+Status Transformer::init(uint64_t seed) {
+  std::vector<std::vector<float>> host(layout_.chunks.size());
+  for (size_t i = 0; i < host.size(); ++i) host[i].assign(layout_.chunks[i].bytes / sizeof(float), 0.f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    const ParamSpec& p = layout_.params[i];
+    float* dst = host[p.chunk].data() + p.offset / sizeof(float);
+    if (p.shape.size() == 1) {
+      // Norm gains start at 1, biases (GPT-2) at 0.
+      const bool gain = p.layer >= 0 ? (p.slot == int(LayerSlot::ln1_w) || p.slot == int(LayerSlot::ln2_w))
+                                     : p.slot == int(GlobalSlot::lnf_w);
+      std::fill_n(dst, p.elements, gain ? 1.f : 0.f);
+      continue;
+    }
+    const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
+    NormalRng rng(seed * 0x100000001B3ull + i);  // one stream per tensor: independent of chunking
+    for (uint64_t e = 0; e < p.elements; ++e) dst[e] = rng.next(residual_proj ? residual_std : 0.02f);
+  }
+  return write_chunks(host);
+}
+
+StatusOr<kernels::CrossEntropyResult> Transformer::read_loss() {
+  kernels::CrossEntropyResult result;
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(&result, acts_.loss, sizeof(result), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  return result;
+}
+
+StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_view hf_name, ParamState state) {
+  const ParamSpec* p = layout_.find(hf_name);
+  if (p == nullptr) {
+    return error(Code::not_found, "model '{}' has no parameter '{}' (Hugging Face names, e.g. '{}')", config_.name,
+                 hf_name, layout_.params.front().name);
+  }
+  const float* chunk = (state == ParamState::gradients ? grad_chunks_ : param_chunks_)[p->chunk];
+  std::vector<float> values(p->elements);
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(values.data(), chunk + p->offset / sizeof(float),
+                                               p->elements * sizeof(float), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  if (!p->hf_transposed) return values;
+  std::vector<float> hf(values.size());
+  transpose_into(hf.data(), values.data(), p->shape[0], p->shape[1]);  // (out, in) -> HF (in, out)
+  return hf;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,250 @@
+// The Transformer (model/transformer.h) against PyTorch: the committed golden files
+// (tests/data/golden, see its README) hold weights, a batch, logits, loss, every gradient and
+// layer-0 activations of the tiny GPT-2 and LLaMA, computed in float64. Here the model loads the
+// HF weights on the CPU backend in fp32 and must reproduce all of them; checkpointing on and off
+// must give identical gradients, and a second backward without zero_grad must double them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "model_test_files.h"
+
+namespace strata::model {
+namespace {
+
+using testing::expect_value;
+
+// Tolerances, normwise (max |got - want| / max |want| over the tensor, as the golden README
+// advises: elements near zero carry only absolute error, and GPT-2's key-bias gradient is exactly
+// zero up to round-off).
+// - Activations and logits: a few fp32 ops deep from exact fp32 weights; each op adds ~1e-7
+//   normwise (dot products of <= 192 terms, row statistics), torch's own fp32 run lands at
+//   1e-7..3e-7 ("torch_fp32_error" in the file). 2e-6 leaves a margin for the depth.
+// - Loss: a mean of 64 fp32 cross-entropies from fp32 logits; relative 1e-6.
+// - Gradients: the backward chains ~20 fp32 ops (two layers, head, embedding) and sums over
+//   B*T = 64 rows; torch's fp32 gradients land at 1.5e-7..6e-7. 1e-5 is the brief's target and
+//   still 10^5 below what a convention error (a transposed weight, a missing bias gradient, the
+//   wrong RoPE pairing, a half-applied tied head) moves.
+constexpr double kActTolerance = 2e-6;
+constexpr double kLossTolerance = 1e-6;
+constexpr double kGradTolerance = 1e-5;
+
+double normwise_error(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    diff = std::max(diff, std::fabs(double(got[i]) - double(want[i])));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  EXPECT_GT(scale, 0.0) << "an all-zero reference tensor checks nothing";
+  return scale > 0.0 ? diff / scale : diff;
+}
+
+struct Golden {
+  SafetensorsFile file;
+  int64_t B = 0, T = 0;
+
+  std::vector<float> f32(const std::string& name) const {
+    const SafetensorsTensor* t = file.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr) return {};
+    EXPECT_EQ(t->dtype, SafeDType::f32) << name;
+    std::vector<float> out(t->elements());
+    std::memcpy(out.data(), file.data(*t).data(), t->bytes());
+    return out;
+  }
+  std::vector<int32_t> i32(const std::string& name) const {
+    const SafetensorsTensor* t = file.find(name);
+    EXPECT_TRUE(t != nullptr && t->dtype == SafeDType::i32) << name;
+    std::vector<int32_t> out(t ? t->elements() : 0);
+    if (t) std::memcpy(out.data(), file.data(*t).data(), t->bytes());
+    return out;
+  }
+  double loss() const {
+    double v = 0.0;
+    std::memcpy(&v, file.data(*file.find("loss")).data(), sizeof(v));
+    return v;
+  }
+};
+
+Golden open_golden(const std::string& preset) {
+  const std::string file = preset == "gpt2-tiny" ? "gpt2_tiny" : "llama_tiny";
+  Golden g{expect_value(SafetensorsFile::open(std::string(STRATA_TEST_DATA_DIR) + "/golden/" + file + ".safetensors"))};
+  const auto batch = nlohmann::json::parse(g.file.metadata().at("batch"));
+  g.B = batch.at("B").get<int64_t>();
+  g.T = batch.at("T").get<int64_t>();
+  return g;
+}
+
+// A tiny model on a CPU backend with the golden weights and batch on the device.
+struct ModelRun {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Transformer> model;
+  int32_t* inputs = nullptr;
+  int32_t* targets = nullptr;
+
+  Status forward(const Golden& g) { return model->forward(inputs, targets, g.B, g.T); }
+  // zero_grad, forward, backward.
+  void fresh_gradients(const Golden& g) {
+    ASSERT_TRUE(model->zero_grad().is_ok());
+    ASSERT_TRUE(forward(g).is_ok());
+    ASSERT_TRUE(model->backward().is_ok());
+  }
+  std::vector<float> device_to_host(const float* p, size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(backend->synchronize(Stream::compute).is_ok());
+    EXPECT_TRUE(backend->copy_to_host(out.data(), p, n * sizeof(float), Stream::d2h).is_ok());
+    EXPECT_TRUE(backend->synchronize(Stream::d2h).is_ok());
+    return out;
+  }
+  std::map<std::string, std::vector<float>> gradients() {
+    std::map<std::string, std::vector<float>> all;
+    for (const auto& p : model->layout().params) {
+      all[p.name] = expect_value(model->copy_parameter_to_host(p.name, ParamState::gradients));
+    }
+    return all;
+  }
+};
+
+ModelRun make_run(const std::string& preset, const Golden& g, bool checkpoint) {
+  ModelRun r;
+  r.backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = 64ull << 20}));
+  const ModelConfig config = expect_value(model_preset(preset));
+  r.model = expect_value(Transformer::create(
+      *r.backend, config, TransformerOptions{.batch = g.B, .seq_len = g.T, .checkpoint_layers = checkpoint}));
+  EXPECT_TRUE(r.model->load_hf_safetensors(g.file).is_ok());
+  const uint64_t bytes = uint64_t(g.B * g.T) * sizeof(int32_t);
+  r.inputs = static_cast<int32_t*>(expect_value(r.backend->allocate(bytes, "test inputs")));
+  r.targets = static_cast<int32_t*>(expect_value(r.backend->allocate(bytes, "test targets")));
+  const auto tokens = g.i32("tokens"), targets = g.i32("targets");
+  EXPECT_TRUE(r.backend->copy_to_device(r.inputs, tokens.data(), bytes, Stream::h2d).is_ok());
+  EXPECT_TRUE(r.backend->copy_to_device(r.targets, targets.data(), bytes, Stream::h2d).is_ok());
+  EXPECT_TRUE(r.backend->synchronize(Stream::h2d).is_ok());
+  return r;
+}
+
+class ModelGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGoldenTest, LossAndLogitsMatch) {
+  const Golden g = open_golden(GetParam());
+  ModelRun r = make_run(GetParam(), g, /*checkpoint=*/true);
+  ASSERT_TRUE(r.forward(g).is_ok());
+  const auto loss = expect_value(r.model->read_loss());
+  EXPECT_EQ(loss.valid_count, g.B * g.T);
+  EXPECT_LE(std::fabs(loss.loss_sum / double(loss.valid_count) - g.loss()) / g.loss(), kLossTolerance);
+  EXPECT_LE(std::fabs(double(loss.mean_loss) - g.loss()) / g.loss(), kLossTolerance);
+  const int64_t V = r.model->config().vocab;
+  EXPECT_LE(normwise_error(r.device_to_host(r.model->activations().logits, g.B * g.T * V), g.f32("logits")),
+            kActTolerance);
+}
+
+TEST_P(ModelGoldenTest, EveryGradientMatches) {
+  const Golden g = open_golden(GetParam());
+  ModelRun r = make_run(GetParam(), g, /*checkpoint=*/true);
+  r.fresh_gradients(g);
+  std::set<std::string> golden_grads;
+  for (const auto& t : g.file.tensors()) {
+    if (t.name.starts_with("grad.")) golden_grads.insert(t.name.substr(5));
+  }
+  double worst = 0.0;
+  std::string worst_name;
+  std::set<std::string> compared;
+  for (const auto& [name, grad] : r.gradients()) {
+    const double err = normwise_error(grad, g.f32("grad." + name));
+    EXPECT_LE(err, kGradTolerance) << name;
+    if (err > worst) worst = err, worst_name = name;
+    compared.insert(name);
+  }
+  EXPECT_EQ(compared, golden_grads) << "the model's parameters and the file's gradients must be the same set";
+  std::printf("%s: worst gradient error %.3g (%s)\n", GetParam().c_str(), worst, worst_name.c_str());
+}
+
+TEST_P(ModelGoldenTest, CheckpointingGivesIdenticalGradients) {
+  const Golden g = open_golden(GetParam());
+  std::map<std::string, std::vector<float>> grads[2];
+  for (bool checkpoint : {false, true}) {
+    ModelRun r = make_run(GetParam(), g, checkpoint);
+    r.fresh_gradients(g);
+    grads[checkpoint] = r.gradients();
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (const auto& [name, grad] : grads[0]) EXPECT_EQ(grad, grads[1][name]) << name;  // bit-identical
+}
+
+TEST_P(ModelGoldenTest, SecondBackwardWithoutZeroGradDoubles) {
+  const Golden g = open_golden(GetParam());
+  ModelRun r = make_run(GetParam(), g, /*checkpoint=*/true);
+  r.fresh_gradients(g);
+  const auto once = r.gradients();
+  ASSERT_TRUE(r.forward(g).is_ok());  // backward consumed the logits
+  ASSERT_TRUE(r.model->backward().is_ok());
+  for (const auto& [name, twice] : r.gradients()) {
+    std::vector<float> doubled = once.at(name);
+    for (float& x : doubled) x *= 2.f;
+    // Exactly 2x except where a tensor sums two contributions (tied wte: head + embedding).
+    EXPECT_LE(normwise_error(twice, doubled), 1e-6) << name;
+  }
+  // And zero_grad really clears: one more pass equals the first.
+  r.fresh_gradients(g);
+  for (const auto& [name, grad] : r.gradients()) EXPECT_EQ(grad, once.at(name)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, ModelGoldenTest, ::testing::Values("gpt2-tiny", "llama-tiny"),
+                         [](const auto& info) { return info.param == "gpt2-tiny" ? "Gpt2" : "Llama"; });
+
+// Layer 0's internals and the final norm, kept when checkpointing is off.
+TEST(ModelGoldenActivationsTest, Gpt2LayerZero) {
+  const Golden g = open_golden("gpt2-tiny");
+  ModelRun r = make_run("gpt2-tiny", g, /*checkpoint=*/false);
+  ASSERT_TRUE(r.forward(g).is_ok());
+  const ModelConfig& c = r.model->config();
+  const int64_t N = g.B * g.T, C = c.dim;
+  const Activations& a = r.model->activations();
+  const LayerActivations& l0 = a.layers[0];
+  EXPECT_EQ(r.device_to_host(a.residual, N * C), g.f32("act.embed"));  // one fp32 add: exact
+  EXPECT_LE(normwise_error(r.device_to_host(l0.ln1, N * C), g.f32("act.h.0.ln_1")), kActTolerance);
+  // c_attn output rows are [q | k | v]; the model keeps them as three (N, C) buffers.
+  const auto q = r.device_to_host(l0.q, N * C), k = r.device_to_host(l0.k, N * C), v = r.device_to_host(l0.v, N * C);
+  std::vector<float> qkv(N * 3 * C);
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy_n(q.begin() + n * C, C, qkv.begin() + n * 3 * C);
+    std::copy_n(k.begin() + n * C, C, qkv.begin() + n * 3 * C + C);
+    std::copy_n(v.begin() + n * C, C, qkv.begin() + n * 3 * C + 2 * C);
+  }
+  EXPECT_LE(normwise_error(qkv, g.f32("act.h.0.attn.qkv")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.h.0.attn.y")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.h.0.attn.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C, N * C), g.f32("act.h.0.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.lnf, N * C), g.f32("act.ln_f")), kActTolerance);
+}
+
+TEST(ModelGoldenActivationsTest, LlamaLayerZero) {
+  const Golden g = open_golden("llama-tiny");
+  ModelRun r = make_run("llama-tiny", g, /*checkpoint=*/false);
+  ASSERT_TRUE(r.forward(g).is_ok());
+  const ModelConfig& c = r.model->config();
+  const int64_t N = g.B * g.T, C = c.dim, KV = c.kv_dim();
+  const Activations& a = r.model->activations();
+  const LayerActivations& l0 = a.layers[0];
+  EXPECT_EQ(r.device_to_host(a.residual, N * C), g.f32("act.embed"));  // a row copy: exact
+  EXPECT_LE(normwise_error(r.device_to_host(l0.ln1, N * C), g.f32("act.layers.0.input_layernorm")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.q, N * C), g.f32("act.layers.0.self_attn.q_rot")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.k, N * KV), g.f32("act.layers.0.self_attn.k_rot")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.layers.0.self_attn.y")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.layers.0.self_attn.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C, N * C), g.f32("act.layers.0.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.lnf, N * C), g.f32("act.norm")), kActTolerance);
+}
+
+}  // namespace
+}  // namespace strata::model
