@@ -2,6 +2,7 @@
 #include "bench/io_bench.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -222,6 +223,14 @@ StatusOr<double> store_pass(const IoEngineConfig& ec, const std::vector<std::str
 
 StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
   if (o.paths.empty()) return Status(Code::invalid_argument, "bench io needs --path DIR");
+  for (const std::string& path : o.paths) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0)
+      return errno_status(errno, fmt::format("--path {}", path)).with_context("bench io needs existing directories");
+    if (!S_ISDIR(st.st_mode))
+      return error(Code::invalid_argument, "--path {} is not a directory; give the directory to write the test file in",
+                   path);
+  }
   if (o.repeat < 1) return error(Code::invalid_argument, "--repeat must be >= 1 (got {})", o.repeat);
   for (uint64_t b : o.blocks)
     if (b == 0 || b % 4096 != 0 || b > o.size)
