@@ -1,6 +1,7 @@
 // Composition of the layers' config keys for the strata CLI (see schema.h).
 #include "tools/strata/schema.h"
 
+#include "model/train_config_keys.h"
 #include "offload/config_keys.h"
 #include "runtime/config_keys.h"
 
@@ -13,6 +14,7 @@ ConfigSchema strata_config_schema() {
   // One line per layer.
   add_runtime_config_keys(schema);
   add_offload_config_keys(schema);
+  model::add_train_config_keys(schema);
   return schema;
 }
 

@@ -1,0 +1,115 @@
+// The --metrics JSON lines file and the progress/summary text (see metrics_log.h).
+#include "model/metrics_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/units.h"
+
+namespace strata::model {
+namespace {
+
+// A finite number as itself, anything else as null (JSON has no NaN or Infinity).
+nlohmann::ordered_json number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+
+// "gpu 41 MiB (peak 52 MiB)".
+std::string tier_text(std::string_view name, uint64_t now, uint64_t peak) {
+  return fmt::format("{} {} (peak {})", name, format_size(now), format_size(peak));
+}
+
+}  // namespace
+
+StatusOr<MetricsLog> MetricsLog::open(const std::string& path, Mode mode) {
+  std::FILE* f = std::fopen(path.c_str(), mode == Mode::append ? "a" : "w");
+  if (f == nullptr) return errno_status(errno, fmt::format("cannot open metrics file {} (--metrics)", path));
+  return MetricsLog(f, path);
+}
+
+MetricsLog::MetricsLog(MetricsLog&& other) noexcept
+    : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)) {}
+
+MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
+  if (this != &other) {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = std::exchange(other.file_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+Status MetricsLog::write(const StepMetrics& metrics) {
+  if (file_ == nullptr)
+    return error(Code::failed_precondition, "metrics file {} was moved from; write to the MetricsLog it moved to",
+                 path_);
+  const std::string line = metrics_json_line(metrics) + "\n";
+  errno = 0;
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    const int err = errno != 0 ? errno : EIO;
+    std::clearerr(file_);
+    return errno_status(err, fmt::format("cannot write step {} to metrics file {}", metrics.step, path_));
+  }
+  return Status::ok();
+}
+
+std::string metrics_json_line(const StepMetrics& m) {
+  nlohmann::ordered_json j;  // keys in the order written: step first, as a reader scans them
+  j["step"] = m.step;
+  j["loss"] = number(m.loss);
+  j["lr"] = number(m.lr);
+  j["tokens_per_s"] = number(m.tokens_per_s);
+  j["step_s"] = number(m.step_s);
+  j["peak_bytes"] = {{"gpu", m.peak_bytes.gpu}, {"cpu", m.peak_bytes.cpu}, {"nvme", m.peak_bytes.nvme}};
+  if (m.val_loss) j["val_loss"] = number(*m.val_loss);
+  if (m.grad_norm) j["grad_norm"] = number(*m.grad_norm);
+  if (m.loss_scale) j["loss_scale"] = number(*m.loss_scale);
+  if (m.skipped) j["skipped"] = true;
+  if (m.tflops) j["tflops"] = number(*m.tflops);
+  if (m.mfu) j["mfu"] = number(*m.mfu);
+  if (m.device_used_bytes) j["device_used_bytes"] = *m.device_used_bytes;
+  return j.dump();
+}
+
+std::string format_progress_line(const StepMetrics& m, uint64_t total_steps) {
+  const int width = static_cast<int>(fmt::formatted_size("{}", total_steps));
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {} tok/s | {:.3f} s | {}", m.step, width,
+                                 total_steps, m.loss, m.lr, format_count(m.tokens_per_s), m.step_s,
+                                 tier_text("gpu", m.bytes.gpu, m.peak_bytes.gpu));
+  if (m.peak_bytes.cpu > 0) line += " | " + tier_text("cpu", m.bytes.cpu, m.peak_bytes.cpu);
+  if (m.peak_bytes.nvme > 0) line += " | " + tier_text("nvme", m.bytes.nvme, m.peak_bytes.nvme);
+  if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+  if (m.grad_norm) line += fmt::format(" | norm {:.3f}", *m.grad_norm);
+  if (m.loss_scale) line += fmt::format(" | scale {}", *m.loss_scale);
+  if (m.skipped) line += " | skipped";
+  if (m.tflops) line += fmt::format(" | {:.1f} TFLOP/s", *m.tflops);
+  if (m.mfu) line += fmt::format(" | MFU {:.1f}%", *m.mfu * 100.0);
+  if (m.device_used_bytes) line += fmt::format(" | nvml {}", format_size(*m.device_used_bytes));
+  return line;
+}
+
+std::string format_run_summary(const RunSummary& s) {
+  const double tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0;
+  std::string out = fmt::format("trained {} step{} in {:.1f} s: {} tokens at {} tok/s", s.steps,
+                                s.steps == 1 ? "" : "s", s.seconds, format_count(static_cast<double>(s.tokens)),
+                                format_count(tokens_per_s));
+  out += fmt::format("\nloss {:.4f} -> {:.4f}", s.first_loss, s.last_loss);
+  if (s.last_val_loss) out += fmt::format(", val {:.4f} at step {}", *s.last_val_loss, s.last_val_step);
+  out += fmt::format("\npeak memory: gpu {}, cpu {}, nvme {}", format_size(s.peak_bytes.gpu),
+                     format_size(s.peak_bytes.cpu), format_size(s.peak_bytes.nvme));
+  if (s.skipped_steps > 0)
+    out += fmt::format("\nskipped {} step{} (fp16 overflow)", s.skipped_steps, s.skipped_steps == 1 ? "" : "s");
+  if (s.mean_mfu) out += fmt::format("\nmean MFU {:.1f}%", *s.mean_mfu * 100.0);
+  return out;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,100 @@
+// What a training run reports: the per-step record (StepMetrics), the --metrics file that keeps
+// one JSON object per step (MetricsLog), the human progress line and the end-of-run summary.
+// Not the measuring itself (the trainer times steps and reads the tier peaks and NVML) and not
+// logging: the caller prints the strings (spdlog::info).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "runtime/status.h"
+
+namespace strata::model {
+
+// Bytes in each memory tier. "gpu" is the device arena (host memory under the CPU backend).
+struct TierBytes {
+  uint64_t gpu = 0;
+  uint64_t cpu = 0;   // pinned host memory
+  uint64_t nvme = 0;  // swap space in use on the NVMe paths
+};
+
+struct StepMetrics {
+  uint64_t step = 0;          // 1-based: the number of optimizer steps done, this one included
+  double loss = 0;            // mean training loss over the step's micro-batches
+  double lr = 0;              // learning rate the step used
+  double tokens_per_s = 0;    // training tokens of this step / step_s
+  double step_s = 0;          // wall seconds of the step
+  TierBytes bytes;            // in use at the end of the step
+  TierBytes peak_bytes;       // peak since the start of the run
+  std::optional<double> val_loss;       // on evaluation steps
+  std::optional<double> grad_norm;      // global L2 norm before clipping
+  std::optional<double> loss_scale;     // fp16: the scale the step used
+  bool skipped = false;                 // fp16: the update was skipped (non-finite gradients)
+  std::optional<double> tflops;         // GPU: achieved TFLOP/s of the step
+  std::optional<double> mfu;            // GPU: model FLOPs utilisation, a fraction in [0, 1]
+  std::optional<uint64_t> device_used_bytes;  // GPU: device memory in use as NVML reports it
+};
+
+// The --metrics file: one JSON object per line, written and flushed per step, so a crash loses
+// at most the line being written. Fields: step, loss, lr, tokens_per_s, step_s, peak_bytes
+// {"gpu", "cpu", "nvme"} always; val_loss, grad_norm, loss_scale, tflops, mfu, device_used_bytes
+// when set; skipped when true. Non-finite numbers (a diverged loss) are written as null.
+// Movable, not copyable; not thread-safe (one trainer thread writes).
+class MetricsLog {
+ public:
+  enum class Mode : uint8_t { truncate, append };  // append: continue a resumed run's file
+
+  // Opens (creates) `path`. Errors name the path (errno_status: not_found for a missing
+  // directory, permission_denied, ...).
+  static StatusOr<MetricsLog> open(const std::string& path, Mode mode = Mode::truncate);
+
+  MetricsLog(MetricsLog&& other) noexcept;
+  MetricsLog& operator=(MetricsLog&& other) noexcept;
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  ~MetricsLog();
+
+  // Appends one line and flushes it to the kernel. io_error / no_space naming the path.
+  Status write(const StepMetrics& metrics);
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsLog(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// The JSON object of one line, as a string without the newline.
+std::string metrics_json_line(const StepMetrics& metrics);
+
+// "step   12/200 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | gpu 41 MiB (peak 52 MiB)",
+// then per set field: " | val 3.2100", " | norm 0.912", " | scale 65536", " | skipped",
+// " | 45.2 TFLOP/s | MFU 38.1%", " | nvml 10.2 GiB". The cpu and nvme tiers appear when their
+// peak is not 0. The step is right-aligned to the width of total_steps.
+std::string format_progress_line(const StepMetrics& metrics, uint64_t total_steps);
+
+// What the end-of-run summary is made of; the trainer accumulates it.
+struct RunSummary {
+  uint64_t steps = 0;            // optimizer steps done in this run
+  uint64_t tokens = 0;           // training tokens processed in this run
+  double seconds = 0;            // wall time of the training loop
+  double first_loss = 0;
+  double last_loss = 0;
+  std::optional<double> last_val_loss;
+  uint64_t last_val_step = 0;    // the step of last_val_loss
+  uint64_t skipped_steps = 0;    // fp16 overflows
+  TierBytes peak_bytes;
+  std::optional<double> mean_mfu;  // GPU only
+};
+
+// Lines without a trailing newline, e.g.
+//   "trained 200 steps in 41.3 s: 51.2K tokens at 1.24K tok/s"
+//   "loss 5.5452 -> 2.3110, val 2.4012 at step 200"
+//   "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B"
+// plus "skipped 3 steps (fp16 overflow)" and "mean MFU 38.1%" when they apply.
+std::string format_run_summary(const RunSummary& summary);
+
+}  // namespace strata::model

@@ -1,0 +1,249 @@
+// Definitions of `strata train`'s config keys (see train_config_keys.h). The defaults make a run
+// with no arguments train gpt2-tiny on the built-in corpus: 200 steps of 4 x 64 byte tokens
+// (51,200 tokens), well under a minute on 2 CPU cores, with the loss visibly falling.
+#include "model/train_config_keys.h"
+
+#include <string>
+
+namespace strata::model {
+
+void add_train_config_keys(ConfigSchema& schema) {
+  constexpr double kMaxSteps = 1e12;
+  // --- model and data ----------------------------------------------------------------------------
+  schema.add({.name = "preset",
+              .type = ValueType::text,
+              .default_text = std::string(kDefaultTrainPreset),
+              .help = "Model to train, by preset name (gpt2-tiny, gpt2-124m, llama-1b, ...; an unknown name lists them)"});
+  schema.add({.name = "data",
+              .type = ValueType::path_list,
+              .help = "Training token files (comma list; globs such as data/train_*.bin); neither this nor --text: "
+                      "the built-in corpus"});
+  schema.add({.name = "text",
+              .type = ValueType::path,
+              .help = "A plain text file to train on, one token per byte (instead of --data)"});
+  schema.add({.name = "data_format",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "Layout of the --data and --val-data files: llmc (llm.c .bin shards), u16 / u32 (bare token "
+                      "arrays), text (bytes), auto (by extension: .bin is llmc, .txt is text)",
+              .choices = {"auto", "llmc", "u16", "u32", "text"}});
+  schema.add({.name = "val_data",
+              .type = ValueType::path_list,
+              .help = "Held-out token files for evaluation (comma list; globs); empty: hold out --val-fraction of "
+                      "the training data"});
+  // 5%: enough held-out tokens for a stable val loss on the built-in corpus (~19K tokens).
+  schema.add({.name = "val_fraction",
+              .type = ValueType::real,
+              .default_text = "0.05",
+              .help = "Fraction at the end of the training data held out for evaluation when --val-data is not "
+                      "given (0: no evaluation); below 0.5",
+              .min = 0.0,
+              .max = 0.5});
+
+  // --- batch shape -------------------------------------------------------------------------------
+  schema.add({.name = "steps",
+              .type = ValueType::integer,
+              .default_text = "200",
+              .help = "Optimizer steps to train for (the learning-rate schedule ends here)",
+              .min = 1,
+              .max = kMaxSteps});
+  schema.add({.name = "micro_batch",
+              .type = ValueType::integer,
+              .default_text = "4",
+              .help = "Sequences per forward/backward pass (B)",
+              .min = 1,
+              .max = 65536,
+              .file_aliases = {"train_micro_batch_size_per_gpu"}});
+  // 64: gpt2-tiny's context length.
+  schema.add({.name = "seq",
+              .type = ValueType::integer,
+              .default_text = "64",
+              .help = "Tokens per sequence (T); at most the model's context length",
+              .min = 1,
+              .max = 1 << 20});
+  schema.add({.name = "grad_accum",
+              .type = ValueType::integer,
+              .default_text = "1",
+              .help = "Micro-batches whose gradients are summed into one optimizer step (tokens per step = B x T x "
+                      "this)",
+              .min = 1,
+              .max = 65536,
+              .file_aliases = {"gradient_accumulation_steps"}});
+
+  // --- precision ---------------------------------------------------------------------------------
+  schema.add({.name = "dtype",
+              .type = ValueType::choice,
+              .default_text = "fp32",
+              .help = "Precision of the weights and activations in compute (master weights and Adam states stay "
+                      "fp32); fp16 uses dynamic loss scaling",
+              .choices = {"fp32", "bf16", "fp16"}});
+  schema.add({.name = "bf16_enabled",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "DeepSpeed's bf16.enabled: true means --dtype bf16 (prefer --dtype)",
+              .file_aliases = {"bf16.enabled"}});
+  schema.add({.name = "fp16_enabled",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "DeepSpeed's fp16.enabled: true means --dtype fp16 (prefer --dtype)",
+              .file_aliases = {"fp16.enabled"}});
+  schema.add({.name = "tf32",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "Let fp32 matrix multiplies on the GPU use TF32 tensor cores (faster, ~3 fewer digits)"});
+  schema.add({.name = "activation_checkpointing",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "Keep only each layer's input during forward and recompute the rest in backward (less "
+                      "memory, ~1/3 more compute)"});
+
+  // --- optimizer and schedule --------------------------------------------------------------------
+  // Not named "optimizer": that JSON path is DeepSpeed's optimizer section (an object).
+  schema.add({.name = "optimizer_type",
+              .type = ValueType::choice,
+              .default_text = "adamw",
+              .help = "adamw (decoupled weight decay), adam (weight decay as L2 in the gradient) or adamw8bit "
+                      "(adamw with 8-bit moment states: 1/4 of their memory)",
+              .choices = {"adamw", "adam", "adamw8bit"},
+              .file_aliases = {"optimizer.type"}});
+  // 1e-3: gpt2-tiny learns the built-in corpus visibly within 200 steps at this rate.
+  schema.add({.name = "lr",
+              .type = ValueType::real,
+              .default_text = "1e-3",
+              .help = "Peak learning rate (reached at the end of warmup)",
+              .min = 0.0,
+              .max = 10.0,
+              .file_aliases = {"optimizer.params.lr"}});
+  schema.add({.name = "min_lr_fraction",
+              .type = ValueType::real,
+              .default_text = "0.1",
+              .help = "The decay ends at this fraction of the peak learning rate (cosine and linear)",
+              .min = 0.0,
+              .max = 1.0});
+  schema.add({.name = "warmup_steps",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "Steps of linear warmup to the peak learning rate (auto: 10% of --steps)",
+              .min = 0,
+              .max = kMaxSteps,
+              .allow_auto = true,
+              .file_aliases = {"scheduler.params.warmup_num_steps"}});
+  schema.add({.name = "lr_schedule",
+              .type = ValueType::choice,
+              .default_text = "cosine",
+              .help = "Learning rate after warmup: cosine or linear decay to --min-lr-fraction, or constant",
+              .choices = {"cosine", "linear", "constant"}});
+  schema.add({.name = "beta1",
+              .type = ValueType::real,
+              .default_text = "0.9",
+              .help = "Adam's decay rate of the gradient mean (first moment)",
+              .min = 0.0,
+              .max = 0.999999,
+              .file_aliases = {"optimizer.params.beta1"}});
+  // 0.95 (GPT-3, nanoGPT) rather than 0.999: steadier for transformers at high learning rates.
+  schema.add({.name = "beta2",
+              .type = ValueType::real,
+              .default_text = "0.95",
+              .help = "Adam's decay rate of the squared-gradient mean (second moment)",
+              .min = 0.0,
+              .max = 0.999999,
+              .file_aliases = {"optimizer.params.beta2"}});
+  schema.add({.name = "eps",
+              .type = ValueType::real,
+              .default_text = "1e-8",
+              .help = "Adam's epsilon, added to the root of the second moment",
+              .min = 1e-30,
+              .max = 1.0,
+              .file_aliases = {"optimizer.params.eps"}});
+  schema.add({.name = "weight_decay",
+              .type = ValueType::real,
+              .default_text = "0.1",
+              .help = "Weight decay per step, times the learning rate (0: none)",
+              .min = 0.0,
+              .max = 10.0,
+              .file_aliases = {"optimizer.params.weight_decay"}});
+  schema.add({.name = "clip_grad_norm",
+              .type = ValueType::real,
+              .default_text = "1.0",
+              .help = "Scale the gradients down when their global L2 norm exceeds this (0: no clipping)",
+              .min = 0.0,
+              .file_aliases = {"gradient_clipping"}});
+
+  // --- evaluation, logging, checkpoints ----------------------------------------------------------
+  schema.add({.name = "eval_every",
+              .type = ValueType::integer,
+              .default_text = "50",
+              .help = "Evaluate on the held-out data every this many steps, and after the last (0: never)",
+              .min = 0,
+              .max = kMaxSteps});
+  schema.add({.name = "eval_batches",
+              .type = ValueType::integer,
+              .default_text = "8",
+              .help = "Micro-batches of held-out data per evaluation",
+              .min = 1,
+              .max = 1 << 20});
+  schema.add({.name = "log_every",
+              .type = ValueType::integer,
+              .default_text = "1",
+              .help = "Print a progress line every this many steps (the --metrics file gets every step)",
+              .min = 1,
+              .max = kMaxSteps});
+  schema.add({.name = "metrics",
+              .type = ValueType::path,
+              .help = "Write one JSON object per step to this file (step, loss, lr, tokens_per_s, step_s, "
+                      "peak_bytes, val_loss, ...)"});
+  schema.add({.name = "checkpoint_dir",
+              .type = ValueType::path,
+              .help = "Directory for safetensors checkpoints (empty: none are written)"});
+  schema.add({.name = "checkpoint_every",
+              .type = ValueType::integer,
+              .default_text = "0",
+              .help = "Write a checkpoint every this many steps (0: only after the last step); needs "
+                      "--checkpoint-dir",
+              .min = 0,
+              .max = kMaxSteps});
+  schema.add({.name = "resume",
+              .type = ValueType::path,
+              .help = "Checkpoint to continue from (its step, weights, optimizer state, data position); the run "
+                      "continues bit-identically"});
+
+  // --- fp16 loss scaling (used only with --dtype fp16) --------------------------------------------
+  schema.add({.name = "loss_scale",
+              .type = ValueType::real,
+              .default_text = "0",
+              .help = "fp16: 0 for dynamic loss scaling, or a fixed loss scale (> 0)",
+              .min = 0.0,
+              .max = 16777216.0,
+              .file_aliases = {"fp16.loss_scale"}});
+  // The scale is capped at 2^24 (model/loss_scaler.h), so the power is too.
+  schema.add({.name = "loss_scale_initial_power",
+              .type = ValueType::integer,
+              .default_text = "16",
+              .help = "fp16: the dynamic loss scale starts at 2 to this power",
+              .min = 0,
+              .max = 24,
+              .file_aliases = {"fp16.initial_scale_power"}});
+  schema.add({.name = "loss_scale_window",
+              .type = ValueType::integer,
+              .default_text = "1000",
+              .help = "fp16: steps without overflow before the loss scale doubles",
+              .min = 1,
+              .max = 1e9,
+              .file_aliases = {"fp16.loss_scale_window"}});
+  schema.add({.name = "loss_scale_hysteresis",
+              .type = ValueType::integer,
+              .default_text = "2",
+              .help = "fp16: overflowing steps tolerated before the loss scale halves (each is still skipped)",
+              .min = 1,
+              .max = 1000,
+              .file_aliases = {"fp16.hysteresis"}});
+  schema.add({.name = "loss_scale_min",
+              .type = ValueType::real,
+              .default_text = "1",
+              .help = "fp16: the dynamic loss scale never halves below this",
+              .min = 1e-30,
+              .max = 16777216.0,
+              .file_aliases = {"fp16.min_loss_scale"}});
+}
+
+}  // namespace strata::model

@@ -1,0 +1,185 @@
+// Reading the train keys into TrainOptions, with the cross-key checks (see train_options.h).
+#include "model/train_options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace strata::model {
+namespace {
+
+bool is_set(const Config& config, std::string_view key) {
+  return config.source(key) != ConfigSource::default_value;
+}
+
+// "warmup_steps 300 (flag --warmup-steps)": a key, its value and where the value came from.
+std::string describe(const Config& config, std::string_view key) {
+  return fmt::format("{} {} ({})", key, config.text(key), config.describe_source(key));
+}
+
+uint64_t get_count(const Config& config, std::string_view key) {
+  return static_cast<uint64_t>(config.get_int(key));  // ranges keep these >= 0
+}
+
+Status read_data(const Config& config, TrainOptions& o) {
+  o.data = config.get_list("data");
+  o.text = config.get_text("text");
+  if (!o.data.empty() && !o.text.empty())
+    return error(Code::invalid_argument,
+                 "{} and {} are both given; train on token files (--data) or on a text file (--text), not both",
+                 describe(config, "data"), describe(config, "text"));
+  const std::string& format = config.get_text("data_format");
+  if (format != "auto") {
+    STRATA_ASSIGN_OR_RETURN(o.data_format, parse_token_file_kind(format));
+    if (!o.text.empty() && o.data_format != TokenFileKind::text)
+      return error(Code::invalid_argument,
+                   "{} does not apply to {}: a --text file is always read as bytes; drop --data-format or pass "
+                   "the tokens with --data",
+                   describe(config, "data_format"), describe(config, "text"));
+  }
+  o.val_data = config.get_list("val_data");
+  o.val_fraction = config.get_real("val_fraction");
+  if (!o.val_data.empty()) {
+    if (is_set(config, "val_fraction") && o.val_fraction > 0.0)
+      return error(Code::invalid_argument,
+                   "{} and {} are both given; evaluate on the --val-data files or on a held-out fraction, not both",
+                   describe(config, "val_data"), describe(config, "val_fraction"));
+    o.val_fraction = 0.0;
+  }
+  if (o.val_fraction >= 0.5)
+    return error(Code::invalid_argument,
+                 "{} would hold out half the data or more; use a fraction below 0.5 (e.g. 0.05)",
+                 describe(config, "val_fraction"));
+  return Status::ok();
+}
+
+// dtype, reconciled with DeepSpeed's bf16.enabled / fp16.enabled.
+Status read_dtype(const Config& config, TrainOptions& o) {
+  const bool bf16 = config.get_bool("bf16_enabled");
+  const bool fp16 = config.get_bool("fp16_enabled");
+  if (bf16 && fp16)
+    return error(Code::invalid_argument, "{} and {} are both true; enable one precision (or pass --dtype)",
+                 describe(config, "bf16_enabled"), describe(config, "fp16_enabled"));
+  std::string dtype = config.get_text("dtype");
+  if (bf16 || fp16) {
+    const std::string_view wanted = bf16 ? "bf16" : "fp16";
+    const std::string_view flag_key = bf16 ? "bf16_enabled" : "fp16_enabled";
+    if (is_set(config, "dtype") && dtype != wanted)
+      return error(Code::invalid_argument, "{} contradicts {}; keep one of them", describe(config, "dtype"),
+                   describe(config, flag_key));
+    dtype = wanted;
+  }
+  STRATA_ASSIGN_OR_RETURN(o.dtype, parse_dtype(dtype));
+  return Status::ok();
+}
+
+Status read_optimizer(const Config& config, TrainOptions& o) {
+  o.optimizer = config.get_text("optimizer_type");
+  o.adam_hyper.mode = o.optimizer == "adam" ? kernels::AdamMode::adam : kernels::AdamMode::adamw;
+  o.adam_states = o.optimizer == "adamw8bit" ? AdamStates::q8 : AdamStates::f32;
+  const double lr = config.get_real("lr");
+  if (!(lr > 0.0))
+    return error(Code::invalid_argument, "{}: the learning rate must be above 0 (e.g. 6e-4)", describe(config, "lr"));
+  o.adam_hyper.lr = static_cast<float>(lr);
+  o.adam_hyper.beta1 = static_cast<float>(config.get_real("beta1"));
+  o.adam_hyper.beta2 = static_cast<float>(config.get_real("beta2"));
+  o.adam_hyper.eps = static_cast<float>(config.get_real("eps"));
+  o.adam_hyper.weight_decay = static_cast<float>(config.get_real("weight_decay"));
+  o.clip_grad_norm = config.get_real("clip_grad_norm");
+  if (o.optimizer == "adam" && o.adam_hyper.weight_decay > 0.0f && config.source("optimizer_type") == ConfigSource::file)
+    o.warnings.push_back(fmt::format(
+        "{}: adam adds weight_decay {} to the gradient (L2); DeepSpeed's \"Adam\" decouples it by default "
+        "(adam_w_mode), which is optimizer_type adamw here",
+        describe(config, "optimizer_type"), config.text("weight_decay")));
+
+  LrScheduleOptions& s = o.lr_schedule;
+  s.peak_lr = lr;
+  STRATA_ASSIGN_OR_RETURN(s.decay, parse_lr_decay(config.get_text("lr_schedule")));
+  s.total_steps = o.steps;
+  s.final_fraction = config.get_real("min_lr_fraction");
+  const std::optional<int64_t> warmup = config.get_int_or_auto("warmup_steps");
+  s.warmup_steps = warmup ? static_cast<uint64_t>(*warmup) : o.steps / 10;
+  if (s.warmup_steps > o.steps)
+    return error(Code::invalid_argument, "{} is more than {}; shorten the warmup or train longer",
+                 describe(config, "warmup_steps"), describe(config, "steps"));
+  if (s.decay != LrDecay::constant && s.warmup_steps == o.steps)
+    return error(Code::invalid_argument,
+                 "{} equals {}, which leaves no steps for the {} decay; shorten the warmup, train longer or pass "
+                 "--lr-schedule constant",
+                 describe(config, "warmup_steps"), describe(config, "steps"), lr_decay_name(s.decay));
+  STRATA_RETURN_IF_ERROR(LrSchedule::create(s).status().with_context("learning-rate schedule"));
+  return Status::ok();
+}
+
+Status read_loss_scaling(const Config& config, TrainOptions& o) {
+  static constexpr std::string_view kFp16Keys[] = {
+      "loss_scale", "loss_scale_initial_power", "loss_scale_window", "loss_scale_hysteresis", "loss_scale_min"};
+  LossScalerOptions& l = o.loss_scaler;
+  const double fixed = config.get_real("loss_scale");
+  l.dynamic = fixed == 0.0;
+  l.initial_scale = l.dynamic ? std::ldexp(1.0, static_cast<int>(config.get_int("loss_scale_initial_power"))) : fixed;
+  l.growth_interval = get_count(config, "loss_scale_window");
+  l.hysteresis = static_cast<uint32_t>(config.get_int("loss_scale_hysteresis"));
+  l.min_scale = config.get_real("loss_scale_min");
+
+  if (o.dtype != DType::f16) {
+    std::string set_keys;
+    for (std::string_view key : kFp16Keys)
+      if (is_set(config, key)) set_keys += (set_keys.empty() ? "" : ", ") + describe(config, key);
+    if (!set_keys.empty())
+      o.warnings.push_back(fmt::format("{} only apply to fp16 training and are ignored with {}", set_keys,
+                                       describe(config, "dtype")));
+    return Status::ok();
+  }
+  if (!l.dynamic) {
+    l.min_scale = std::min(l.min_scale, l.initial_scale);  // a fixed scale never backs off
+  } else if (l.min_scale > l.initial_scale) {
+    return error(Code::invalid_argument, "{} is above the initial loss scale 2^{} = {} ({}); lower one of them",
+                 describe(config, "loss_scale_min"), config.text("loss_scale_initial_power"), l.initial_scale,
+                 config.describe_source("loss_scale_initial_power"));
+  }
+  STRATA_RETURN_IF_ERROR(LossScaler::create(l).status().with_context("fp16 loss scaling"));
+  return Status::ok();
+}
+
+}  // namespace
+
+StatusOr<TrainOptions> train_options_from_config(const Config& config) {
+  TrainOptions o;
+  o.preset = config.get_text("preset");
+  STRATA_RETURN_IF_ERROR(read_data(config, o));
+  o.steps = get_count(config, "steps");
+  o.micro_batch = get_count(config, "micro_batch");
+  o.seq = get_count(config, "seq");
+  o.grad_accum = get_count(config, "grad_accum");
+  STRATA_RETURN_IF_ERROR(read_dtype(config, o));
+  o.tf32 = config.get_bool("tf32");
+  o.activation_checkpointing = config.get_bool("activation_checkpointing");
+  STRATA_RETURN_IF_ERROR(read_optimizer(config, o));
+  STRATA_RETURN_IF_ERROR(read_loss_scaling(config, o));
+
+  o.eval_every = get_count(config, "eval_every");
+  o.eval_batches = get_count(config, "eval_batches");
+  o.log_every = get_count(config, "log_every");
+  o.metrics_path = config.get_text("metrics");
+  o.checkpoint_dir = config.get_text("checkpoint_dir");
+  o.checkpoint_every = get_count(config, "checkpoint_every");
+  o.resume_path = config.get_text("resume");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    return error(Code::invalid_argument, "{} needs a directory to write to; pass --checkpoint-dir",
+                 describe(config, "checkpoint_every"));
+  return o;
+}
+
+StatusOr<TokenFileKind> data_format_for(const TrainOptions& options, std::string_view path) {
+  if (options.data_format) return *options.data_format;
+  if (path.ends_with(".bin")) return TokenFileKind::llmc_bin;
+  if (path.ends_with(".txt")) return TokenFileKind::text;
+  return error(Code::invalid_argument,
+               "cannot tell the layout of token file {} from its name (auto knows .bin = llm.c shards and .txt = "
+               "text); pass --data-format llmc, u16, u32 or text",
+               path);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,89 @@
+// TrainOptions: the typed settings of one `strata train` run, read from a Config that holds the
+// train keys (train_config_keys.h), with the checks that involve more than one key (data vs text,
+// warmup vs steps, fp16 keys vs dtype, ...). Single-key ranges are checked when the Config is
+// loaded. Not the model's dimensions (model_config.h: `preset` is resolved there) and not the
+// trainer; runtime keys such as seed and device stay in the Config.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/adam.h"
+#include "model/loss_scaler.h"
+#include "model/lr_schedule.h"
+#include "model/token_dataset.h"
+#include "offload/cpu_adam.h"
+#include "runtime/config.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace strata::model {
+
+struct TrainOptions {
+  std::string preset;  // model preset name, e.g. "gpt2-tiny" (resolved by model_preset())
+
+  // Data. Neither data nor text: the built-in corpus (builtin_corpus.h), one byte per token.
+  std::vector<std::string> data;             // token file specs as given (may hold globs)
+  std::string text;                          // a plain text file, one byte per token ("" = none)
+  std::optional<TokenFileKind> data_format;  // of data and val_data; nullopt = auto (data_format_for)
+  std::vector<std::string> val_data;         // held-out token file specs; empty = hold out val_fraction
+  double val_fraction = 0.05;                // in [0, 0.5); 0 when val_data is given
+
+  // Shape: each optimizer step sees grad_accum micro-batches of (micro_batch, seq) tokens.
+  uint64_t steps = 200;
+  uint64_t micro_batch = 4;  // B
+  uint64_t seq = 64;         // T
+  uint64_t grad_accum = 1;   // K
+  uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
+
+  DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations
+  bool tf32 = false;
+  bool activation_checkpointing = false;
+
+  // Optimizer. adam_hyper.lr is the peak rate (the schedule scales it per step); step and
+  // grad_scale are the trainer's to fill per step.
+  std::string optimizer = "adamw";  // "adamw", "adam" or "adamw8bit", for logs
+  kernels::AdamHyper adam_hyper;    // lr, beta1, beta2, eps, weight_decay, mode
+  AdamStates adam_states = AdamStates::f32;
+  double clip_grad_norm = 1.0;      // 0 = no clipping
+  LrScheduleOptions lr_schedule;    // peak_lr, warmup_steps, decay, total_steps = steps, final_fraction
+
+  // fp16 dynamic loss scaling (used only when dtype is f16).
+  LossScalerOptions loss_scaler;
+
+  // Evaluation (0 = never), logging, checkpoints. "" = not set.
+  uint64_t eval_every = 50;
+  uint64_t eval_batches = 8;
+  uint64_t log_every = 1;
+  std::string metrics_path;
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;  // 0 = only after the last step (when checkpoint_dir is set)
+  std::string resume_path;
+
+  // Things worth telling the user that are not errors (e.g. fp16 keys set while dtype is bf16).
+  // Returned, not logged: the caller logs each with spdlog::warn.
+  std::vector<std::string> warnings;
+
+  bool uses_builtin_corpus() const { return data.empty() && text.empty(); }
+  bool evaluates() const { return eval_every > 0 && (!val_data.empty() || val_fraction > 0.0); }
+};
+
+// Reads the train keys of `config` (its schema must have them: add_train_config_keys). Errors are
+// invalid_argument naming each key involved and where its value came from:
+//   data and text both given; with text, a data_format other than auto or text;
+//   val_data and an explicit val_fraction > 0 both given; val_fraction of 0.5;
+//   warmup_steps > steps (>= steps for cosine/linear decay: nothing left to decay over);
+//   bf16_enabled and fp16_enabled both true, or either contradicting an explicit dtype;
+//   loss_scale_min above the initial loss scale; checkpoint_every without checkpoint_dir.
+// Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
+// from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does).
+StatusOr<TrainOptions> train_options_from_config(const Config& config);
+
+// The layout of the token file `path`: options.data_format when set, else by extension (".bin":
+// llmc_bin, ".txt": text). Any other name with auto is invalid_argument asking for --data-format.
+StatusOr<TokenFileKind> data_format_for(const TrainOptions& options, std::string_view path);
+
+}  // namespace strata::model
