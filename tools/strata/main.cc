@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   add_info_command(app, registry);
   add_config_command(app, registry);
+  add_train_command(app, registry);
   add_bench_io_command(*bench, registry);
   add_bench_adam_command(*bench, registry);
 

@@ -1,0 +1,138 @@
+// `strata train` end to end on the CPU backend: a short run prints one progress line per step
+// and writes one --metrics JSON line per step with the required fields; a text file trains too;
+// a checkpointed run resumes bit-identically; unsupported precision, an unknown preset, a too-long sequence and a missing file exit 2.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/run_cli.h"
+
+namespace strata {
+namespace {
+
+using test::CliResult;
+using test::run_cli;
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
+
+int count_lines_with(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+TEST(TrainCli, FiveStepsPrintFiveProgressLinesAndWriteFiveMetricsLines) {
+  const std::string metrics = temp_path("strata_train_metrics.jsonl");
+  std::filesystem::remove(metrics);
+  CliResult r = run_cli({"train", "--device", "cpu", "--steps", "5", "--metrics", metrics});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "/5 | loss "), 5) << r.err;
+  EXPECT_NE(r.err.find("built-in corpus"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cpu backend"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trained 5 steps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("peak memory: gpu"), std::string::npos) << r.err;
+
+  std::ifstream in(metrics);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 5u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& j = lines[i];
+    EXPECT_EQ(j.at("step").get<uint64_t>(), i + 1);
+    const double loss = j.at("loss").get<double>();
+    EXPECT_GT(loss, 0.5);
+    EXPECT_LT(loss, 7.0);  // ln(256) = 5.55 at the start
+    EXPECT_GT(j.at("lr").get<double>(), 0.0);
+    EXPECT_GT(j.at("tokens_per_s").get<double>(), 0.0);
+    EXPECT_GT(j.at("step_s").get<double>(), 0.0);
+    EXPECT_GT(j.at("peak_bytes").at("gpu").get<uint64_t>(), 0u);
+    EXPECT_GT(j.at("peak_bytes").at("cpu").get<uint64_t>(), 0u);
+  }
+  EXPECT_TRUE(lines.back().contains("val_loss")) << "the last step evaluates";
+}
+
+TEST(TrainCli, TrainsOnATextFile) {
+  const std::string text = temp_path("strata_train_text.txt");
+  std::ofstream(text) << std::string(4000, 'a') + std::string(4000, 'b');
+  CliResult r = run_cli({"train", "--device", "cpu", "--steps", "3", "--text", text, "--micro-batch", "2", "--seq",
+                         "16", "--eval-batches", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "/3 | loss "), 3) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+}
+
+std::vector<double> metric_losses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return losses;
+}
+
+// A constant rate, so a 3-step run is the first half of a 6-step run; the resume restores the
+// weights, the moments, the step and the data loader position.
+TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
+  const std::vector<std::string> common = {"train", "--device", "cpu", "--lr-schedule", "constant",
+                                           "--warmup-steps", "0", "--eval-every", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const std::string straight = temp_path("strata_train_straight.jsonl"), halves = temp_path("strata_train_halves.jsonl");
+  const std::string dir = temp_path("strata_train_ckpt");
+  std::filesystem::remove_all(dir);
+  CliResult a = with({"--steps", "6", "--metrics", straight});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  CliResult b = with({"--steps", "3", "--metrics", halves, "--checkpoint-dir", dir});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/optimizer.safetensors"));
+  CliResult done = with({"--steps", "3", "--resume", dir});
+  EXPECT_EQ(done.exit_code, 2);
+  EXPECT_NE(done.err.find("already trained 3 steps"), std::string::npos) << done.err;
+  CliResult c = with({"--steps", "6", "--metrics", halves, "--resume", dir});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("resumed from"), std::string::npos) << c.err;
+  EXPECT_EQ(count_lines_with(c.err, "/6 | loss "), 3) << c.err;
+  const std::vector<double> want = metric_losses(straight);
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(metric_losses(halves), want);
+}
+
+TEST(TrainCli, Bf16IsRefusedWithTheFp32OnlyMessage) {
+  CliResult r = run_cli({"train", "--dtype", "bf16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fp32 only: pass --dtype fp32"), std::string::npos) << r.err;
+}
+
+TEST(TrainCli, UnknownPresetListsThePresets) {
+  CliResult r = run_cli({"train", "--preset", "gpt2-tinyy"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("gpt2-tinyy"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpt2-tiny,"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("llama-tiny"), std::string::npos) << r.err;
+}
+
+TEST(TrainCli, SequenceLongerThanThePresetIsAUsageError) {
+  CliResult r = run_cli({"train", "--seq", "65"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--seq 65 is longer than gpt2-tiny's 64 positions"), std::string::npos) << r.err;
+}
+
+TEST(TrainCli, MissingTextFileIsAUsageErrorNamingIt) {
+  const std::string missing = temp_path("strata_train_no_such_file.txt");
+  CliResult r = run_cli({"train", "--text", missing});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace strata

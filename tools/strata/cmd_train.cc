@@ -1,0 +1,297 @@
+// `strata train [config flags]`: trains a model preset on token files, a text file or (with no
+// arguments) the built-in corpus, with the resident fp32 trainer (model/trainer.h): one progress
+// line per log_every steps, the validation loss every eval_every steps, the --metrics JSONL file
+// and an end-of-run summary. Every train key is a flag, a STRATA_* variable or a config-file key
+// (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
+// --checkpoint-dir writes model.safetensors + optimizer.safetensors (model/checkpoint.h) every
+// checkpoint_every steps and after the last; --resume DIR continues such a run bit-identically.
+// Not the offloading trainer: parameters stay on the device.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/core.h>
+#include <spdlog/spdlog.h>
+
+#include "model/batch_loader.h"
+#include "model/builtin_corpus.h"
+#include "model/checkpoint.h"
+#include "model/metrics_log.h"
+#include "model/model_config.h"
+#include "model/token_dataset.h"
+#include "model/train_options.h"
+#include "model/trainer.h"
+#include "model/transformer.h"
+#include "runtime/backend.h"
+#include "runtime/log.h"
+#include "runtime/pinned_pool.h"
+#include "runtime/thread_pool.h"
+#include "tools/strata/command.h"
+#include "tools/strata/config_flags.h"
+#include "tools/strata/schema.h"
+
+namespace strata::cli {
+namespace {
+
+using model::TokenDataset;
+using model::TrainOptions;
+
+// A setup error the user fixes with other flags or files (exit 2), or a run-time failure (exit 1).
+int exit_code_for(const Status& s) {
+  switch (s.code()) {
+    case Code::invalid_argument:
+    case Code::not_found:
+    case Code::out_of_range:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+// The built-in corpus as a text-token dataset: its bytes in an anonymous memory file, mapped by
+// TokenDataset like any text file (the mapping outlives the descriptor).
+StatusOr<TokenDataset> open_builtin_corpus(uint32_t vocab) {
+  const int fd = memfd_create("strata-builtin-corpus", MFD_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "memfd_create for the built-in corpus");
+  const std::string_view text = model::builtin_corpus();
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return errno_status(e, "writing the built-in corpus to a memory file");
+    }
+    done += size_t(n);
+  }
+  auto dataset = TokenDataset::open({fmt::format("/proc/self/fd/{}", fd)},
+                                    {.kind = model::TokenFileKind::text, .vocab_size = vocab});
+  ::close(fd);
+  return dataset;
+}
+
+// Every path of the comma/glob specs, which must share one layout.
+StatusOr<TokenDataset> open_token_files(const TrainOptions& o, const std::vector<std::string>& specs,
+                                        uint32_t vocab) {
+  std::vector<std::string> paths;
+  for (const std::string& spec : specs) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> expanded, model::expand_token_paths(spec));
+    paths.insert(paths.end(), expanded.begin(), expanded.end());
+  }
+  STRATA_ASSIGN_OR_RETURN(model::TokenFileKind kind, model::data_format_for(o, paths.front()));
+  for (const std::string& p : paths) {
+    STRATA_ASSIGN_OR_RETURN(model::TokenFileKind k, model::data_format_for(o, p));
+    if (k != kind)
+      return error(Code::invalid_argument, "{} is {} but {} is {}: pass files of one layout (or --data-format)", p,
+                   model::token_file_kind_name(k), paths.front(), model::token_file_kind_name(kind));
+  }
+  return TokenDataset::open(paths, {.kind = kind, .vocab_size = vocab});
+}
+
+struct Datasets {
+  TokenDataset train;
+  std::optional<TokenDataset> val;
+};
+
+StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab) {
+  std::optional<TokenDataset> all;
+  if (o.uses_builtin_corpus()) {
+    STRATA_ASSIGN_OR_RETURN(all, open_builtin_corpus(vocab));
+    spdlog::info("data: the built-in corpus, {} ({} byte tokens)", model::builtin_corpus_name(), all->size());
+  } else if (!o.text.empty()) {
+    STRATA_ASSIGN_OR_RETURN(all, TokenDataset::open({o.text}, {.kind = model::TokenFileKind::text, .vocab_size = vocab}));
+    spdlog::info("data: {} ({} byte tokens)", o.text, all->size());
+  } else {
+    STRATA_ASSIGN_OR_RETURN(all, open_token_files(o, o.data, vocab));
+    spdlog::info("data: {} file(s), {} tokens", all->shards().size(), all->size());
+  }
+  if (!o.val_data.empty()) {
+    STRATA_ASSIGN_OR_RETURN(TokenDataset val, open_token_files(o, o.val_data, vocab));
+    return Datasets{std::move(*all), std::move(val)};
+  }
+  if (o.val_fraction > 0.0) {
+    STRATA_ASSIGN_OR_RETURN(auto split, all->split_tail(o.val_fraction));
+    return Datasets{std::move(split.first), std::move(split.second)};
+  }
+  return Datasets{std::move(*all), std::nullopt};
+}
+
+StatusOr<std::unique_ptr<Backend>> make_train_backend(const Config& config) {
+  const std::string& device = config.get_text("device");
+  BackendOptions bo;
+  bo.device_index = int(config.get_int("gpu_index"));
+  bo.memory_budget = config.get_size_or_auto("gpu_mem").value_or(0);
+  std::string why;
+  if (device == "cuda") {
+    bo.kind = BackendKind::cuda;
+    why = "--device cuda";
+  } else if (device == "cpu") {
+    why = "--device cpu";
+  } else if (cuda_available(&why)) {
+    bo.kind = BackendKind::cuda;
+    why = "--device auto and a CUDA device is visible";
+  } else {
+    why = "--device auto: " + why;
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(bo));
+  spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend->kind()), backend->device().name, why);
+  return backend;
+}
+
+model::TierBytes tier_bytes(const Backend& backend, const PinnedPool& pinned, bool peak) {
+  const ArenaStats a = backend.memory();
+  const PinnedPoolStats p = pinned.stats();
+  return model::TierBytes{.gpu = peak ? a.peak : a.in_use, .cpu = peak ? p.peak : p.in_use, .nvme = 0};
+}
+
+// The whole run after the config is read; returns the exit code.
+int train(const Config& config) {
+  StatusOr<TrainOptions> parsed = model::train_options_from_config(config);
+  if (!parsed.is_ok()) return report_error(parsed.status().message(), kExitUsage);
+  const TrainOptions& o = *parsed;
+  for (const std::string& w : o.warnings) spdlog::warn("{}", w);
+  if (Status s = model::check_trainer_options(o); !s.is_ok()) return report_error(s.message(), kExitUsage);
+  StatusOr<model::ModelConfig> mc = model::model_preset(o.preset);
+  if (!mc.is_ok()) return report_error(mc.status().message(), kExitUsage);
+  if (int64_t(o.seq) > mc->max_seq)
+    return report_error(fmt::format("--seq {} is longer than {}'s {} positions; pass --seq {} or less", o.seq,
+                                    o.preset, mc->max_seq, mc->max_seq),
+                        kExitUsage);
+  auto fail = [](const Status& s) { return report_error(s.message(), exit_code_for(s)); };
+  const uint64_t seed = uint64_t(config.get_int("seed"));
+  std::optional<model::CheckpointState> resumed;
+  if (!o.resume_path.empty()) {
+    StatusOr<model::CheckpointState> st = model::read_checkpoint_state(o.resume_path, o.preset);
+    if (!st.is_ok()) return fail(st.status());
+    if (st->step >= o.steps)
+      return report_error(fmt::format("{} has already trained {} steps; pass --steps above {} to continue",
+                                      o.resume_path, st->step, st->step),
+                          kExitUsage);
+    if (st->seed != seed)
+      spdlog::warn("{} was trained with --seed {}, this run has {}: the data order changes from here on",
+                   o.resume_path, st->seed, seed);
+    resumed = *st;
+  }
+  StatusOr<Datasets> data = open_datasets(o, uint32_t(mc->vocab));
+  if (!data.is_ok()) return fail(data.status());
+  StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config);
+  if (!backend.is_ok()) return fail(backend.status());
+  StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
+      {.capacity = config.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = (*backend)->kind() == BackendKind::cuda});
+  if (!pinned.is_ok()) return fail(pinned.status());
+  StatusOr<std::unique_ptr<ThreadPool>> pool =
+      ThreadPool::create({.threads = int(config.get_int("threads")), .name = "adam"});
+  if (!pool.is_ok()) return fail(pool.status());
+
+  model::BatchLoaderOptions lo;
+  lo.sampling = {.batch_size = uint32_t(o.micro_batch), .seq_len = uint32_t(o.seq), .shuffle = true, .seed = seed};
+  if (resumed) lo.start = resumed->loader;
+  StatusOr<std::unique_ptr<model::BatchLoader>> train_loader = model::BatchLoader::create(data->train, **pinned, lo);
+  if (!train_loader.is_ok()) return fail(train_loader.status());
+  std::unique_ptr<model::BatchLoader> val_loader;
+  if (o.evaluates() && data->val) {
+    lo.sampling.shuffle = false;
+    StatusOr<std::unique_ptr<model::BatchLoader>> v = model::BatchLoader::create(*data->val, **pinned, lo);
+    if (!v.is_ok()) return fail(v.status());
+    val_loader = std::move(*v);
+  }
+
+  StatusOr<std::unique_ptr<model::Transformer>> net = model::Transformer::create(
+      **backend, *mc,
+      {.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq), .checkpoint_layers = o.activation_checkpointing});
+  if (!net.is_ok()) return fail(net.status());
+  if (Status s = resumed ? model::load_checkpoint_weights(o.resume_path, **net) : (*net)->init(seed); !s.is_ok())
+    return fail(s);
+  StatusOr<std::unique_ptr<model::Trainer>> trainer =
+      model::Trainer::create(**backend, **net, **pinned, pool->get(), o);
+  if (!trainer.is_ok()) return fail(trainer.status());
+  if (resumed) {
+    if (Status s = model::load_checkpoint_optimizer(o.resume_path, **trainer); !s.is_ok()) return fail(s);
+    spdlog::info("resumed from {} at step {}", o.resume_path, resumed->step);
+  }
+  std::optional<model::MetricsLog> metrics;
+  if (!o.metrics_path.empty()) {
+    StatusOr<model::MetricsLog> m = model::MetricsLog::open(
+        o.metrics_path, resumed ? model::MetricsLog::Mode::append : model::MetricsLog::Mode::truncate);
+    if (!m.is_ok()) return fail(m.status());
+    metrics.emplace(std::move(*m));
+  }
+  spdlog::info("model: {} ({} parameters), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", o.preset,
+               model::parameter_count(*mc), o.steps, o.grad_accum, o.micro_batch, o.seq, o.optimizer,
+               o.lr_schedule.peak_lr, model::lr_decay_name(o.lr_schedule.decay));
+
+  const model::NextBatch next_train = [&]() { return (*train_loader)->next(); };
+  const model::NextBatch next_val = [&]() { return val_loader->next(); };
+  model::RunSummary summary;
+  const auto run_start = std::chrono::steady_clock::now();
+  const uint64_t first_step = (*trainer)->steps_done();
+  for (uint64_t i = first_step; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<model::StepResult> r = (*trainer)->step(next_train);
+    if (!r.is_ok()) return report_error(fmt::format("step {}: {}", i + 1, r.status().message()), kExitFailure);
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    model::StepMetrics m;
+    m.step = r->step;
+    m.loss = r->loss;
+    m.lr = r->lr;
+    m.step_s = step_s;
+    m.tokens_per_s = step_s > 0 ? double(r->tokens) / step_s : 0.0;
+    m.grad_norm = r->grad_norm;
+    if (val_loader && (m.step % o.eval_every == 0 || m.step == o.steps)) {
+      if (Status s = val_loader->seek({}); !s.is_ok()) return fail(s);  // the same val batches each time
+      StatusOr<double> val = (*trainer)->evaluate(next_val, o.eval_batches);
+      if (!val.is_ok()) return report_error(fmt::format("evaluation at step {}: {}", m.step, val.status().message()));
+      m.val_loss = *val;
+      summary.last_val_loss = *val;
+      summary.last_val_step = m.step;
+    }
+    m.bytes = tier_bytes(**backend, **pinned, false);
+    m.peak_bytes = tier_bytes(**backend, **pinned, true);
+    if (metrics) {
+      if (Status s = metrics->write(m); !s.is_ok()) return fail(s);
+    }
+    if (m.step % o.log_every == 0 || m.step == o.steps || m.val_loss)
+      spdlog::info("{}", model::format_progress_line(m, o.steps));
+    const bool save_now = !o.checkpoint_dir.empty() &&
+                          (m.step == o.steps || (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0));
+    if (save_now) {
+      const model::CheckpointState state{
+          .step = m.step, .loader = (*train_loader)->position(), .seed = seed, .preset = o.preset};
+      if (Status s = model::save_checkpoint(o.checkpoint_dir, **net, **trainer, state); !s.is_ok())
+        return report_error(fmt::format("checkpoint at step {}: {}", m.step, s.message()));
+      spdlog::info("checkpoint: step {} written to {}", m.step, o.checkpoint_dir);
+    }
+    if (i == first_step) summary.first_loss = m.loss;
+    summary.last_loss = m.loss;
+    summary.steps = m.step - first_step;
+    summary.tokens += r->tokens;
+    summary.peak_bytes = m.peak_bytes;
+  }
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  spdlog::info("{}", model::format_run_summary(summary));
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& root, CommandRegistry& registry) {
+  CLI::App* app = root.add_subcommand(
+      "train",
+      "Train a model preset (default: gpt2-tiny on the built-in corpus) in fp32 with AdamW on the CPU.\n"
+      "Every setting is a flag, a STRATA_* variable or a --config file key; see `strata config`.");
+  auto flags = std::make_shared<ConfigFlags>(*app, strata_config_schema());
+  registry.add(app, [flags]() {
+    StatusOr<Config> config = flags->resolve(environ);
+    if (!config.is_ok()) return report_error(config.status().message(), kExitUsage);
+    StatusOr<spdlog::level::level_enum> level = parse_log_level(config->get_text("log_level"));
+    if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
+    init_logging(*level);
+    return train(*config);
+  });
+}
+
+}  // namespace strata::cli
