@@ -33,8 +33,8 @@ struct TrainOptions {
   double val_fraction = 0.05;                // in [0, 0.5); 0 when val_data is given
 
   // Shape: each optimizer step sees grad_accum micro-batches of (micro_batch, seq) tokens.
-  uint64_t steps = 200;
-  uint64_t micro_batch = 4;  // B
+  uint64_t steps = 1000;
+  uint64_t micro_batch = 16;  // B
   uint64_t seq = 64;         // T
   uint64_t grad_accum = 1;   // K
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }

@@ -49,11 +49,11 @@ TEST(TrainOptionsTest, DefaultsTrainTheTinyModelOnTheBuiltInCorpus) {
   EXPECT_TRUE(o.uses_builtin_corpus());
   EXPECT_FALSE(o.data_format.has_value());
   EXPECT_DOUBLE_EQ(o.val_fraction, 0.05);
-  EXPECT_EQ(o.steps, 200u);
-  EXPECT_EQ(o.micro_batch, 4u);
+  EXPECT_EQ(o.steps, 1000u);
+  EXPECT_EQ(o.micro_batch, 16u);
   EXPECT_EQ(o.seq, 64u);
   EXPECT_EQ(o.grad_accum, 1u);
-  EXPECT_EQ(o.tokens_per_step(), 256u);
+  EXPECT_EQ(o.tokens_per_step(), 1024u);
   EXPECT_EQ(o.dtype, DType::f32);
   EXPECT_FALSE(o.tf32);
   EXPECT_FALSE(o.activation_checkpointing);
@@ -67,9 +67,9 @@ TEST(TrainOptionsTest, DefaultsTrainTheTinyModelOnTheBuiltInCorpus) {
   EXPECT_FLOAT_EQ(o.adam_hyper.weight_decay, 0.1f);
   EXPECT_DOUBLE_EQ(o.clip_grad_norm, 1.0);
   EXPECT_DOUBLE_EQ(o.lr_schedule.peak_lr, 1e-3);
-  EXPECT_EQ(o.lr_schedule.warmup_steps, 20u);  // auto: 10% of the steps
+  EXPECT_EQ(o.lr_schedule.warmup_steps, 100u);  // auto: 10% of the steps
   EXPECT_EQ(o.lr_schedule.decay, LrDecay::cosine);
-  EXPECT_EQ(o.lr_schedule.total_steps, 200u);
+  EXPECT_EQ(o.lr_schedule.total_steps, 1000u);
   EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.1);
   EXPECT_TRUE(o.loss_scaler.dynamic);
   EXPECT_DOUBLE_EQ(o.loss_scaler.initial_scale, 65536.0);
@@ -159,12 +159,12 @@ TEST(TrainOptionsTest, GradAccumMustBeAtLeastOne) {
 }
 
 TEST(TrainOptionsTest, WarmupLongerThanTheRunIsAnError) {
-  expect_error(options_from({{"--warmup-steps", "300"}}), Code::invalid_argument,
-               {"warmup_steps 300 (flag --warmup-steps)", "steps 200 (default)"});
-  expect_error(options_from({{"--warmup-steps", "200"}}), Code::invalid_argument,
-               {"warmup_steps 200", "steps 200", "cosine", "--lr-schedule constant"});
-  const TrainOptions o = expect_value(options_from({{"--warmup-steps", "200"}, {"--lr-schedule", "constant"}}));
-  EXPECT_EQ(o.lr_schedule.warmup_steps, 200u);
+  expect_error(options_from({{"--warmup-steps", "1300"}}), Code::invalid_argument,
+               {"warmup_steps 1300 (flag --warmup-steps)", "steps 1000 (default)"});
+  expect_error(options_from({{"--warmup-steps", "1000"}}), Code::invalid_argument,
+               {"warmup_steps 1000", "steps 1000", "cosine", "--lr-schedule constant"});
+  const TrainOptions o = expect_value(options_from({{"--warmup-steps", "1000"}, {"--lr-schedule", "constant"}}));
+  EXPECT_EQ(o.lr_schedule.warmup_steps, 1000u);
   EXPECT_EQ(expect_value(options_from({{"--steps", "5"}})).lr_schedule.warmup_steps, 0u);  // auto: 10%
 }
 
