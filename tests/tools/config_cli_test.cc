@@ -49,6 +49,22 @@ TEST(ConfigCli, FlagBeatsEnvironmentBeatsFile) {
   EXPECT_NE(row_of(env_only.out, "gpu_mem").find("env STRATA_GPU_MEM"), std::string::npos) << env_only.out;
 }
 
+TEST(ConfigCli, LogLevelBeforeTheCommandCountsAsTheFlag) {
+  CliResult before = run_cli({"--log-level", "debug", "config"});
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  const std::string before_row = row_of(before.out, "log_level");
+  EXPECT_NE(before_row.find("debug"), std::string::npos) << before.out;
+  EXPECT_NE(before_row.find("flag --log-level"), std::string::npos) << before.out;
+  CliResult env = run_cli({"config"}, {"STRATA_LOG_LEVEL=warn"});
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  const std::string env_row = row_of(env.out, "log_level");
+  EXPECT_NE(env_row.find("warn"), std::string::npos) << env.out;
+  EXPECT_NE(env_row.find("env STRATA_LOG_LEVEL"), std::string::npos) << env.out;
+  CliResult bad = run_cli({"info"}, {"STRATA_LOG_LEVEL=bogus"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown log level 'bogus'"), std::string::npos) << bad.err;
+}
+
 TEST(ConfigCli, UnknownFlagExitsTwoWithDidYouMean) {
   CliResult r = run_cli({"config", "--gpu-mme", "1"});
   EXPECT_EQ(r.exit_code, 2);

@@ -35,7 +35,7 @@ std::string help_text(const ConfigKey& key) {
 
 }  // namespace
 
-ConfigFlags::ConfigFlags(CLI::App& app, ConfigSchema schema) : schema_(std::move(schema)) {
+ConfigFlags::ConfigFlags(CLI::App& app, ConfigSchema schema) : schema_(std::move(schema)), app_(&app) {
   if (schema_.find("config") == nullptr) {
     CLI::Option* opt = app.add_option("--config", "JSON config file to read (env STRATA_CONFIG)");
     opt->type_name("FILE")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -58,8 +58,19 @@ ConfigFlags::ConfigFlags(CLI::App& app, ConfigSchema schema) : schema_(std::move
 
 std::vector<std::pair<std::string, std::string>> ConfigFlags::given() const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [flag, opt] : options_)
-    if (opt->count() > 0 && !opt->results().empty()) out.emplace_back(flag, opt->results().back());
+  for (const auto& [flag, opt] : options_) {
+    if (opt->count() > 0 && !opt->results().empty()) {
+      out.emplace_back(flag, opt->results().back());
+      continue;
+    }
+    for (const CLI::App* parent = app_->get_parent(); parent != nullptr; parent = parent->get_parent()) {
+      const CLI::Option* up = parent->get_option_no_throw(flag);
+      if (up != nullptr && up->count() > 0 && !up->results().empty()) {
+        out.emplace_back(flag, up->results().back());
+        break;
+      }
+    }
+  }
   return out;
 }
 

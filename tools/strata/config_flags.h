@@ -24,7 +24,8 @@ class ConfigFlags {
   ConfigFlags& operator=(const ConfigFlags&) = delete;
 
   // After app has parsed: the (flag, value) pairs given on the command line, in schema order; the
-  // last value wins when a flag is repeated.
+  // last value wins when a flag is repeated. A flag given before the subcommand to a parent app
+  // that has an option of the same name (`strata --log-level debug config`) counts as given.
   std::vector<std::pair<std::string, std::string>> given() const;
 
   // resolve_config over this schema, the given flags and `envp` (normally `environ`).
@@ -32,6 +33,7 @@ class ConfigFlags {
 
  private:
   ConfigSchema schema_;
+  CLI::App* app_;
   std::vector<std::pair<std::string, CLI::Option*>> options_;  // (flag, option)
 };
 

@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
   app.require_subcommand(1);
   std::string log_level;
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (env STRATA_LOG_LEVEL)")
-      ->envname("STRATA_LOG_LEVEL");
+  // Read here for every command; commands that resolve the configuration also see it as the
+  // flag --log-level (ConfigFlags looks at parent options). The environment is read below, not by
+  // CLI11, so that a value from STRATA_LOG_LEVEL is never mistaken for a flag.
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (env STRATA_LOG_LEVEL)");
   app.fallthrough();
   app.failure_message(usage_error_message);  // "strata: error: ...; did you mean --gpu-mem?"
 
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 
+  if (log_level.empty())
+    if (const char* env = std::getenv("STRATA_LOG_LEVEL")) log_level = env;
   auto level = strata::parse_log_level(log_level.empty() ? "info" : log_level);
   if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
   strata::init_logging(*level);
