@@ -139,7 +139,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Adam's decay rate of the gradient mean (first moment)",
               .min = 0.0,
               .max = 0.999999,
-              .file_aliases = {"optimizer.params.beta1"}});
+              .file_aliases = {"optimizer.params.beta1", "optimizer.params.betas[0]"}});
   // 0.95 (GPT-3, nanoGPT) rather than 0.999: steadier for transformers at high learning rates.
   schema.add({.name = "beta2",
               .type = ValueType::real,
@@ -147,7 +147,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Adam's decay rate of the squared-gradient mean (second moment)",
               .min = 0.0,
               .max = 0.999999,
-              .file_aliases = {"optimizer.params.beta2"}});
+              .file_aliases = {"optimizer.params.beta2", "optimizer.params.betas[1]"}});
   schema.add({.name = "eps",
               .type = ValueType::real,
               .default_text = "1e-8",

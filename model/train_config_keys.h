@@ -9,9 +9,9 @@
 //                                 dtype (train_options.h resolves them against `dtype`).
 //   fp16.initial_scale_power      a power of two: key loss_scale_initial_power (scale = 2^p).
 //   fp16.loss_scale               0 = dynamic, > 0 = a fixed scale: key loss_scale.
-//   optimizer.params.betas        an array: not accepted (the config loader maps a JSON array only
-//                                 onto a path list); write optimizer.params.beta1 and .beta2 (our
-//                                 spellings, which the did-you-mean for "betas" points at) instead.
+//   optimizer.params.betas        an array [beta1, beta2]: its elements set keys beta1 and beta2
+//                                 (indexed aliases betas[0], betas[1]); optimizer.params.beta1 and
+//                                 .beta2 are accepted too.
 //   optimizer.type                key optimizer_type (not `optimizer`: that path is DeepSpeed's
 //                                 section). "Adam" is our `adam` (L2 weight decay); DeepSpeed's
 //                                 Adam decouples the decay by default (adam_w_mode): our `adamw`.

@@ -128,6 +128,9 @@ bool is_known_prefix(const std::vector<std::string>& known, const std::string& p
   return false;
 }
 
+// "optimizer.params.betas[1]": the file path of element `index` of the array at `path`.
+std::string indexed_path(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
+
 }  // namespace
 
 Status Config::load_file(const std::string& path) {
@@ -146,6 +149,24 @@ Status Config::load_file(const std::string& path) {
   const std::vector<std::string> known = schema_.file_paths();
   Config staged = *this;  // nothing is kept from a file that fails
   std::map<std::string, std::string> set_by;  // key name -> JSON path that set it
+  // Sets `key` from the JSON leaf `value` found at `json_path` (with an index suffix for an array
+  // element), into `staged`.
+  auto assign = [&](const ConfigKey& key, const std::string& json_path, const nlohmann::json& value) -> Status {
+    if (key.name == kConfigKey)
+      return error(Code::invalid_argument,
+                   "config file {}: '{}' cannot be set inside a config file; pass --config or STRATA_CONFIG", path,
+                   json_path);
+    if (auto [it, fresh] = set_by.emplace(key.name, json_path); !fresh)
+      return error(Code::invalid_argument, "config file {}: {} is set twice, by '{}' and '{}'; keep one", path,
+                   key.name, it->second, json_path);
+    bool ok = false;
+    const std::string value_text = json_to_text(value, key.type, &ok);
+    if (!ok)
+      return error(Code::invalid_argument, "config file {}: {} must be {} ({} in JSON), not {} ({})", path, json_path,
+                   describe_accepted(key), json_types_for(key.type), json_type_name(value), value.dump());
+    return staged.set_from(key, value_text, ConfigSource::file, path,
+                           fmt::format("config file {}: {}={}", path, json_path, value.dump()));
+  };
   // Depth-first over nested objects; each leaf must be a key (by name or alias).
   std::vector<std::pair<std::string, const nlohmann::json*>> todo;
   for (auto it = doc.begin(); it != doc.end(); ++it) todo.emplace_back(it.key(), &it.value());
@@ -160,23 +181,25 @@ Status Config::load_file(const std::string& path) {
           todo.insert(todo.begin() + static_cast<ptrdiff_t>(at++), {json_path + "." + it.key(), &it.value()});
         continue;
       }
+      // An array whose elements are keys of their own: "betas": [0.9, 0.95] sets the keys with the
+      // file aliases "betas[0]" and "betas[1]".
+      if (value->is_array() && schema_.find_by_file_path(indexed_path(json_path, 0)) != nullptr) {
+        for (size_t i = 0; i < value->size(); i++) {
+          const ConfigKey* element_key = schema_.find_by_file_path(indexed_path(json_path, i));
+          if (element_key == nullptr)
+            return error(Code::invalid_argument,
+                         "config file {}: {} has {} elements but only {} are known ({} to {}); index {} has no key: "
+                         "remove the extra elements",
+                         path, json_path, value->size(), i, indexed_path(json_path, 0), indexed_path(json_path, i - 1),
+                         i);
+          STRATA_RETURN_IF_ERROR(assign(*element_key, indexed_path(json_path, i), (*value)[i]));
+        }
+        continue;
+      }
       return error(Code::invalid_argument, "config file {}: unknown key '{}'{}", path, json_path,
                    did_you_mean(json_path, paths_and_sections(known)));
     }
-    if (key->name == kConfigKey)
-      return error(Code::invalid_argument,
-                   "config file {}: '{}' cannot be set inside a config file; pass --config or STRATA_CONFIG", path,
-                   json_path);
-    if (auto [it, fresh] = set_by.emplace(key->name, json_path); !fresh)
-      return error(Code::invalid_argument, "config file {}: {} is set twice, by '{}' and '{}'; keep one", path,
-                   key->name, it->second, json_path);
-    bool ok = false;
-    const std::string value_text = json_to_text(*value, key->type, &ok);
-    if (!ok)
-      return error(Code::invalid_argument, "config file {}: {} must be {} ({} in JSON), not {} ({})", path, json_path,
-                   describe_accepted(*key), json_types_for(key->type), json_type_name(*value), value->dump());
-    STRATA_RETURN_IF_ERROR(staged.set_from(*key, value_text, ConfigSource::file, path,
-                                           fmt::format("config file {}: {}={}", path, json_path, value->dump())));
+    STRATA_RETURN_IF_ERROR(assign(*key, json_path, *value));
   }
   *this = std::move(staged);
   return Status::ok();

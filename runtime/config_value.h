@@ -40,7 +40,9 @@ struct ConfigKey {
   std::vector<std::string> choices{};  // for ValueType::choice
   bool allow_auto = false;           // integer/real/size keys also accept the text "auto"
   // Extra dotted JSON paths that set this key in a config file (DeepSpeed-style), e.g.
-  // "aio.block_size" or "zero_optimization.offload_optimizer.nvme_path".
+  // "aio.block_size" or "zero_optimization.offload_optimizer.nvme_path". An alias with an index
+  // suffix, "optimizer.params.betas[1]", names one element of a JSON array: a file that holds an
+  // array at "optimizer.params.betas" sets each element's key (indices from 0, none skipped).
   std::vector<std::string> file_aliases{};
 };
 

@@ -257,16 +257,21 @@ TEST(TrainOptionsTest, DeepSpeedAdamWithWeightDecayWarnsThatItIsL2) {
   EXPECT_NE(o.warnings[0].find("adamw"), std::string::npos) << o.warnings[0];
 }
 
-TEST(TrainOptionsTest, DeepSpeedBetasArrayIsNotAcceptedButBeta1AndBeta2Are) {
+TEST(TrainOptionsTest, DeepSpeedBetasArrayAndBeta1Beta2AreAccepted) {
   TempDir dir;
   const std::string path = dir.file("ds_betas.json");
-  write_text(path, R"({"optimizer": {"params": {"betas": [0.9, 0.95]}}})");
-  expect_error(options_from({{"--config", path}}), Code::invalid_argument,
-               {path, "unknown key 'optimizer.params.betas'", "did you mean 'optimizer.params.beta1'"});
-  write_text(path, R"({"optimizer": {"params": {"beta1": 0.8, "beta2": 0.99}}})");
+  write_text(path, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.85, 0.98]}}})");
   const TrainOptions o = expect_value(options_from({{"--config", path}}));
-  EXPECT_FLOAT_EQ(o.adam_hyper.beta1, 0.8f);
-  EXPECT_FLOAT_EQ(o.adam_hyper.beta2, 0.99f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.beta1, 0.85f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.beta2, 0.98f);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.peak_lr, 1e-4);
+  write_text(path, R"({"optimizer": {"params": {"betas": [0.9, 0.95, 0.99]}}})");
+  expect_error(options_from({{"--config", path}}), Code::invalid_argument,
+               {path, "optimizer.params.betas has 3 elements", "index 2"});
+  write_text(path, R"({"optimizer": {"params": {"beta1": 0.8, "beta2": 0.99}}})");
+  const TrainOptions named = expect_value(options_from({{"--config", path}}));
+  EXPECT_FLOAT_EQ(named.adam_hyper.beta1, 0.8f);
+  EXPECT_FLOAT_EQ(named.adam_hyper.beta2, 0.99f);
 }
 
 TEST(TrainOptionsTest, FlagsOverrideEnvironmentOverrideFile) {

@@ -193,6 +193,44 @@ TEST_F(ConfigTest, PathListsFromCommasAndJsonArrays) {
   expect_error(c.load_file(bad), Code::invalid_argument, {bad, "nvme_path", "an array of strings", "[\"/mnt/c\",3]"});
 }
 
+// Keys declared with indexed file aliases take their values from the elements of one JSON array.
+TEST_F(ConfigTest, ArrayElementsSetTheirIndexedKeys) {
+  schema_.add({.name = "beta1", .type = ValueType::real, .default_text = "0.9", .help = "first moment decay",
+               .min = 0, .max = 0.999999, .file_aliases = {"optimizer.params.beta1", "optimizer.params.betas[0]"}});
+  schema_.add({.name = "beta2", .type = ValueType::real, .default_text = "0.999", .help = "second moment decay",
+               .min = 0, .max = 0.999999, .file_aliases = {"optimizer.params.betas[1]"}});
+  Config c(schema_);
+  const std::string file = write_file("betas.json", R"({"optimizer": {"params": {"betas": [0.8, 0.95]}}})");
+  ASSERT_TRUE(c.load_file(file).is_ok());
+  EXPECT_DOUBLE_EQ(c.get_real("beta1"), 0.8);
+  EXPECT_DOUBLE_EQ(c.get_real("beta2"), 0.95);
+  EXPECT_EQ(c.source("beta2"), ConfigSource::file);
+
+  const std::string shorter = write_file("betas_short.json", R"({"optimizer": {"params": {"betas": [0.7]}}})");
+  ASSERT_TRUE(c.load_file(shorter).is_ok());
+  EXPECT_DOUBLE_EQ(c.get_real("beta1"), 0.7);
+  EXPECT_DOUBLE_EQ(c.get_real("beta2"), 0.95);  // kept from the file before
+
+  const std::string longer = write_file("betas_long.json", R"({"optimizer": {"params": {"betas": [0.8, 0.9, 0.99]}}})");
+  expect_error(c.load_file(longer), Code::invalid_argument,
+               {longer, "optimizer.params.betas has 3 elements but only 2 are known", "index 2 has no key"});
+  const std::string text = write_file("betas_text.json", R"({"optimizer": {"params": {"betas": [0.8, "fast"]}}})");
+  expect_error(c.load_file(text), Code::invalid_argument, {text, "optimizer.params.betas[1]", "fast"});
+  const std::string nested = write_file("betas_nested.json", R"({"optimizer": {"params": {"betas": [[0.8], 0.9]}}})");
+  expect_error(c.load_file(nested), Code::invalid_argument,
+               {nested, "optimizer.params.betas[0] must be a number", "not an array ([0.8])"});
+  const std::string range = write_file("betas_range.json", R"({"optimizer": {"params": {"betas": [0.8, 1.5]}}})");
+  expect_error(c.load_file(range), Code::out_of_range, {range, "optimizer.params.betas[1]=1.5"});
+  const std::string twice =
+      write_file("betas_twice.json", R"({"optimizer": {"params": {"beta1": 0.5, "betas": [0.8, 0.9]}}})");
+  expect_error(c.load_file(twice), Code::invalid_argument,
+               {"beta1 is set twice", "'optimizer.params.beta1'", "'optimizer.params.betas[0]'"});
+  EXPECT_DOUBLE_EQ(c.get_real("beta1"), 0.7);  // the failed files changed nothing
+
+  const std::string unknown = write_file("gammas.json", R"({"optimizer": {"params": {"gammas": [0.8]}}})");
+  expect_error(c.load_file(unknown), Code::invalid_argument, {"unknown key 'optimizer.params.gammas'"});
+}
+
 TEST_F(ConfigTest, UnknownFileKeySuggestsTheKnownOne) {
   const std::string file = write_file("typo.json", R"({"gpu_mme": "1GiB"})");
   Config c(schema_);
