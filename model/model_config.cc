@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/suggest.h"
+
 namespace strata::model {
 namespace {
 
@@ -70,8 +72,10 @@ StatusOr<ModelConfig> model_preset(std::string_view name) {
   for (auto& p : all_presets()) {
     if (p.name == name) return p;
   }
-  return error(Code::not_found, "unknown model preset '{}'; known presets: {}", name,
-               fmt::join(model_preset_names(), ", "));
+  const std::vector<std::string_view> names = model_preset_names();
+  return error(Code::not_found, "unknown model preset '{}'{}; known presets: {}", name,
+               did_you_mean(name, std::vector<std::string>(names.begin(), names.end()), ""),
+               fmt::join(names, ", "));
 }
 
 Status validate(const ModelConfig& c) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "model_test_files.h"
@@ -52,6 +54,20 @@ TEST(ModelConfigTest, UnknownPresetListsKnownNames) {
   EXPECT_EQ(r.status().code(), Code::not_found);
   EXPECT_NE(r.status().message().find("gpt3"), std::string::npos);
   EXPECT_NE(r.status().message().find("llama-7b"), std::string::npos);
+  EXPECT_EQ(r.status().message().find("did you mean"), std::string::npos) << r.status().message();
+}
+
+TEST(ModelConfigTest, UnknownPresetSuggestsTheClosestAndKeepsTheList) {
+  for (const char* typo : {"gpt2-124", "gpt2_124m", "GPT2-124M", "gpt2-12m"}) {
+    auto r = model_preset(typo);
+    ASSERT_FALSE(r.is_ok()) << typo;
+    EXPECT_EQ(r.status().code(), Code::not_found);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find(fmt::format("unknown model preset '{}'; did you mean gpt2-124m?", typo)), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("known presets: "), std::string::npos) << m;
+    EXPECT_NE(m.find("llama-13b"), std::string::npos) << m;
+  }
 }
 
 void expect_invalid(const ModelConfig& c, const std::string& words) {
