@@ -74,17 +74,18 @@ void widen(const T* src, uint64_t n, int32_t* out) {
   for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(src[i]);
 }
 
-// Parses the llm.c header of `file` into the shard's token pointer, width and count.
-Status parse_llmc_header(const MappedFile& file, TokenDataset::Shard& shard) {
-  const uint64_t size = file.size();
+// Parses the llm.c header at the start of `bytes` (the whole shard named `name`) into the shard's
+// token pointer, width and count.
+Status parse_llmc_header(const std::string& name, std::span<const std::byte> bytes, TokenDataset::Shard& shard) {
+  const uint64_t size = bytes.size();
   if (size < kLlmcHeaderBytes) {
     return error(Code::invalid_argument,
                  "{} is {} bytes, shorter than the {}-byte llm.c header; it is not an llm.c .bin shard "
                  "(pass the right file or --data-kind)",
-                 file.path(), size, kLlmcHeaderBytes);
+                 name, size, kLlmcHeaderBytes);
   }
   int32_t header[3];
-  std::memcpy(header, file.bytes().data(), sizeof(header));
+  std::memcpy(header, bytes.data(), sizeof(header));
   const int32_t magic = header[0], version = header[1], count = header[2];
   if (magic == kLlmcMagicGpt2 && version == 1) {
     shard.token_bytes = 2;
@@ -94,53 +95,60 @@ Status parse_llmc_header(const MappedFile& file, TokenDataset::Shard& shard) {
     return error(Code::invalid_argument,
                  "{}: bad magic {} at byte 0 (an llm.c shard starts with {} or {}); not an llm.c .bin "
                  "shard, or written by another tool (use --data-kind u16/u32 for raw arrays)",
-                 file.path(), magic, kLlmcMagicGpt2, kLlmcMagicLlama3);
+                 name, magic, kLlmcMagicGpt2, kLlmcMagicLlama3);
   } else {
     return error(Code::invalid_argument,
                  "{}: unsupported version {} at byte 4 for magic {} (expected {}); re-run the data "
                  "preparation with llm.c's current dev/data scripts",
-                 file.path(), version, magic, magic == kLlmcMagicGpt2 ? 1 : 7);
+                 name, version, magic, magic == kLlmcMagicGpt2 ? 1 : 7);
   }
   if (count < 0) {
-    return error(Code::invalid_argument, "{}: negative token count {} in the header at byte 8", file.path(), count);
+    return error(Code::invalid_argument, "{}: negative token count {} in the header at byte 8", name, count);
   }
   const uint64_t expected = kLlmcHeaderBytes + static_cast<uint64_t>(count) * shard.token_bytes;
   if (expected != size) {
     return error(Code::invalid_argument,
                  "{}: the header at byte 8 says {} tokens ({} bytes with the header) but the file is {} "
                  "bytes; the shard is truncated or corrupt, re-create it",
-                 file.path(), count, expected, size);
+                 name, count, expected, size);
   }
-  shard.tokens = file.bytes().data() + kLlmcHeaderBytes;
+  shard.tokens = bytes.data() + kLlmcHeaderBytes;
   shard.count = static_cast<uint64_t>(count);
   return Status::ok();
 }
 
-StatusOr<TokenDataset::Shard> open_shard(const std::string& path, TokenFileKind kind) {
-  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
-  if (file->size() == 0) {
-    return error(Code::invalid_argument, "token file {} is empty; pass a file with tokens", path);
-  }
+// A shard over `bytes`, the whole content of the file or buffer `name` in layout `kind`; the caller
+// keeps the bytes alive (and sets shard.file when they are a mapping).
+StatusOr<TokenDataset::Shard> shard_over(const std::string& name, std::span<const std::byte> bytes,
+                                         TokenFileKind kind) {
+  if (bytes.empty()) return error(Code::invalid_argument, "token file {} is empty; pass a file with tokens", name);
   TokenDataset::Shard shard;
-  shard.path = path;
+  shard.path = name;
+  shard.bytes = bytes.data();
   if (kind == TokenFileKind::llmc_bin) {
-    STRATA_RETURN_IF_ERROR(parse_llmc_header(*file, shard));
+    STRATA_RETURN_IF_ERROR(parse_llmc_header(name, bytes, shard));
   } else {
     shard.token_bytes = kind == TokenFileKind::text ? 1 : kind == TokenFileKind::raw_u16 ? 2 : 4;
-    if (file->size() % shard.token_bytes != 0) {
+    if (bytes.size() % shard.token_bytes != 0) {
       return error(Code::invalid_argument,
                    "{} is {} bytes, not a whole number of {}-byte tokens (the last token at byte {} is "
                    "cut); is --data-kind {} right?",
-                   path, file->size(), shard.token_bytes, file->size() - file->size() % shard.token_bytes,
+                   name, bytes.size(), shard.token_bytes, bytes.size() - bytes.size() % shard.token_bytes,
                    token_file_kind_name(kind));
     }
-    shard.tokens = file->bytes().data();
-    shard.count = file->size() / shard.token_bytes;
+    shard.tokens = bytes.data();
+    shard.count = bytes.size() / shard.token_bytes;
   }
   if (shard.count == 0) {
     return error(Code::invalid_argument, "token file {} holds no tokens (an empty shard); remove it or re-create it",
-                 path);
+                 name);
   }
+  return shard;
+}
+
+StatusOr<TokenDataset::Shard> open_shard(const std::string& path, TokenFileKind kind) {
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+  STRATA_ASSIGN_OR_RETURN(TokenDataset::Shard shard, shard_over(path, file->bytes(), kind));
   shard.file = std::move(file);
   return shard;
 }
@@ -150,7 +158,7 @@ Status check_vocab(const TokenDataset::Shard& shard, uint32_t vocab_size) {
   const uint64_t at = find_out_of_vocab(shard.tokens, shard.token_bytes, shard.count, vocab_size);
   if (at == shard.count) return Status::ok();
   const auto* tokens_start = static_cast<const std::byte*>(shard.tokens);
-  const uint64_t byte_offset = static_cast<uint64_t>(tokens_start - shard.file->bytes().data()) + at * shard.token_bytes;
+  const uint64_t byte_offset = static_cast<uint64_t>(tokens_start - shard.bytes) + at * shard.token_bytes;
   return error(Code::invalid_argument,
                "{}: token {} at position {} (byte offset {}) is >= the vocabulary size {}; the data was "
                "tokenized for another vocabulary: re-tokenize it or set the model's vocab_size",
@@ -198,14 +206,28 @@ StatusOr<std::vector<std::string>> expand_token_paths(std::string_view spec) {
 
 StatusOr<TokenDataset> TokenDataset::open(const std::vector<std::string>& paths, const TokenDatasetOptions& options) {
   if (paths.empty()) return error(Code::invalid_argument, "no token files given; pass a path, a list or a glob");
+  std::vector<Shard> shards;
+  for (const std::string& path : paths) {
+    STRATA_ASSIGN_OR_RETURN(Shard shard, open_shard(path, options.kind));
+    shards.push_back(std::move(shard));
+  }
+  return from_shards(std::move(shards), options);
+}
+
+StatusOr<TokenDataset> TokenDataset::from_memory(std::string_view name, std::span<const std::byte> bytes,
+                                                 const TokenDatasetOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(Shard shard, shard_over(std::string(name), bytes, options.kind));
+  std::vector<Shard> shards;
+  shards.push_back(std::move(shard));
+  return from_shards(std::move(shards), options);
+}
+
+StatusOr<TokenDataset> TokenDataset::from_shards(std::vector<Shard> shards, const TokenDatasetOptions& options) {
   TokenDataset ds;
   ds.kind_ = options.kind;
   ds.vocab_size_ = options.vocab_size != 0 ? options.vocab_size : (options.kind == TokenFileKind::text ? 256 : 0);
-  for (const std::string& path : paths) {
-    STRATA_ASSIGN_OR_RETURN(Shard shard, open_shard(path, options.kind));
-    STRATA_RETURN_IF_ERROR(check_vocab(shard, ds.vocab_size_));
-    ds.shards_.push_back(std::move(shard));
-  }
+  for (const Shard& shard : shards) STRATA_RETURN_IF_ERROR(check_vocab(shard, ds.vocab_size_));
+  ds.shards_ = std::move(shards);
   ds.index_shards();
   return ds;
 }

@@ -5,6 +5,7 @@
 //             = uint32 tokens (LLaMA 3), as karpathy/llm.c dev/data/data_common.py writes them
 //   raw_u16 / raw_u32   a bare little-endian array of tokens
 //   text      a plain text file with a byte-level vocabulary: each byte is one token (vocab 256)
+// The tokens may also be a buffer in memory (from_memory), used in place.
 // Not a sampler (window_sampler.h) nor a loader thread (batch_loader.h); not a tokenizer.
 // Thread-safety: immutable after open; read() may be called from any thread. Copies are cheap and
 // share the mappings, which live as long as any copy.
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,8 +51,9 @@ StatusOr<std::vector<std::string>> expand_token_paths(std::string_view spec);
 class TokenDataset {
  public:
   struct Shard {
-    std::string path;
-    std::shared_ptr<const MappedFile> file;
+    std::string path;                         // the file's path, or from_memory's name
+    std::shared_ptr<const MappedFile> file;   // null for from_memory (the caller owns the bytes)
+    const std::byte* bytes = nullptr;         // the first byte of the whole file or buffer
     const void* tokens = nullptr;  // first token of this shard in the mapping
     uint64_t count = 0;            // tokens in this shard
     uint64_t first_in_file = 0;    // index in the file's token array of tokens[0] (after slice)
@@ -63,6 +66,13 @@ class TokenDataset {
   // size is not a whole number of tokens; a token >= vocab_size (with its token index and byte
   // offset); plus the errno errors of opening and mapping.
   static StatusOr<TokenDataset> open(const std::vector<std::string>& paths, const TokenDatasetOptions& options);
+
+  // A one-shard dataset over `bytes`, laid out as options.kind (e.g. the built-in corpus as text),
+  // validated as open() validates a file; `name` stands for the path in shards() and messages.
+  // Lifetime: the bytes are used in place, not copied; they must stay valid and unchanged while
+  // this dataset or any copy or slice of it lives (static data, or a buffer that outlives them).
+  static StatusOr<TokenDataset> from_memory(std::string_view name, std::span<const std::byte> bytes,
+                                            const TokenDatasetOptions& options);
 
   // The tokens [begin, end) of this dataset as a new dataset sharing the mappings (shards are
   // trimmed; shards outside the range are dropped). out_of_range when end > size() or begin >= end.
@@ -86,6 +96,8 @@ class TokenDataset {
 
  private:
   TokenDataset() = default;
+  // Checks every shard's tokens against the vocabulary and indexes them.
+  static StatusOr<TokenDataset> from_shards(std::vector<Shard> shards, const TokenDatasetOptions& options);
   void index_shards();
 
   std::vector<Shard> shards_;

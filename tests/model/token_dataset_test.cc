@@ -1,10 +1,13 @@
-// TokenDataset: every file kind, shard concatenation, slicing, globbing, and each validation error
-// with the file and position it names.
+// TokenDataset: every file kind, datasets over memory, shard concatenation, slicing, globbing, and
+// each validation error with the file and position it names.
 #include "model/token_dataset.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
+#include <span>
+#include <string_view>
 
 #include "model_test_files.h"
 
@@ -178,6 +181,51 @@ TEST(TokenDatasetTest, ReportsFirstTokenOutsideVocabulary) {
   testing::write_text(dir.file("t.txt"), "abc");
   expect_error(open_error(dir.file("t.txt"), TokenFileKind::text, 99), Code::invalid_argument,
                {"token 99", "position 2", "byte offset 2"});
+}
+
+std::span<const std::byte> bytes_of(std::string_view text) {
+  return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+TEST(TokenDatasetTest, FromMemoryReadsTheBufferInPlace) {
+  const std::string text = "Hello, corpus\xff";
+  auto ds = TokenDataset::from_memory("greeting", bytes_of(text), {TokenFileKind::text, 0});
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->size(), text.size());
+  EXPECT_EQ(ds->vocab_size(), 256u);
+  ASSERT_EQ(ds->shards().size(), 1u);
+  EXPECT_EQ(ds->shards()[0].path, "greeting");
+  EXPECT_EQ(ds->shards()[0].file, nullptr);
+  // In place: the shard's tokens are the caller's bytes, not a copy.
+  EXPECT_EQ(ds->shards()[0].tokens, static_cast<const void*>(text.data()));
+  EXPECT_EQ(ds->token(0), uint32_t('H'));
+  EXPECT_EQ(ds->token(text.size() - 1), 255u);
+  auto tail = ds->slice(7, text.size());
+  ASSERT_TRUE(tail.is_ok()) << tail.status().to_string();
+  EXPECT_EQ(read_all(*tail), (std::vector<int32_t>{'c', 'o', 'r', 'p', 'u', 's', 255}));
+
+  const std::vector<uint16_t> u16 = {3, 60000, 9};
+  std::vector<std::byte> raw(6);
+  std::memcpy(raw.data(), u16.data(), raw.size());
+  auto wide = TokenDataset::from_memory("u16 buffer", raw, {TokenFileKind::raw_u16, 0});
+  ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
+  EXPECT_EQ(read_all(*wide), (std::vector<int32_t>{3, 60000, 9}));
+}
+
+TEST(TokenDatasetTest, FromMemoryValidatesLikeAFile) {
+  const std::string text = "abc";
+  auto vocab = TokenDataset::from_memory("corpus", bytes_of(text), {TokenFileKind::text, 99});
+  ASSERT_FALSE(vocab.is_ok());
+  expect_error(vocab.status(), Code::invalid_argument, {"corpus", "token 99", "position 2", "byte offset 2"});
+  auto empty = TokenDataset::from_memory("nothing", {}, {TokenFileKind::text, 0});
+  ASSERT_FALSE(empty.is_ok());
+  expect_error(empty.status(), Code::invalid_argument, {"nothing", "empty"});
+  auto ragged = TokenDataset::from_memory("odd", bytes_of(text), {TokenFileKind::raw_u16, 0});
+  ASSERT_FALSE(ragged.is_ok());
+  expect_error(ragged.status(), Code::invalid_argument, {"odd", "3 bytes", "2-byte tokens"});
+  auto header = TokenDataset::from_memory("short", bytes_of(text), {TokenFileKind::llmc_bin, 0});
+  ASSERT_FALSE(header.is_ok());
+  expect_error(header.status(), Code::invalid_argument, {"short", "3 bytes", "header"});
 }
 
 }  // namespace

@@ -6,12 +6,10 @@
 // --checkpoint-dir writes model.safetensors + optimizer.safetensors (model/checkpoint.h) every
 // checkpoint_every steps and after the last; --resume DIR continues such a run bit-identically.
 // Not the offloading trainer: parameters stay on the device.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <fmt/core.h>
@@ -52,26 +50,11 @@ int exit_code_for(const Status& s) {
   }
 }
 
-// The built-in corpus as a text-token dataset: its bytes in an anonymous memory file, mapped by
-// TokenDataset like any text file (the mapping outlives the descriptor).
+// The built-in corpus as a text-token dataset over its static bytes (no copy).
 StatusOr<TokenDataset> open_builtin_corpus(uint32_t vocab) {
-  const int fd = memfd_create("strata-builtin-corpus", MFD_CLOEXEC);
-  if (fd < 0) return errno_status(errno, "memfd_create for the built-in corpus");
   const std::string_view text = model::builtin_corpus();
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return errno_status(e, "writing the built-in corpus to a memory file");
-    }
-    done += size_t(n);
-  }
-  auto dataset = TokenDataset::open({fmt::format("/proc/self/fd/{}", fd)},
-                                    {.kind = model::TokenFileKind::text, .vocab_size = vocab});
-  ::close(fd);
-  return dataset;
+  return TokenDataset::from_memory("built-in corpus", std::as_bytes(std::span(text.data(), text.size())),
+                                   {.kind = model::TokenFileKind::text, .vocab_size = vocab});
 }
 
 // Every path of the comma/glob specs, which must share one layout.
