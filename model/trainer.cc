@@ -24,6 +24,14 @@ std::byte* device_tensor(const Transformer& model, const ParamSpec& spec, ParamS
   return reinterpret_cast<std::byte*>(slot) + (spec.offset - spec.slot_offset);
 }
 
+// Targets that count toward the loss (not kernels::kIgnoreTarget), from the host copy of the batch.
+int64_t counted_targets(const BatchView& batch) {
+  const int64_t n = int64_t(batch.batch_size) * batch.seq_len;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i) counted += batch.targets[i] != kernels::kIgnoreTarget;
+  return counted;
+}
+
 }  // namespace
 
 Trainer::Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options,
@@ -79,6 +87,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
     std::memset(b->data(), 0, total);
   }
   STRATA_ASSIGN_OR_RETURN(scalars_, pinned.acquire(sizeof(float)));
+  STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
   const uint64_t batch_bytes = uint64_t(mo.batch * mo.seq_len) * sizeof(int32_t);
   STRATA_ASSIGN_OR_RETURN(void* in, backend_.allocate(batch_bytes, "trainer inputs"));
@@ -89,6 +98,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
   norm_sq_ = static_cast<float*>(ns);
   uploaded_ = backend_.create_event();
   computed_ = backend_.create_event();
+  loss_copied_ = backend_.create_event();
   grads_ready_ = backend_.create_event();
   params_sent_ = backend_.create_event();
   return Status();
@@ -167,6 +177,19 @@ StatusOr<kernels::CrossEntropyResult> Trainer::forward_uploaded(const BatchView&
   return model_.read_loss();
 }
 
+// Queues the copy of the last forward's loss into host slot `micro_batch`; the next forward (which
+// rewrites the device loss) waits for the copy. No host synchronisation: the step reads the slots
+// after grad_norm() has synchronised the d2h stream.
+Status Trainer::queue_loss_copy(uint64_t micro_batch) {
+  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(losses_.as<kernels::CrossEntropyResult>() + micro_batch,
+                                               model_.loss_result(), sizeof(kernels::CrossEntropyResult),
+                                               Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.record(*loss_copied_, Stream::d2h));
+  return backend_.wait(Stream::compute, *loss_copied_);
+}
+
 StatusOr<double> Trainer::grad_norm() {
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(norm_sq_, sizeof(float), Stream::compute));
   for (const ParamSpec& p : model_.layout().params) {
@@ -213,15 +236,18 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   const uint64_t K = options_.grad_accum;
   for (uint64_t k = 0; k < K; ++k) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
-    STRATA_ASSIGN_OR_RETURN(kernels::CrossEntropyResult loss, forward_uploaded(batch));
-    if (loss.valid_count == 0)
+    const int64_t counted = counted_targets(batch);
+    if (counted == 0)
       return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1,
                    r.step);
-    r.loss += double(loss.mean_loss) / double(K);
-    r.tokens += uint64_t(loss.valid_count);
-    STRATA_RETURN_IF_ERROR(model_.backward(loss.valid_count, float(1.0 / double(K))));
+    STRATA_RETURN_IF_ERROR(upload_batch(batch));
+    STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
+    STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
+    STRATA_RETURN_IF_ERROR(model_.backward(counted, float(1.0 / double(K))));
+    r.tokens += uint64_t(counted);
   }
-  STRATA_ASSIGN_OR_RETURN(r.grad_norm, grad_norm());
+  STRATA_ASSIGN_OR_RETURN(r.grad_norm, grad_norm());  // synchronises d2h: the loss slots are filled
+  for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
   if (options_.clip_grad_norm > 0) r.clip_scale = std::min(1.0, options_.clip_grad_norm / (r.grad_norm + 1e-6));
   STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, grads_.data(), ParamState::gradients));
   STRATA_RETURN_IF_ERROR(adam_update(r.lr, r.clip_scale));

@@ -83,6 +83,7 @@ class Trainer {
   Status upload_batch(const BatchView& batch);
   // forward of the uploaded batch; returns its loss (synchronizes the compute stream).
   StatusOr<kernels::CrossEntropyResult> forward_uploaded(const BatchView& batch);
+  Status queue_loss_copy(uint64_t micro_batch);
   StatusOr<double> grad_norm();
   Status copy_chunks(bool to_device, std::byte* host, ParamState state);
   Status adam_update(double lr, double clip_scale);
@@ -96,10 +97,11 @@ class Trainer {
   std::vector<std::byte*> device_params_;    // each chunk's device base (weights)
   std::vector<std::byte*> device_grads_;     // each chunk's device base (gradients)
   PinnedBuffer masters_, grads_, m_, v_, scalars_;
+  PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
   float* norm_sq_ = nullptr;    // device scalar
-  std::unique_ptr<Event> uploaded_, computed_, grads_ready_, params_sent_;
+  std::unique_ptr<Event> uploaded_, computed_, loss_copied_, grads_ready_, params_sent_;
   uint64_t steps_done_ = 0;
 };
 
