@@ -17,12 +17,16 @@
 
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "golden_file.h"
 #include "model_test_files.h"
 
 namespace strata::model {
 namespace {
 
 using testing::expect_value;
+using testing::Golden;
+using testing::normwise_error;
+using testing::open_golden;
 
 // Tolerances, normwise (max |got - want| / max |want| over the tensor, as the golden README
 // advises: elements near zero carry only absolute error, and GPT-2's key-bias gradient is exactly
@@ -38,53 +42,6 @@ using testing::expect_value;
 constexpr double kActTolerance = 2e-6;
 constexpr double kLossTolerance = 1e-6;
 constexpr double kGradTolerance = 1e-5;
-
-double normwise_error(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    diff = std::max(diff, std::fabs(double(got[i]) - double(want[i])));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  EXPECT_GT(scale, 0.0) << "an all-zero reference tensor checks nothing";
-  return scale > 0.0 ? diff / scale : diff;
-}
-
-struct Golden {
-  SafetensorsFile file;
-  int64_t B = 0, T = 0;
-
-  std::vector<float> f32(const std::string& name) const {
-    const SafetensorsTensor* t = file.find(name);
-    EXPECT_NE(t, nullptr) << name;
-    if (t == nullptr) return {};
-    EXPECT_EQ(t->dtype, SafeDType::f32) << name;
-    std::vector<float> out(t->elements());
-    std::memcpy(out.data(), file.data(*t).data(), t->bytes());
-    return out;
-  }
-  std::vector<int32_t> i32(const std::string& name) const {
-    const SafetensorsTensor* t = file.find(name);
-    EXPECT_TRUE(t != nullptr && t->dtype == SafeDType::i32) << name;
-    std::vector<int32_t> out(t ? t->elements() : 0);
-    if (t) std::memcpy(out.data(), file.data(*t).data(), t->bytes());
-    return out;
-  }
-  double loss() const {
-    double v = 0.0;
-    std::memcpy(&v, file.data(*file.find("loss")).data(), sizeof(v));
-    return v;
-  }
-};
-
-Golden open_golden(const std::string& preset) {
-  const std::string file = preset == "gpt2-tiny" ? "gpt2_tiny" : "llama_tiny";
-  Golden g{expect_value(SafetensorsFile::open(std::string(STRATA_TEST_DATA_DIR) + "/golden/" + file + ".safetensors"))};
-  const auto batch = nlohmann::json::parse(g.file.metadata().at("batch"));
-  g.B = batch.at("B").get<int64_t>();
-  g.T = batch.at("T").get<int64_t>();
-  return g;
-}
 
 // A tiny model on a CPU backend with the golden weights and batch on the device.
 struct ModelRun {

@@ -13,41 +13,10 @@
 
 #include "model/safetensors.h"
 #include "model/trainer.h"
+#include "golden_file.h"
 #include "model_test_files.h"
 
 namespace strata::model::testing {
-
-struct Golden {
-  SafetensorsFile file;
-  int64_t B = 0, T = 0;
-  std::vector<int32_t> tokens, targets;
-
-  // Tensor `name`, which must have the dtype `want` (elements of T).
-  template <typename T>
-  std::vector<T> read(const std::string& name, SafeDType want) const {
-    const SafetensorsTensor* t = file.find(name);
-    EXPECT_TRUE(t != nullptr && t->dtype == want) << name;
-    std::vector<T> out(t ? t->elements() : 0);
-    if (t) std::memcpy(out.data(), file.data(*t).data(), t->bytes());
-    return out;
-  }
-  std::vector<double> f64(const std::string& name) const { return read<double>(name, SafeDType::f64); }
-  std::vector<float> f32(const std::string& name) const { return read<float>(name, SafeDType::f32); }
-  std::vector<int32_t> i32(const std::string& name) const { return read<int32_t>(name, SafeDType::i32); }
-};
-
-inline Golden open_golden(const std::string& preset) {
-  const std::string file = preset == "gpt2-tiny" ? "gpt2_tiny" : "llama_tiny";
-  Golden g{.file = expect_value(
-               SafetensorsFile::open(std::string(STRATA_TEST_DATA_DIR) + "/golden/" + file + ".safetensors")),
-           .B = 0, .T = 0, .tokens = {}, .targets = {}};
-  const auto batch = nlohmann::json::parse(g.file.metadata().at("batch"));
-  g.B = batch.at("B").get<int64_t>();
-  g.T = batch.at("T").get<int64_t>();
-  g.tokens = g.i32("tokens");
-  g.targets = g.i32("targets");
-  return g;
-}
 
 // The golden optimizer rule (tests/data/golden/README.md).
 inline TrainOptions golden_rule() {
