@@ -23,6 +23,14 @@ std::string_view lr_decay_name(LrDecay decay) {
   return "?";
 }
 
+StatusOr<LrWarmup> parse_lr_warmup(std::string_view name) {
+  if (name == "linear") return LrWarmup::linear;
+  if (name == "log") return LrWarmup::log;
+  return error(Code::invalid_argument, "unknown learning-rate warmup '{}'; use linear or log", name);
+}
+
+std::string_view lr_warmup_name(LrWarmup warmup) { return warmup == LrWarmup::log ? "log" : "linear"; }
+
 StatusOr<LrSchedule> LrSchedule::create(const LrScheduleOptions& o) {
   if (!std::isfinite(o.peak_lr) || o.peak_lr <= 0.0) {
     return error(Code::invalid_argument, "peak learning rate {} must be a finite number above 0", o.peak_lr);
@@ -45,7 +53,8 @@ StatusOr<LrSchedule> LrSchedule::create(const LrScheduleOptions& o) {
 double LrSchedule::lr(uint64_t step) const {
   const LrScheduleOptions& o = options_;
   if (step < o.warmup_steps) {
-    const double ramp = static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+    const double k = static_cast<double>(step + 1), w = static_cast<double>(o.warmup_steps);
+    const double ramp = o.warmup == LrWarmup::log ? std::log(k + 1.0) / std::log(w + 1.0) : k / w;
     return o.peak_lr * (o.warmup_start_fraction + (1.0 - o.warmup_start_fraction) * ramp);
   }
   if (o.decay == LrDecay::constant) return o.peak_lr;

@@ -44,7 +44,9 @@ void add_train_config_keys(ConfigSchema& schema) {
   schema.add({.name = "steps",
               .type = ValueType::integer,
               .default_text = "1000",  // gpt2-tiny on the built-in corpus: loss ~5.5 -> ~2.2 in ~30 s on 2 cores
-              .help = "Optimizer steps to train for (the learning-rate schedule ends here)",
+              .help = "Optimizer steps to train for (the learning-rate schedule ends here unless "
+                      "--lr-schedule-steps says otherwise; a config file's scheduler.params.total_num_steps is the "
+                      "default then)",
               .min = 1,
               .max = kMaxSteps});
   schema.add({.name = "micro_batch",
@@ -69,13 +71,22 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 1,
               .max = 65536,
               .file_aliases = {"gradient_accumulation_steps"}});
+  // DeepSpeed's global batch; one GPU here, so world size 1.
+  schema.add({.name = "train_batch_size",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "Sequences per optimizer step, DeepSpeed's train_batch_size: must equal micro_batch x grad_accum "
+                      "(one GPU); when one of those two is not given it is derived from the other (auto: B x K)",
+              .min = 1,
+              .max = 1LL << 32,
+              .allow_auto = true});
 
   // --- precision ---------------------------------------------------------------------------------
   schema.add({.name = "dtype",
               .type = ValueType::choice,
               .default_text = "fp32",
-              .help = "Precision of the weights and activations in compute (master weights and Adam states stay "
-                      "fp32); fp16 uses dynamic loss scaling",
+              .help = "Precision of the weights, activations and gradients in compute (master weights stay fp32 "
+                      "on the CPU); fp16 uses dynamic loss scaling",
               .choices = {"fp32", "bf16", "fp16"}});
   schema.add({.name = "bf16_enabled",
               .type = ValueType::boolean,
@@ -113,17 +124,21 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Peak learning rate (reached at the end of warmup)",
               .min = 0.0,
               .max = 10.0,
-              .file_aliases = {"optimizer.params.lr"}});
+              // A file that gives both must give the same value (config.h).
+              .file_aliases = {"optimizer.params.lr", "scheduler.params.warmup_max_lr"}});
   schema.add({.name = "min_lr_fraction",
               .type = ValueType::real,
               .default_text = "0.1",
-              .help = "The decay ends at this fraction of the peak learning rate (cosine and linear)",
+              .help = "The decay ends at this fraction of the peak learning rate (cosine, linear and WarmupCosineLR, "
+                      "whose default is DeepSpeed's cos_min_ratio 0.0001)",
               .min = 0.0,
-              .max = 1.0});
+              .max = 1.0,
+              .file_aliases = {"scheduler.params.cos_min_ratio"}});
   schema.add({.name = "warmup_steps",
               .type = ValueType::integer,
               .default_text = "auto",
-              .help = "Steps of linear warmup to the peak learning rate (auto: 10% of --steps)",
+              .help = "Steps of warmup to the peak learning rate (auto: 10% of the schedule's steps; DeepSpeed's "
+                      "default of 1000 would swallow short runs)",
               .min = 0,
               .max = kMaxSteps,
               .allow_auto = true,
@@ -131,8 +146,42 @@ void add_train_config_keys(ConfigSchema& schema) {
   schema.add({.name = "lr_schedule",
               .type = ValueType::choice,
               .default_text = "cosine",
-              .help = "Learning rate after warmup: cosine or linear decay to --min-lr-fraction, or constant",
-              .choices = {"cosine", "linear", "constant"}});
+              .help = "Learning rate after warmup: cosine or linear decay to --min-lr-fraction, or constant; or "
+                      "DeepSpeed's scheduler.type: WarmupLR (constant), WarmupDecayLR (linear to 0), WarmupCosineLR "
+                      "(cosine to cos_min_ratio), each with DeepSpeed's defaults and parameters",
+              .choices = {"cosine", "linear", "constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"},
+              .file_aliases = {"scheduler.type"}});
+  schema.add({.name = "lr_schedule_steps",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "Steps the learning-rate schedule spans, DeepSpeed's total_num_steps (auto: --steps); training "
+                      "may stop before it ends, or run on at the final rate",
+              .min = 1,
+              .max = kMaxSteps,
+              .allow_auto = true,
+              .file_aliases = {"scheduler.params.total_num_steps"}});
+  schema.add({.name = "warmup_type",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "Shape of the warmup: linear, or log (fast at first, then flattening); auto: log for the "
+                      "DeepSpeed schedules (DeepSpeed's default), linear otherwise",
+              .choices = {"auto", "linear", "log"},
+              .file_aliases = {"scheduler.params.warmup_type"}});
+  schema.add({.name = "warmup_min_lr",
+              .type = ValueType::real,
+              .default_text = "0",
+              .help = "Learning rate the warmup starts from (DeepSpeed's WarmupLR/WarmupDecayLR warmup_min_lr)",
+              .min = 0.0,
+              .max = 10.0,
+              .file_aliases = {"scheduler.params.warmup_min_lr"}});
+  schema.add({.name = "warmup_min_ratio",
+              .type = ValueType::real,
+              .default_text = "0",
+              .help = "Fraction of the peak learning rate the warmup starts from (DeepSpeed's WarmupCosineLR "
+                      "warmup_min_ratio); give this or --warmup-min-lr",
+              .min = 0.0,
+              .max = 1.0,
+              .file_aliases = {"scheduler.params.warmup_min_ratio"}});
   schema.add({.name = "beta1",
               .type = ValueType::real,
               .default_text = "0.9",
@@ -187,7 +236,8 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "1",
               .help = "Print a progress line every this many steps (the --metrics file gets every step)",
               .min = 1,
-              .max = kMaxSteps});
+              .max = kMaxSteps,
+              .file_aliases = {"steps_per_print"}});
   schema.add({.name = "metrics",
               .type = ValueType::path,
               .help = "Write one JSON object per step to this file (step, loss, lr, tokens_per_s, step_s, "
@@ -237,6 +287,11 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 1,
               .max = 1000,
               .file_aliases = {"fp16.hysteresis"}});
+  schema.add({.name = "loss_scale_consecutive_hysteresis",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "fp16: refill the hysteresis after every step without overflow, not only when the scale grows",
+              .file_aliases = {"fp16.consecutive_hysteresis"}});
   schema.add({.name = "loss_scale_min",
               .type = ValueType::real,
               .default_text = "1",
@@ -244,6 +299,8 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 1e-30,
               .max = 16777216.0,
               .file_aliases = {"fp16.min_loss_scale"}});
+
+  add_ignored_deepspeed_paths(schema);
 }
 
 }  // namespace strata::model

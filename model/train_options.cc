@@ -22,6 +22,48 @@ uint64_t get_count(const Config& config, std::string_view key) {
   return static_cast<uint64_t>(config.get_int(key));  // ranges keep these >= 0
 }
 
+// `derived` (micro_batch or grad_accum, not given) = train_batch_size / `given` (the other one).
+StatusOr<uint64_t> derive_from_train_batch(const Config& config, uint64_t train_batch, std::string_view given,
+                                           std::string_view derived) {
+  const uint64_t divisor = get_count(config, given);
+  if (train_batch % divisor != 0)
+    return error(Code::invalid_argument,
+                 "{} is not a multiple of {}, so {} (not given, {} now) cannot be derived as their quotient; give a "
+                 "train_batch_size that {} divides, or give {} as well",
+                 describe(config, "train_batch_size"), describe(config, given), derived, config.text(derived), given,
+                 derived);
+  const uint64_t value = train_batch / divisor;
+  const double max = config.schema().find(derived)->max;
+  if (static_cast<double>(value) > max)
+    return error(Code::invalid_argument, "{} / {} gives {} {}, above its maximum {}; give {} as well",
+                 describe(config, "train_batch_size"), describe(config, given), derived, value, max, derived);
+  return value;
+}
+
+// micro_batch and grad_accum, reconciled with DeepSpeed's train_batch_size (= B x K x world size,
+// and the world is one GPU here): the one of B and K that is not given is derived, and when both
+// are given the three must agree.
+Status read_batch(const Config& config, TrainOptions& o) {
+  o.micro_batch = get_count(config, "micro_batch");
+  o.grad_accum = get_count(config, "grad_accum");
+  const std::optional<int64_t> total = config.get_int_or_auto("train_batch_size");
+  if (!total) return Status::ok();
+  const auto train_batch = static_cast<uint64_t>(*total);
+  if (!is_set(config, "grad_accum")) {
+    STRATA_ASSIGN_OR_RETURN(o.grad_accum, derive_from_train_batch(config, train_batch, "micro_batch", "grad_accum"));
+  } else if (!is_set(config, "micro_batch")) {
+    STRATA_ASSIGN_OR_RETURN(o.micro_batch, derive_from_train_batch(config, train_batch, "grad_accum", "micro_batch"));
+  } else if (o.micro_batch * o.grad_accum != train_batch) {
+    return error(Code::invalid_argument,
+                 "{} is not {} x {} x 1 GPU = {}: DeepSpeed's train_batch_size must equal "
+                 "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size; fix one of the three "
+                 "or drop train_batch_size",
+                 describe(config, "train_batch_size"), describe(config, "micro_batch"), describe(config, "grad_accum"),
+                 o.micro_batch * o.grad_accum);
+  }
+  return Status::ok();
+}
+
 Status read_data(const Config& config, TrainOptions& o) {
   o.data = config.get_list("data");
   o.text = config.get_text("text");
@@ -92,35 +134,107 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
         "{}: adam adds weight_decay {} to the gradient (L2); DeepSpeed's \"Adam\" decouples it by default "
         "(adam_w_mode), which is optimizer_type adamw here",
         describe(config, "optimizer_type"), config.text("weight_decay")));
+  return Status::ok();
+}
 
+// DeepSpeed's learning-rate schedulers (lr_schedule's other choices) and the strata keys that
+// their scheduler.params have no counterpart for: DeepSpeed refuses unknown params, so do we.
+struct DeepSpeedScheduler {
+  std::string_view name;
+  LrDecay decay;
+  std::string_view params;  // what DeepSpeed's scheduler takes, for the message
+  std::vector<std::pair<std::string_view, std::string_view>> not_taken;  // (strata key, DeepSpeed name)
+};
+
+const DeepSpeedScheduler* find_deepspeed_scheduler(std::string_view name) {
+  static const DeepSpeedScheduler kSchedulers[] = {
+      {"WarmupLR", LrDecay::constant, "warmup_min_lr, warmup_max_lr, warmup_num_steps and warmup_type",
+       {{"lr_schedule_steps", "total_num_steps"}, {"min_lr_fraction", "cos_min_ratio"},
+        {"warmup_min_ratio", "warmup_min_ratio"}}},
+      {"WarmupDecayLR", LrDecay::linear,
+       "total_num_steps, warmup_min_lr, warmup_max_lr, warmup_num_steps and warmup_type (it decays to 0)",
+       {{"min_lr_fraction", "cos_min_ratio"}, {"warmup_min_ratio", "warmup_min_ratio"}}},
+      {"WarmupCosineLR", LrDecay::cosine,
+       "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio and warmup_type (the peak is "
+       "optimizer.params.lr)",
+       {{"warmup_min_lr", "warmup_min_lr"}}},
+  };
+  for (const DeepSpeedScheduler& d : kSchedulers)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+// DeepSpeed's WarmupCosineLR default cos_min_ratio.
+constexpr double kDeepSpeedCosMinRatio = 1e-4;
+
+// The learning-rate schedule: strata's (cosine, linear, constant) or one of DeepSpeed's, with its
+// defaults (log warmup; WarmupDecayLR ends at 0; WarmupCosineLR at cos_min_ratio 0.0001).
+Status read_schedule(const Config& config, TrainOptions& o) {
   LrScheduleOptions& s = o.lr_schedule;
-  s.peak_lr = lr;
-  STRATA_ASSIGN_OR_RETURN(s.decay, parse_lr_decay(config.get_text("lr_schedule")));
-  s.total_steps = o.steps;
+  s.peak_lr = config.get_real("lr");  // read_optimizer checked it is above 0
+  const std::string& name = config.get_text("lr_schedule");
+  const DeepSpeedScheduler* deepspeed = find_deepspeed_scheduler(name);
   s.final_fraction = config.get_real("min_lr_fraction");
-  const std::optional<int64_t> warmup = config.get_int_or_auto("warmup_steps");
-  s.warmup_steps = warmup ? static_cast<uint64_t>(*warmup) : o.steps / 10;
-  if (s.warmup_steps > o.steps)
-    return error(Code::invalid_argument, "{} is more than {}; shorten the warmup or train longer",
-                 describe(config, "warmup_steps"), describe(config, "steps"));
-  if (s.decay != LrDecay::constant && s.warmup_steps == o.steps)
+  if (deepspeed != nullptr) {
+    for (const auto& [key, param] : deepspeed->not_taken)
+      if (is_set(config, key))
+        return error(Code::invalid_argument,
+                     "{} (DeepSpeed's {}) does not apply to {}: DeepSpeed's {} takes {}; drop it, or pick "
+                     "--lr-schedule cosine, linear or constant",
+                     describe(config, key), param, describe(config, "lr_schedule"), name, deepspeed->params);
+    s.decay = deepspeed->decay;
+    if (deepspeed->decay == LrDecay::linear) s.final_fraction = 0.0;
+    if (deepspeed->decay == LrDecay::cosine && !is_set(config, "min_lr_fraction"))
+      s.final_fraction = kDeepSpeedCosMinRatio;
+  } else {
+    STRATA_ASSIGN_OR_RETURN(s.decay, parse_lr_decay(name));
+  }
+  const std::string& warmup_type = config.get_text("warmup_type");
+  const std::string_view auto_warmup = deepspeed != nullptr ? "log" : "linear";  // DeepSpeed's default is log
+  STRATA_ASSIGN_OR_RETURN(s.warmup, parse_lr_warmup(warmup_type == "auto" ? auto_warmup : warmup_type));
+
+  if (is_set(config, "warmup_min_lr") && is_set(config, "warmup_min_ratio"))
     return error(Code::invalid_argument,
-                 "{} equals {}, which leaves no steps for the {} decay; shorten the warmup, train longer or pass "
-                 "--lr-schedule constant",
-                 describe(config, "warmup_steps"), describe(config, "steps"), lr_decay_name(s.decay));
+                 "{} and {} both say where the warmup starts; give the rate or the fraction of the peak, not both",
+                 describe(config, "warmup_min_lr"), describe(config, "warmup_min_ratio"));
+  s.warmup_start_fraction = config.get_real("warmup_min_ratio");
+  if (is_set(config, "warmup_min_lr")) {
+    const double min_lr = config.get_real("warmup_min_lr");
+    if (min_lr > s.peak_lr)
+      return error(Code::invalid_argument, "{} is above the peak {}; the warmup would go down: lower it",
+                   describe(config, "warmup_min_lr"), describe(config, "lr"));
+    s.warmup_start_fraction = min_lr / s.peak_lr;
+  }
+
+  // The schedule may span more (or fewer) steps than the run: DeepSpeed's total_num_steps.
+  const std::optional<int64_t> schedule_steps = config.get_int_or_auto("lr_schedule_steps");
+  s.total_steps = schedule_steps ? static_cast<uint64_t>(*schedule_steps) : o.steps;
+  const std::string_view total_key = schedule_steps ? "lr_schedule_steps" : "steps";
+  const std::optional<int64_t> warmup = config.get_int_or_auto("warmup_steps");
+  s.warmup_steps = warmup ? static_cast<uint64_t>(*warmup) : s.total_steps / 10;
+  if (s.warmup_steps > s.total_steps)
+    return error(Code::invalid_argument, "{} is more than {}; shorten the warmup or lengthen the schedule",
+                 describe(config, "warmup_steps"), describe(config, total_key));
+  if (s.decay != LrDecay::constant && s.warmup_steps == s.total_steps)
+    return error(Code::invalid_argument,
+                 "{} equals {}, which leaves no steps for the {} decay; shorten the warmup, lengthen the schedule or "
+                 "pass --lr-schedule constant",
+                 describe(config, "warmup_steps"), describe(config, total_key), lr_decay_name(s.decay));
   STRATA_RETURN_IF_ERROR(LrSchedule::create(s).status().with_context("learning-rate schedule"));
   return Status::ok();
 }
 
 Status read_loss_scaling(const Config& config, TrainOptions& o) {
-  static constexpr std::string_view kFp16Keys[] = {
-      "loss_scale", "loss_scale_initial_power", "loss_scale_window", "loss_scale_hysteresis", "loss_scale_min"};
+  static constexpr std::string_view kFp16Keys[] = {"loss_scale", "loss_scale_initial_power",
+                                                   "loss_scale_window", "loss_scale_hysteresis",
+                                                   "loss_scale_min", "loss_scale_consecutive_hysteresis"};
   LossScalerOptions& l = o.loss_scaler;
   const double fixed = config.get_real("loss_scale");
   l.dynamic = fixed == 0.0;
   l.initial_scale = l.dynamic ? std::ldexp(1.0, static_cast<int>(config.get_int("loss_scale_initial_power"))) : fixed;
   l.growth_interval = get_count(config, "loss_scale_window");
   l.hysteresis = static_cast<uint32_t>(config.get_int("loss_scale_hysteresis"));
+  l.consecutive_hysteresis = config.get_bool("loss_scale_consecutive_hysteresis");
   l.min_scale = config.get_real("loss_scale_min");
 
   if (o.dtype != DType::f16) {
@@ -149,14 +263,17 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   TrainOptions o;
   o.preset = config.get_text("preset");
   STRATA_RETURN_IF_ERROR(read_data(config, o));
-  o.steps = get_count(config, "steps");
-  o.micro_batch = get_count(config, "micro_batch");
+  // A DeepSpeed file gives the schedule's length (total_num_steps) but not the run's: then the run
+  // is as long as the schedule.
+  const bool steps_from_schedule = !is_set(config, "steps") && config.get_int_or_auto("lr_schedule_steps");
+  o.steps = get_count(config, steps_from_schedule ? "lr_schedule_steps" : "steps");
   o.seq = get_count(config, "seq");
-  o.grad_accum = get_count(config, "grad_accum");
+  STRATA_RETURN_IF_ERROR(read_batch(config, o));
   STRATA_RETURN_IF_ERROR(read_dtype(config, o));
   o.tf32 = config.get_bool("tf32");
   o.activation_checkpointing = config.get_bool("activation_checkpointing");
   STRATA_RETURN_IF_ERROR(read_optimizer(config, o));
+  STRATA_RETURN_IF_ERROR(read_schedule(config, o));
   STRATA_RETURN_IF_ERROR(read_loss_scaling(config, o));
 
   o.eval_every = get_count(config, "eval_every");
@@ -169,6 +286,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     return error(Code::invalid_argument, "{} needs a directory to write to; pass --checkpoint-dir",
                  describe(config, "checkpoint_every"));
+  for (std::string& w : config.ignored_file_warnings()) o.warnings.push_back(std::move(w));
   return o;
 }
 

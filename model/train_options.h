@@ -49,7 +49,7 @@ struct TrainOptions {
   kernels::AdamHyper adam_hyper;    // lr, beta1, beta2, eps, weight_decay, mode
   AdamStates adam_states = AdamStates::f32;
   double clip_grad_norm = 1.0;      // 0 = no clipping
-  LrScheduleOptions lr_schedule;    // peak_lr, warmup_steps, decay, total_steps = steps, final_fraction
+  LrScheduleOptions lr_schedule;    // peak_lr, warmup, decay, total_steps (lr_schedule_steps or steps), ...
 
   // fp16 dynamic loss scaling (used only when dtype is f16).
   LossScalerOptions loss_scaler;
@@ -75,11 +75,21 @@ struct TrainOptions {
 // invalid_argument naming each key involved and where its value came from:
 //   data and text both given; with text, a data_format other than auto or text;
 //   val_data and an explicit val_fraction > 0 both given; val_fraction of 0.5;
-//   warmup_steps > steps (>= steps for cosine/linear decay: nothing left to decay over);
+//   train_batch_size not micro_batch x grad_accum when all three are given, or, when one of those
+//   two is not given, not a multiple of the other (the missing one is derived as the quotient);
+//   warmup_steps > the schedule's steps (>= for cosine/linear decay: nothing left to decay over);
+//   warmup_min_lr and warmup_min_ratio both given, or warmup_min_lr above lr;
+//   a DeepSpeed scheduler (lr_schedule WarmupLR, WarmupDecayLR, WarmupCosineLR) with a key its
+//   scheduler.params have no counterpart for (e.g. cos_min_ratio with WarmupDecayLR);
 //   bf16_enabled and fp16_enabled both true, or either contradicting an explicit dtype;
 //   loss_scale_min above the initial loss scale; checkpoint_every without checkpoint_dir.
+// The schedule spans lr_schedule_steps (DeepSpeed's total_num_steps) when given, else steps; when
+// only lr_schedule_steps is given, steps follows it. Training may stop before the schedule ends or
+// run on past it at the final rate. DeepSpeed schedulers keep DeepSpeed's defaults: log warmup,
+// WarmupDecayLR decays to 0, WarmupCosineLR to cos_min_ratio 0.0001.
 // Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
-// from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does).
+// from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does); each group of ignored
+// DeepSpeed settings of the file (Config::ignored_file_warnings).
 StatusOr<TrainOptions> train_options_from_config(const Config& config);
 
 // The layout of the token file `path`: options.data_format when set, else by extension (".bin":

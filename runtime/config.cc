@@ -151,6 +151,25 @@ std::string Config::render_table() const {
   return out;
 }
 
+std::vector<std::string> Config::ignored_file_warnings() const {
+  struct Group {
+    const IgnoredFileSetting* first;
+    std::vector<std::string> settings;  // "path=value"
+  };
+  std::vector<Group> groups;
+  for (const IgnoredFileSetting& s : ignored_) {
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const Group& g) { return g.first->file == s.file && g.first->reason == s.reason; });
+    if (same == groups.end()) same = groups.insert(groups.end(), Group{&s, {}});
+    same->settings.push_back(fmt::format("{}={}", s.path, s.value));
+  }
+  std::vector<std::string> out;
+  for (const Group& g : groups)
+    out.push_back(fmt::format("config file {}: {} {} no effect: {}", g.first->file, fmt::join(g.settings, ", "),
+                              g.settings.size() == 1 ? "has" : "have", g.first->reason));
+  return out;
+}
+
 nlohmann::json Config::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   const std::vector<ConfigKey>& keys = schema_.keys();

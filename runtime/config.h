@@ -24,6 +24,14 @@ namespace strata {
 enum class ConfigSource : uint8_t { default_value, file, env, flag };
 std::string_view config_source_name(ConfigSource source);  // "default", "file", "env", "flag"
 
+// A setting a config file held at one of the schema's ignored file paths: accepted, not applied.
+struct IgnoredFileSetting {
+  std::string path;    // "zero_optimization.stage"
+  std::string value;   // the JSON value as written, e.g. "3", "\"nvme\"", "true"
+  std::string file;    // the config file
+  std::string reason;  // ConfigSchema::ignored_file_path_reason
+};
+
 class Config {
  public:
   // Every key at its default. The schema is copied: the Config does not depend on its lifetime.
@@ -39,6 +47,9 @@ class Config {
   // Reads a JSON object of keys (top-level names, or the dotted paths of file_aliases through
   // nested objects). Unknown keys, wrong JSON types and malformed JSON (with line and column) are
   // errors naming the file; a missing file is not_found. Nothing is kept from a file that fails.
+  // Two paths of one file that set the same key (a name and an alias, or two aliases) must agree:
+  // the same value is kept once, different values are an error naming both paths and values.
+  // A scalar at an ignored file path (ConfigSchema::ignore_file_paths) is recorded, not applied.
   Status load_file(const std::string& path);
   // Reads every STRATA_* variable of `envp` (NAME=VALUE strings, nullptr-terminated). Each must be
   // a key (or ignored by the schema); STRATA_CONFIG names the config file, so it is skipped when
@@ -70,6 +81,13 @@ class Config {
 
   const ConfigSchema& schema() const { return schema_; }
 
+  // The ignored settings the loaded files held: file by file, each file's in the order of
+  // ConfigSchema::ignored_file_paths.
+  const std::vector<IgnoredFileSetting>& ignored_file_settings() const { return ignored_; }
+  // One message per file and reason, for the caller to log as a warning: "config file ds.json:
+  // zero_optimization.stage=3, wall_clock_breakdown=false have no effect: <reason>". Empty when none.
+  std::vector<std::string> ignored_file_warnings() const;
+
  private:
   struct Entry {
     ConfigValue value;
@@ -85,6 +103,7 @@ class Config {
 
   ConfigSchema schema_;
   std::vector<Entry> entries_;  // parallel to schema_.keys()
+  std::vector<IgnoredFileSetting> ignored_;
 };
 
 // The effective configuration: defaults < file < env < flags. The file is the value of the flag

@@ -146,9 +146,11 @@ Status Config::load_file(const std::string& path) {
     return error(Code::invalid_argument, "config file {} must hold a JSON object ({{\"key\": value, ...}}), not {}",
                  path, json_type_name(doc));
 
-  const std::vector<std::string> known = schema_.file_paths();
+  std::vector<std::string> known = schema_.file_paths();
+  for (std::string& p : schema_.ignored_file_paths()) known.push_back(std::move(p));
   Config staged = *this;  // nothing is kept from a file that fails
-  std::map<std::string, std::string> set_by;  // key name -> JSON path that set it
+  // key name -> (JSON path that set it, the JSON value there)
+  std::map<std::string, std::pair<std::string, std::string>> set_by;
   // Sets `key` from the JSON leaf `value` found at `json_path` (with an index suffix for an array
   // element), into `staged`.
   auto assign = [&](const ConfigKey& key, const std::string& json_path, const nlohmann::json& value) -> Status {
@@ -156,16 +158,24 @@ Status Config::load_file(const std::string& path) {
       return error(Code::invalid_argument,
                    "config file {}: '{}' cannot be set inside a config file; pass --config or STRATA_CONFIG", path,
                    json_path);
-    if (auto [it, fresh] = set_by.emplace(key.name, json_path); !fresh)
-      return error(Code::invalid_argument, "config file {}: {} is set twice, by '{}' and '{}'; keep one", path,
-                   key.name, it->second, json_path);
     bool ok = false;
     const std::string value_text = json_to_text(value, key.type, &ok);
     if (!ok)
       return error(Code::invalid_argument, "config file {}: {} must be {} ({} in JSON), not {} ({})", path, json_path,
                    describe_accepted(key), json_types_for(key.type), json_type_name(value), value.dump());
-    return staged.set_from(key, value_text, ConfigSource::file, path,
-                           fmt::format("config file {}: {}={}", path, json_path, value.dump()));
+    const std::string where = fmt::format("config file {}: {}={}", path, json_path, value.dump());
+    if (auto [it, fresh] = set_by.emplace(key.name, std::pair{json_path, value.dump()}); !fresh) {
+      // A second path for the same key (DeepSpeed's offload_optimizer.nvme_path and
+      // offload_param.nvme_path, or optimizer.params.lr and scheduler.params.warmup_max_lr) is fine
+      // when both say the same.
+      StatusOr<ConfigValue> again = parse_config_value(key, value_text);
+      if (!again.is_ok()) return again.status().with_context(where);
+      if (again->text == staged.text(key.name)) return Status::ok();
+      return error(Code::invalid_argument,
+                   "config file {}: {} is set twice, to different values: '{}'={} and '{}'={}; keep one", path,
+                   key.name, it->second.first, it->second.second, json_path, value.dump());
+    }
+    return staged.set_from(key, value_text, ConfigSource::file, path, where);
   };
   // Depth-first over nested objects; each leaf must be a key (by name or alias).
   std::vector<std::pair<std::string, const nlohmann::json*>> todo;
@@ -175,6 +185,14 @@ Status Config::load_file(const std::string& path) {
     todo.erase(todo.begin());
     const ConfigKey* key = schema_.find_by_file_path(json_path);
     if (key == nullptr) {
+      if (const std::string* reason = schema_.ignored_file_path_reason(json_path)) {
+        if (value->is_object() || value->is_array() || value->is_null())
+          return error(Code::invalid_argument,
+                       "config file {}: {} must be a single value (a number, string or boolean), not {} ({})", path,
+                       json_path, json_type_name(*value), value->dump());
+        staged.ignored_.push_back({json_path, value->dump(), path, *reason});
+        continue;
+      }
       if (value->is_object() && is_known_prefix(known, json_path)) {
         size_t at = 0;
         for (auto it = value->begin(); it != value->end(); ++it)
@@ -201,6 +219,13 @@ Status Config::load_file(const std::string& path) {
     }
     STRATA_RETURN_IF_ERROR(assign(*key, json_path, *value));
   }
+  // This file's ignored settings in the schema's order (nlohmann sorts object members by name).
+  const std::vector<std::string> order = schema_.ignored_file_paths();
+  auto rank = [&](const IgnoredFileSetting& s) {
+    return std::find(order.begin(), order.end(), s.path) - order.begin();
+  };
+  std::stable_sort(staged.ignored_.begin() + static_cast<ptrdiff_t>(ignored_.size()), staged.ignored_.end(),
+                   [&](const IgnoredFileSetting& a, const IgnoredFileSetting& b) { return rank(a) < rank(b); });
   *this = std::move(staged);
   return Status::ok();
 }

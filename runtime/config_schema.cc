@@ -21,7 +21,7 @@ void ConfigSchema::add(ConfigKey key) {
   std::vector<std::string> paths = key.file_aliases;
   paths.push_back(key.name);
   for (const std::string& p : paths)
-    if (by_file_path_.count(p) != 0)
+    if (by_file_path_.count(p) != 0 || ignored_file_paths_.count(p) != 0)
       throw std::logic_error(fmt::format("config key '{}': file path '{}' is already taken", key.name, p));
   const size_t index = keys_.size();
   by_name_.emplace(key.name, index);
@@ -34,6 +34,22 @@ void ConfigSchema::ignore_env(std::string env_name) { ignored_env_.push_back(std
 bool ConfigSchema::env_ignored(std::string_view env_name) const {
   return std::find(ignored_env_.begin(), ignored_env_.end(), env_name) != ignored_env_.end();
 }
+
+void ConfigSchema::ignore_file_paths(const std::vector<std::string>& paths, const std::string& reason) {
+  for (const std::string& p : paths) {
+    if (by_file_path_.count(p) != 0 || ignored_file_paths_.count(p) != 0)
+      throw std::logic_error(fmt::format("ignored config file path '{}' is already taken", p));
+    ignored_file_paths_.emplace(p, reason);
+    ignored_file_path_order_.push_back(p);
+  }
+}
+
+const std::string* ConfigSchema::ignored_file_path_reason(std::string_view path) const {
+  auto it = ignored_file_paths_.find(std::string(path));
+  return it == ignored_file_paths_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ConfigSchema::ignored_file_paths() const { return ignored_file_path_order_; }
 
 const ConfigKey* ConfigSchema::find(std::string_view name) const {
   auto it = by_name_.find(std::string(name));

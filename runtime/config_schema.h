@@ -24,6 +24,15 @@ class ConfigSchema {
   void ignore_env(std::string env_name);
   bool env_ignored(std::string_view env_name) const;
 
+  // Dotted JSON paths a config file may hold that set no key because they have no effect here
+  // (DeepSpeed settings such as "zero_optimization.stage" on one GPU); `reason` says why, for the
+  // warning (Config::ignored_file_warnings). File-only: no flag, no variable. A path already taken
+  // by a key's name or alias, or ignored twice, is a programming bug: std::logic_error (add()
+  // checks the other way round).
+  void ignore_file_paths(const std::vector<std::string>& paths, const std::string& reason);
+  const std::string* ignored_file_path_reason(std::string_view path) const;  // nullptr: not ignored
+  std::vector<std::string> ignored_file_paths() const;
+
   // nullptr when there is no such key.
   const ConfigKey* find(std::string_view name) const;
   const ConfigKey* find_by_env(std::string_view env_name) const;     // "STRATA_GPU_MEM"
@@ -48,6 +57,8 @@ class ConfigSchema {
   std::unordered_map<std::string, size_t> by_name_;
   std::unordered_map<std::string, size_t> by_file_path_;
   std::vector<std::string> ignored_env_;
+  std::unordered_map<std::string, std::string> ignored_file_paths_;  // path -> reason
+  std::vector<std::string> ignored_file_path_order_;
 };
 
 }  // namespace strata

@@ -1,4 +1,5 @@
-// LrSchedule: exact values of warmup, cosine, linear and constant schedules, and validation.
+// LrSchedule: exact values of linear and log warmup, cosine, linear and constant schedules, and
+// validation.
 #include "model/lr_schedule.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,35 @@ TEST(LrScheduleTest, ConstantAndNoWarmup) {
   EXPECT_DOUBLE_EQ(cosine.lr(0), 1.0);
   EXPECT_DOUBLE_EQ(cosine.lr(1), 0.5);
   EXPECT_DOUBLE_EQ(cosine.lr(2), 0.0);
+}
+
+// DeepSpeed's "log" warmup shape, shifted like the linear one: ln(step + 2) / ln(W + 1).
+TEST(LrScheduleTest, LogWarmupRisesFastThenFlattensAndEndsAtThePeak) {
+  LrSchedule s = make({.peak_lr = 1.0, .warmup_steps = 7, .warmup = LrWarmup::log, .decay = LrDecay::constant});
+  EXPECT_DOUBLE_EQ(s.lr(0), std::log(2.0) / std::log(8.0));  // 1/3: not wasted at 0
+  EXPECT_DOUBLE_EQ(s.lr(2), std::log(4.0) / std::log(8.0));  // 2/3
+  EXPECT_DOUBLE_EQ(s.lr(6), 1.0);                            // step W-1 runs at the peak
+  EXPECT_DOUBLE_EQ(s.lr(7), 1.0);
+  EXPECT_GT(s.lr(1) - s.lr(0), s.lr(6) - s.lr(5));          // concave: early steps rise most
+  // From a start fraction (DeepSpeed's warmup_min_ratio), then cosine to the final fraction.
+  LrSchedule c = make({.peak_lr = 2.0, .warmup_steps = 3, .warmup_start_fraction = 0.5, .warmup = LrWarmup::log,
+                       .decay = LrDecay::cosine, .total_steps = 5, .final_fraction = 0.25});
+  EXPECT_DOUBLE_EQ(c.lr(0), 2.0 * (0.5 + 0.5 * std::log(2.0) / std::log(4.0)));  // 1.5
+  EXPECT_DOUBLE_EQ(c.lr(2), 2.0);
+  EXPECT_DOUBLE_EQ(c.lr(4), 0.5 + 1.5 * 0.5 * (1.0 + std::cos(M_PI * 0.5)));
+  EXPECT_DOUBLE_EQ(c.lr(5), 0.5);
+  // One warmup step is the peak at once, as with linear warmup.
+  EXPECT_DOUBLE_EQ(make({.peak_lr = 1.0, .warmup_steps = 1, .warmup = LrWarmup::log, .decay = LrDecay::constant})
+                       .lr(0), 1.0);
+}
+
+TEST(LrScheduleTest, WarmupNamesParse) {
+  EXPECT_EQ(*parse_lr_warmup("log"), LrWarmup::log);
+  EXPECT_EQ(*parse_lr_warmup("linear"), LrWarmup::linear);
+  EXPECT_EQ(lr_warmup_name(LrWarmup::log), "log");
+  auto unknown = parse_lr_warmup("exp");
+  EXPECT_EQ(unknown.status().code(), Code::invalid_argument);
+  EXPECT_NE(unknown.status().message().find("'exp'; use linear or log"), std::string::npos);
 }
 
 TEST(LrScheduleTest, RejectsBadOptions) {

@@ -1,7 +1,9 @@
 // Tests of the train config keys and TrainOptions: the defaults, every cross-key error, the
-// DeepSpeed-style aliases of a JSON config file, and the precedence file < env < flags.
+// DeepSpeed-style aliases of a JSON config file (a full ZeRO-Infinity config among them: batch
+// sizes, schedulers, ignored settings), and the precedence file < env < flags.
 #include "model/train_options.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,7 +12,9 @@
 
 #include "model/train_config_keys.h"
 #include "model_test_files.h"
+#include "offload/config_keys.h"
 #include "runtime/config.h"
+#include "runtime/config_keys.h"
 
 namespace strata::model {
 namespace {
@@ -69,9 +73,12 @@ TEST(TrainOptionsTest, DefaultsTrainTheTinyModelOnTheBuiltInCorpus) {
   EXPECT_DOUBLE_EQ(o.lr_schedule.peak_lr, 1e-3);
   EXPECT_EQ(o.lr_schedule.warmup_steps, 100u);  // auto: 10% of the steps
   EXPECT_EQ(o.lr_schedule.decay, LrDecay::cosine);
+  EXPECT_EQ(o.lr_schedule.warmup, LrWarmup::linear);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.warmup_start_fraction, 0.0);
   EXPECT_EQ(o.lr_schedule.total_steps, 1000u);
   EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.1);
   EXPECT_TRUE(o.loss_scaler.dynamic);
+  EXPECT_FALSE(o.loss_scaler.consecutive_hysteresis);
   EXPECT_DOUBLE_EQ(o.loss_scaler.initial_scale, 65536.0);
   EXPECT_EQ(o.loss_scaler.growth_interval, 1000u);
   EXPECT_EQ(o.loss_scaler.hysteresis, 2u);
@@ -225,7 +232,7 @@ TEST(TrainOptionsTest, DeepSpeedConfigFileAliases) {
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "eps": 1e-6, "weight_decay": 0.01}},
     "scheduler": {"params": {"warmup_num_steps": 10}},
     "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "loss_scale_window": 500,
-             "hysteresis": 3, "min_loss_scale": 2},
+             "hysteresis": 3, "consecutive_hysteresis": true, "min_loss_scale": 2},
     "bf16": {"enabled": false}
   })");
   const TrainOptions o = expect_value(options_from({{"--config", path}}));
@@ -242,6 +249,7 @@ TEST(TrainOptionsTest, DeepSpeedConfigFileAliases) {
   EXPECT_DOUBLE_EQ(o.loss_scaler.initial_scale, 4096.0);  // 2^12
   EXPECT_EQ(o.loss_scaler.growth_interval, 500u);
   EXPECT_EQ(o.loss_scaler.hysteresis, 3u);
+  EXPECT_TRUE(o.loss_scaler.consecutive_hysteresis);
   EXPECT_DOUBLE_EQ(o.loss_scaler.min_scale, 2.0);
   EXPECT_TRUE(o.warnings.empty());
 }
@@ -304,6 +312,269 @@ TEST(TrainOptionsTest, DataFormatForAutoGoesByExtension) {
   EXPECT_NE(unknown.status().message().find("--data-format"), std::string::npos);
   const TrainOptions u32 = expect_value(options_from({{"--data-format", "u32"}}));
   EXPECT_EQ(expect_value(data_format_for(u32, "tokens.bin")), TokenFileKind::raw_u32);
+}
+
+// --- DeepSpeed configs -------------------------------------------------------------------------
+
+// The schema of the strata CLI (tools/strata/schema.cc): a DeepSpeed file also holds offload keys.
+ConfigSchema cli_schema() {
+  ConfigSchema schema;
+  add_runtime_config_keys(schema);
+  add_offload_config_keys(schema);
+  add_train_config_keys(schema);
+  return schema;
+}
+
+// The options of the config file `json` (written to a temporary file) and `flags`.
+StatusOr<TrainOptions> options_from_file(const std::string& json, Flags flags = {}) {
+  TempDir dir;
+  const std::string path = dir.file("ds_config.json");
+  write_text(path, json);
+  flags.emplace_back("--config", path);
+  std::vector<char*> envp = {nullptr};
+  STRATA_ASSIGN_OR_RETURN(Config config, resolve_config(cli_schema(), flags, envp.data()));
+  return train_options_from_config(config);
+}
+
+bool has_warning(const TrainOptions& o, const std::string& words) {
+  for (const std::string& w : o.warnings)
+    if (w.find(words) != std::string::npos) return true;
+  return false;
+}
+
+// DeepSpeed's ZeRO-Infinity example (stage 3, optimizer and parameters offloaded to NVMe, aio
+// settings) with bf16, AdamW and WarmupCosineLR, as a DeepSpeed user would bring it.
+constexpr std::string_view kZeroInfinityConfig = R"({
+  "train_batch_size": 64,
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 10,
+  "wall_clock_breakdown": false,
+  "zero_allow_untested_optimizer": true,
+  "bf16": {"enabled": true},
+  "optimizer": {
+    "type": "AdamW",
+    "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+  },
+  "scheduler": {
+    "type": "WarmupCosineLR",
+    "params": {"total_num_steps": 2000, "warmup_min_ratio": 0.01, "warmup_num_steps": 100,
+               "cos_min_ratio": 0.1, "warmup_type": "linear"}
+  },
+  "zero_optimization": {
+    "stage": 3,
+    "contiguous_gradients": true,
+    "overlap_comm": true,
+    "reduce_bucket_size": 1e7,
+    "sub_group_size": 1e9,
+    "stage3_prefetch_bucket_size": 1e7,
+    "stage3_param_persistence_threshold": 1e5,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_max_reuse_distance": 1e9,
+    "stage3_gather_16bit_weights_on_model_save": true,
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true,
+                          "buffer_count": 4, "fast_init": false},
+    "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true,
+                      "buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9}
+  },
+  "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": false,
+          "overlap_events": true}
+})";
+
+TEST(TrainOptionsTest, DeepSpeedZeroInfinityConfigLoads) {
+  TempDir dir;
+  const std::string path = dir.file("zero_infinity.json");
+  write_text(path, std::string(kZeroInfinityConfig));
+  std::vector<char*> envp = {nullptr};
+  const Config config = expect_value(resolve_config(cli_schema(), {{"--config", path}}, envp.data()));
+  EXPECT_EQ(config.get_list("nvme_path"), std::vector<std::string>{"/local_nvme"});  // both sections agree
+  EXPECT_EQ(config.get_size("aio_block_size"), 1024u * 1024u);
+  EXPECT_EQ(config.get_int("aio_queue_depth"), 8);
+
+  const TrainOptions o = expect_value(train_options_from_config(config));
+  EXPECT_EQ(o.micro_batch, 8u);
+  EXPECT_EQ(o.grad_accum, 8u);  // train_batch_size 64 / micro batch 8
+  EXPECT_EQ(o.steps, 2000u);    // the schedule's total_num_steps, no --steps given
+  EXPECT_EQ(o.log_every, 10u);
+  EXPECT_DOUBLE_EQ(o.clip_grad_norm, 1.0);
+  EXPECT_EQ(o.dtype, DType::bf16);
+  EXPECT_EQ(o.optimizer, "adamw");
+  EXPECT_EQ(o.adam_hyper.mode, kernels::AdamMode::adamw);
+  EXPECT_FLOAT_EQ(o.adam_hyper.lr, 3e-4f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.beta1, 0.9f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.beta2, 0.95f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.eps, 1e-8f);
+  EXPECT_FLOAT_EQ(o.adam_hyper.weight_decay, 0.1f);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.peak_lr, 3e-4);
+  EXPECT_EQ(o.lr_schedule.decay, LrDecay::cosine);
+  EXPECT_EQ(o.lr_schedule.warmup, LrWarmup::linear);
+  EXPECT_EQ(o.lr_schedule.warmup_steps, 100u);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.warmup_start_fraction, 0.01);
+  EXPECT_EQ(o.lr_schedule.total_steps, 2000u);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.1);
+
+  // Every ignored setting is reported, grouped by why it has no effect; nothing else is warned.
+  ASSERT_EQ(o.warnings.size(), 9u) << ::testing::PrintToString(o.warnings);
+  EXPECT_TRUE(
+      has_warning(o, path + ": zero_optimization.stage=3 has no effect: ZeRO stages choose what is partitioned"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.overlap_comm=true, zero_optimization.reduce_bucket_size=10000000.0 "
+                             "have no effect: tuning of the gradient and weight collectives"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_optimizer.device=\"nvme\", "
+                             "zero_optimization.offload_param.device=\"nvme\" have no effect"));
+  EXPECT_TRUE(has_warning(o, "aio.thread_count=1, aio.single_submit=false, aio.overlap_events=true have no effect"));
+  EXPECT_TRUE(has_warning(o, "wall_clock_breakdown=false has no effect"));
+  EXPECT_TRUE(has_warning(o, "zero_allow_untested_optimizer=true has no effect"));
+}
+
+TEST(TrainOptionsTest, DeepSpeedKeysOutsideTheListStayUnknown) {
+  expect_error(options_from_file(R"({"wall_clock_breakdwn": true})"), Code::invalid_argument,
+               {"unknown key 'wall_clock_breakdwn'", "did you mean 'wall_clock_breakdown'?"});
+  expect_error(options_from_file(R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameter": 1e9}})"),
+               Code::invalid_argument,
+               {"unknown key 'zero_optimization.stage3_max_live_parameter'",
+                "did you mean 'zero_optimization.stage3_max_live_parameters'?"});
+  expect_error(options_from_file(R"({"scheduler": {"type": "OneCycle"}})"), Code::invalid_argument,
+               {"scheduler.type", "lr_schedule must be one of", "WarmupCosineLR"});
+  expect_error(options_from_file(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}}})"),
+               Code::invalid_argument, {"scheduler.params.warmup_max_lr", "lr must be a number"});
+}
+
+TEST(TrainOptionsTest, TrainBatchSizeDerivesTheMissingFactor) {
+  // grad_accum not given: train_batch_size / micro_batch (given or default).
+  TrainOptions o = expect_value(options_from({{"--train-batch-size", "64"}}));
+  EXPECT_EQ(o.micro_batch, 16u);
+  EXPECT_EQ(o.grad_accum, 4u);
+  // micro_batch not given but grad_accum is: DeepSpeed derives the micro-batch.
+  o = expect_value(options_from({{"--train-batch-size", "48"}, {"--grad-accum", "3"}}));
+  EXPECT_EQ(o.micro_batch, 16u);
+  EXPECT_EQ(o.grad_accum, 3u);
+  o = expect_value(options_from_file(R"({"train_batch_size": 24, "gradient_accumulation_steps": 6})"));
+  EXPECT_EQ(o.micro_batch, 4u);
+  EXPECT_EQ(o.grad_accum, 6u);
+  // All three given and consistent.
+  o = expect_value(options_from_file(
+      R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8})"));
+  EXPECT_EQ(o.tokens_per_step(), 32u * 64u);
+}
+
+TEST(TrainOptionsTest, TrainBatchSizeThatDisagreesIsAnError) {
+  expect_error(options_from({{"--train-batch-size", "32"}, {"--micro-batch", "4"}, {"--grad-accum", "4"}}),
+               Code::invalid_argument,
+               {"train_batch_size 32 (flag --train-batch-size)", "micro_batch 4 (flag --micro-batch)",
+                "grad_accum 4 (flag --grad-accum)", "x 1 GPU = 16", "gradient_accumulation_steps x world size"});
+  expect_error(options_from({{"--train-batch-size", "40"}}), Code::invalid_argument,
+               {"train_batch_size 40 (flag --train-batch-size) is not a multiple of micro_batch 16 (default)",
+                "grad_accum (not given, 1 now)"});
+  expect_error(options_from({{"--train-batch-size", "48"}, {"--grad-accum", "5"}}), Code::invalid_argument,
+               {"not a multiple of grad_accum 5 (flag --grad-accum)", "micro_batch (not given, 16 now)"});
+  expect_error(options_from({{"--train-batch-size", "131072"}, {"--micro-batch", "1"}}), Code::invalid_argument,
+               {"gives grad_accum 131072, above its maximum 65536"});
+}
+
+TEST(TrainOptionsTest, DeepSpeedWarmupLRWarmsUpLogarithmicallyByDefault) {
+  const TrainOptions o = expect_value(options_from_file(R"({
+    "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+    "scheduler": {"type": "WarmupLR",
+                  "params": {"warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 50}}
+  })"));
+  const LrScheduleOptions& s = o.lr_schedule;
+  EXPECT_EQ(s.decay, LrDecay::constant);
+  EXPECT_EQ(s.warmup, LrWarmup::log);  // DeepSpeed's default warmup_type
+  EXPECT_EQ(s.warmup_steps, 50u);
+  EXPECT_DOUBLE_EQ(s.peak_lr, 1e-3);
+  EXPECT_DOUBLE_EQ(s.warmup_start_fraction, 1e-5 / 1e-3);
+  EXPECT_EQ(o.steps, 1000u);  // WarmupLR has no total_num_steps
+  const LrSchedule schedule = expect_value(LrSchedule::create(s));
+  EXPECT_DOUBLE_EQ(schedule.lr(0), 1e-3 * (0.01 + 0.99 * std::log(2.0) / std::log(51.0)));
+  EXPECT_DOUBLE_EQ(schedule.lr(49), 1e-3);
+  EXPECT_DOUBLE_EQ(schedule.lr(999), 1e-3);
+  // warmup_type linear, and strata's own schedules may take log warmup too.
+  const std::string linear = R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear"}}})";
+  EXPECT_EQ(expect_value(options_from_file(linear)).lr_schedule.warmup, LrWarmup::linear);
+  EXPECT_EQ(expect_value(options_from({{"--warmup-type", "log"}})).lr_schedule.warmup, LrWarmup::log);
+}
+
+TEST(TrainOptionsTest, DeepSpeedWarmupDecayLREndsAtZeroAtTotalNumSteps) {
+  const std::string json = R"({
+    "optimizer": {"params": {"lr": 2e-4}},
+    "scheduler": {"type": "WarmupDecayLR",
+                  "params": {"total_num_steps": 500, "warmup_max_lr": 2e-4, "warmup_num_steps": 20}}
+  })";
+  TrainOptions o = expect_value(options_from_file(json));
+  EXPECT_EQ(o.lr_schedule.decay, LrDecay::linear);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.0);
+  EXPECT_EQ(o.lr_schedule.total_steps, 500u);
+  EXPECT_EQ(o.steps, 500u);
+  EXPECT_EQ(o.lr_schedule.warmup, LrWarmup::log);
+  // A shorter run keeps the schedule's length: training stops mid-decay.
+  o = expect_value(options_from_file(json, {{"--steps", "100"}}));
+  EXPECT_EQ(o.steps, 100u);
+  EXPECT_EQ(o.lr_schedule.total_steps, 500u);
+  EXPECT_DOUBLE_EQ(expect_value(LrSchedule::create(o.lr_schedule)).lr(260), 2e-4 * 0.5);
+  // Without warmup_num_steps the warmup is 10% of the schedule, not DeepSpeed's 1000.
+  o = expect_value(
+      options_from_file(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 300}}})"));
+  EXPECT_EQ(o.lr_schedule.warmup_steps, 30u);
+  expect_error(options_from_file(R"({"scheduler": {"type": "WarmupDecayLR",
+                                                   "params": {"total_num_steps": 300, "warmup_num_steps": 400}}})"),
+               Code::invalid_argument, {"warmup_steps 400", "lr_schedule_steps 300 (file"});
+}
+
+TEST(TrainOptionsTest, DeepSpeedWarmupCosineLRDefaultsToDeepSpeedsFloor) {
+  const TrainOptions o = expect_value(options_from_file(
+      R"({"scheduler": {"type": "warmupcosinelr", "params": {"total_num_steps": 1000, "warmup_num_steps": 10}}})"));
+  EXPECT_EQ(o.lr_schedule.decay, LrDecay::cosine);
+  EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 1e-4);  // DeepSpeed's cos_min_ratio default
+  EXPECT_DOUBLE_EQ(o.lr_schedule.warmup_start_fraction, 0.0);
+  EXPECT_EQ(o.lr_schedule.warmup, LrWarmup::log);
+}
+
+TEST(TrainOptionsTest, DeepSpeedPeakRatesMustAgree) {
+  expect_error(options_from_file(R"({
+    "optimizer": {"params": {"lr": 1e-3}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 2e-3}}
+  })"),
+               Code::invalid_argument,
+               {"lr is set twice, to different values", "'optimizer.params.lr'=0.001",
+                "'scheduler.params.warmup_max_lr'=0.002"});
+  const TrainOptions o = expect_value(options_from_file(R"({"scheduler": {"params": {"warmup_max_lr": 5e-4}}})"));
+  EXPECT_DOUBLE_EQ(o.lr_schedule.peak_lr, 5e-4);
+  EXPECT_FLOAT_EQ(o.adam_hyper.lr, 5e-4f);
+}
+
+TEST(TrainOptionsTest, DeepSpeedSchedulerParamsItDoesNotTakeAreErrors) {
+  expect_error(options_from_file(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"cos_min_ratio": 0.1}}})"),
+               Code::invalid_argument,
+               {"min_lr_fraction 0.1 (file", "DeepSpeed's cos_min_ratio", "does not apply to lr_schedule WarmupDecayLR",
+                "takes total_num_steps, warmup_min_lr"});
+  expect_error(options_from_file(R"({"scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 100}}})"),
+               Code::invalid_argument, {"lr_schedule_steps 100", "does not apply to lr_schedule WarmupLR"});
+  expect_error(options_from_file(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_lr": 1e-5}}})"),
+               Code::invalid_argument,
+               {"warmup_min_lr 1e-05", "WarmupCosineLR takes total_num_steps, warmup_min_ratio"});
+  expect_error(options_from({{"--lr-schedule", "WarmupLR"}, {"--min-lr-fraction", "0.2"}}), Code::invalid_argument,
+               {"min_lr_fraction 0.2 (flag --min-lr-fraction)", "lr_schedule WarmupLR (flag --lr-schedule)"});
+}
+
+TEST(TrainOptionsTest, WarmupStartIsARateOrAFractionNotBoth) {
+  expect_error(options_from({{"--warmup-min-lr", "1e-5"}, {"--warmup-min-ratio", "0.1"}}), Code::invalid_argument,
+               {"warmup_min_lr 1e-05 (flag --warmup-min-lr)", "warmup_min_ratio 0.1 (flag --warmup-min-ratio)",
+                "not both"});
+  expect_error(options_from({{"--warmup-min-lr", "0.01"}, {"--lr", "0.001"}}), Code::invalid_argument,
+               {"warmup_min_lr 0.01", "above the peak lr 0.001 (flag --lr)"});
+  EXPECT_DOUBLE_EQ(expect_value(options_from({{"--warmup-min-ratio", "0.25"}})).lr_schedule.warmup_start_fraction,
+                   0.25);
+}
+
+TEST(TrainOptionsTest, DeepSpeedOptimizerTypesMapOntoOurs) {
+  TrainOptions o = expect_value(options_from_file(R"({"optimizer": {"type": "AdamW8bit", "params": {"lr": 1e-4}}})"));
+  EXPECT_EQ(o.optimizer, "adamw8bit");
+  EXPECT_EQ(o.adam_states, AdamStates::q8);
+  EXPECT_EQ(o.adam_hyper.mode, kernels::AdamMode::adamw);
+  o = expect_value(options_from_file(R"({"optimizer": {"type": "Adam", "params": {"weight_decay": 0}}})"));
+  EXPECT_EQ(o.adam_hyper.mode, kernels::AdamMode::adam);
+  expect_error(options_from_file(R"({"optimizer": {"type": "Lamb"}})"), Code::invalid_argument,
+               {"optimizer.type", "optimizer_type must be one of adamw, adam, adamw8bit"});
 }
 
 }  // namespace

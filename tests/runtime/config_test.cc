@@ -329,7 +329,103 @@ TEST_F(ConfigTest, AFailedFileChangesNothing) {
 TEST_F(ConfigTest, KeySetTwiceInOneFileIsAnError) {
   const std::string file = write_file("twice.json", R"({"aio_block_size": 4096, "aio": {"block_size": 8192}})");
   Config c(schema_);
-  expect_error(c.load_file(file), Code::invalid_argument, {"aio_block_size is set twice", "aio.block_size"});
+  expect_error(c.load_file(file), Code::invalid_argument,
+               {"aio_block_size is set twice, to different values", "'aio_block_size'=4096", "'aio.block_size'=8192"});
+}
+
+// DeepSpeed files name one setting in two places (offload_optimizer.nvme_path and
+// offload_param.nvme_path): the same value twice is one setting.
+TEST_F(ConfigTest, KeySetTwiceToTheSameValueIsKept) {
+  schema_ = ConfigSchema();
+  schema_.add({.name = "nvme_path", .type = ValueType::path_list, .help = "swap directories",
+               .file_aliases = {"zero_optimization.offload_optimizer.nvme_path",
+                                "zero_optimization.offload_param.nvme_path"}});
+  schema_.add({.name = "lr", .type = ValueType::real, .default_text = "0.1", .help = "learning rate",
+               .file_aliases = {"optimizer.params.lr", "scheduler.params.warmup_max_lr"}});
+  const std::string file = write_file("same.json", R"({
+    "optimizer": {"params": {"lr": 1e-3}}, "scheduler": {"params": {"warmup_max_lr": 0.001}},
+    "zero_optimization": {"offload_optimizer": {"nvme_path": "/nvme"}, "offload_param": {"nvme_path": ["/nvme"]}}
+  })");
+  Config c(schema_);
+  ASSERT_TRUE(c.load_file(file).is_ok());
+  EXPECT_DOUBLE_EQ(c.get_real("lr"), 0.001);
+  EXPECT_EQ(c.get_list("nvme_path"), std::vector<std::string>{"/nvme"});
+  EXPECT_EQ(c.describe_source("nvme_path"), "file " + file);
+  const std::string differ = write_file("differ.json", R"({"zero_optimization": {
+    "offload_optimizer": {"nvme_path": "/nvme0"}, "offload_param": {"nvme_path": "/nvme1"}}})");
+  expect_error(c.load_file(differ), Code::invalid_argument,
+               {"nvme_path is set twice, to different values",
+                "'zero_optimization.offload_optimizer.nvme_path'=\"/nvme0\"",
+                "'zero_optimization.offload_param.nvme_path'=\"/nvme1\""});
+  const std::string bad_second = write_file("bad_second.json", R"({"lr": 0.5, "optimizer": {"params": {"lr": "x"}}})");
+  expect_error(c.load_file(bad_second), Code::invalid_argument, {"optimizer.params.lr=\"x\"", "lr must be a number"});
+}
+
+// Ignored file paths: accepted, recorded with the file and reason, not applied, and reported once
+// per reason.
+TEST_F(ConfigTest, IgnoredFilePathsAreRecordedAndGroupedByReason) {
+  schema_.ignore_file_paths({"zero_optimization.stage"}, "one GPU partitions nothing");
+  schema_.ignore_file_paths({"zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size"},
+                            "no collectives on one GPU");
+  schema_.ignore_file_paths({"zero_optimization.offload_param.device"}, "placement is strata's");
+  EXPECT_NE(schema_.ignored_file_path_reason("zero_optimization.stage"), nullptr);
+  EXPECT_EQ(schema_.ignored_file_path_reason("zero_optimization.stages"), nullptr);
+  const std::string file = write_file("ignored.json", R"({
+    "seed": 9,
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "reduce_bucket_size": "auto",
+                          "offload_param": {"device": "nvme"}}
+  })");
+  Config c(schema_);
+  ASSERT_TRUE(c.load_file(file).is_ok());
+  EXPECT_EQ(c.get_int("seed"), 9);
+  ASSERT_EQ(c.ignored_file_settings().size(), 4u);
+  EXPECT_EQ(c.ignored_file_settings()[0].path, "zero_optimization.stage");
+  EXPECT_EQ(c.ignored_file_settings()[0].value, "3");
+  EXPECT_EQ(c.ignored_file_settings()[0].file, file);
+  EXPECT_EQ(c.ignored_file_settings()[3].value, "\"nvme\"");
+  const std::vector<std::string> warnings = c.ignored_file_warnings();
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0],
+            "config file " + file + ": zero_optimization.stage=3 has no effect: one GPU partitions nothing");
+  EXPECT_EQ(warnings[1], "config file " + file +
+                             ": zero_optimization.overlap_comm=true, zero_optimization.reduce_bucket_size=\"auto\" "
+                             "have no effect: no collectives on one GPU");
+  EXPECT_EQ(warnings[2], "config file " + file +
+                             ": zero_optimization.offload_param.device=\"nvme\" has no effect: placement is strata's");
+  EXPECT_TRUE(Config(schema_).ignored_file_warnings().empty());
+
+  // A typo next to an ignored path gets the ignored path as its suggestion; ignored paths are
+  // file-only.
+  const std::string typo = write_file("ignored_typo.json", R"({"zero_optimization": {"stagee": 3}})");
+  expect_error(c.load_file(typo), Code::invalid_argument,
+               {"unknown key 'zero_optimization.stagee'", "did you mean 'zero_optimization.stage'?"});
+  Env env{"STRATA_ZERO_OPTIMIZATION_STAGE=3"};
+  expect_error(c.load_env(env.get()), Code::invalid_argument, {"unknown environment variable"});
+}
+
+TEST_F(ConfigTest, IgnoredFilePathMustHoldOneValue) {
+  schema_.ignore_file_paths({"zero_optimization.stage"}, "one GPU partitions nothing");
+  const std::string file =
+      write_file("ignored_object.json", R"({"seed": 2, "zero_optimization": {"stage": {"x": 1}}})");
+  Config c(schema_);
+  expect_error(c.load_file(file), Code::invalid_argument,
+               {file, "zero_optimization.stage must be a single value (a number, string or boolean)",
+                "not an object ({\"x\":1})"});
+  EXPECT_EQ(c.get_int("seed"), 1234);  // nothing kept
+  EXPECT_TRUE(c.ignored_file_settings().empty());
+  const std::string arr = write_file("ignored_array.json", R"({"zero_optimization": {"stage": [3]}})");
+  expect_error(c.load_file(arr), Code::invalid_argument,
+               {"zero_optimization.stage must be a single value", "an array"});
+}
+
+TEST_F(ConfigTest, IgnoredFilePathsCannotShadowKeys) {
+  EXPECT_THROW(schema_.ignore_file_paths({"aio.block_size"}, "taken by aio_block_size"), std::logic_error);
+  EXPECT_THROW(schema_.ignore_file_paths({"seed"}, "a key's name"), std::logic_error);
+  schema_.ignore_file_paths({"aio.thread_count"}, "libaio only");
+  EXPECT_THROW(schema_.ignore_file_paths({"aio.thread_count"}, "twice"), std::logic_error);
+  EXPECT_THROW(schema_.add({.name = "aio_threads", .type = ValueType::integer, .default_text = "1", .help = "threads",
+                            .file_aliases = {"aio.thread_count"}}),
+               std::logic_error);
 }
 
 TEST_F(ConfigTest, OutOfRangeIntegerNamesSourceKeyValueAndRange) {
