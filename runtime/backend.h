@@ -43,6 +43,9 @@ struct BackendOptions {
   int device_index = 0;      // CUDA device ordinal
   uint64_t memory_budget = 0;  // bytes of device memory the arena holds; 0 = backend default
                                // (CUDA: 90% of free memory; CPU: 2 GiB)
+  // fp32 GEMMs may use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation) on GPUs that
+  // have them (sm_80+). The CPU backend always computes full fp32 and ignores it.
+  bool tf32 = false;
 };
 
 // What the device is, for `strata info` and progress lines.

@@ -21,9 +21,11 @@ namespace strata {
 // - Pointers are device pointers from the owning backend's allocate(); each tensor's byte range,
 //   computed from the shape, must lie inside one live block (Arena::check_range), else
 //   invalid_argument naming the op and the argument. Empty tensors (0 elements) are not checked.
-// - `dt` is the element type of the activations, weights and their gradients of the op. fp32 works
-//   on every backend; bf16 on CUDA. The CPU backend computes in fp32 only: any other dt is
-//   invalid_argument "the CPU backend computes in fp32; use --dtype fp32 or the CUDA backend".
+// - `dt` is the element type of the activations, weights and their gradients of the op: fp32,
+//   bf16 or fp16 on every backend. Arithmetic is fp32 inside every op (GEMMs accumulate in fp32);
+//   only the stored tensors are 16-bit, rounded to nearest even on each store, so a backward op
+//   that accumulates (+=) into a 16-bit gradient reads it, adds in fp32 and rounds once. The CPU
+//   backend widens 16-bit operands to fp32 scratch, runs its fp32 kernel and narrows the outputs.
 //   Statistics (mean, rstd, lse, losses) are always fp32; token ids and targets int32.
 // - Backward ops ACCUMULATE (+=) into every gradient (zero them first with Backend::fill_zero);
 //   a gradient marked "may be null" is then not computed.

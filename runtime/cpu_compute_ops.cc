@@ -1,6 +1,7 @@
-// CpuComputeOps: each op a closure on the compute CpuStream calling kernels/cpu in fp32 (contract
-// in cpu_compute_ops.h). Arguments arrive validated by ComputeOps; nothing here checks ranges.
-// Not where the math lives, except the small format loops (cast, grad norm) written here.
+// CpuComputeOps: each op a closure on the compute CpuStream calling kernels/cpu in fp32 through
+// fp32 views of its tensors (WidenedArgs; contract in cpu_compute_ops.h). Arguments arrive
+// validated by ComputeOps; nothing here checks ranges. Not where the math lives, except the small
+// format loops (cast, grad norm) written here.
 #include "runtime/cpu_compute_ops.h"
 
 #include <cmath>
@@ -17,9 +18,6 @@
 
 namespace strata {
 namespace {
-
-float* f32(void* p) { return static_cast<float*>(p); }
-const float* f32(const void* p) { return static_cast<const float*>(p); }
 
 // Element i of n elements of `format` at p, as fp32.
 float load_as_float(const void* p, kernels::FloatFormat format, int64_t i) {
@@ -54,142 +52,194 @@ Status check_blas_dims(std::string_view op, int64_t N, int64_t C, int64_t OC) {
 }  // namespace
 
 Status CpuComputeOps::check_activation_dtype(DType dt, std::string_view op) const {
-  if (dt == DType::f32) return Status::ok();
+  if (dt == DType::f32 || dt == DType::bf16 || dt == DType::f16) return Status::ok();
   return error(Code::invalid_argument,
-               "{}: activations in {}: the CPU backend computes in fp32; use --dtype fp32 or the CUDA backend", op,
-               dtype_name(dt));
+               "{}: activations in {}: the CPU backend accepts fp32, bf16 or fp16; use --dtype fp32, bf16 or fp16",
+               op, dtype_name(dt));
 }
 
-Status CpuComputeOps::queue_matmul_forward(DType, void* out, const void* inp, const void* weight, const void* bias,
+template <typename Kernel>
+Status CpuComputeOps::enqueue_in_fp32(DType dt, Kernel kernel) {
+  return stream_.enqueue([this, format = format_of(dt), kernel] {
+    WidenedArgs a(format, scratch_);
+    kernel(a);
+    a.narrow();
+  });
+}
+
+Status CpuComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias,
                                            int64_t N, int64_t C, int64_t OC) {
   STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_forward", N, C, OC));
-  return stream_.enqueue([=] { kernels::matmul_forward(f32(out), f32(inp), f32(weight), f32(bias), N, C, OC); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::matmul_forward(a.out(out, N * OC), a.in(inp, N * C), a.in(weight, OC * C), a.in(bias, OC), N, C, OC);
+  });
 }
 
-Status CpuComputeOps::queue_matmul_backward(DType, void* dinp, void* dweight, void* dbias, const void* dout,
+Status CpuComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                             const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) {
   STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward", N, C, OC));
-  return stream_.enqueue([=] {
-    kernels::matmul_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp), f32(weight), N, C, OC);
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::matmul_backward(a.inout(dinp, N * C), a.inout(dweight, OC * C), a.inout(dbias, OC),
+                             a.in(dout, N * OC), a.in(inp, N * C), a.in(weight, OC * C), N, C, OC);
   });
 }
 
-Status CpuComputeOps::queue_layernorm_forward(DType, void* out, float* mean, float* rstd, const void* inp,
+Status CpuComputeOps::queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                               const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
-  return stream_.enqueue(
-      [=] { kernels::layernorm_forward(f32(out), mean, rstd, f32(inp), f32(weight), f32(bias), N, C, eps); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::layernorm_forward(a.out(out, N * C), mean, rstd, a.in(inp, N * C), a.in(weight, C), a.in(bias, C), N,
+                               C, eps);
+  });
 }
 
-Status CpuComputeOps::queue_layernorm_backward(DType, void* dinp, void* dweight, void* dbias, const void* dout,
+Status CpuComputeOps::queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                                const void* inp, const void* weight, const float* mean,
                                                const float* rstd, int64_t N, int64_t C) {
-  return stream_.enqueue([=] {
-    kernels::layernorm_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp), f32(weight), mean, rstd, N,
-                                C);
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::layernorm_backward(a.inout(dinp, N * C), a.inout(dweight, C), a.inout(dbias, C), a.in(dout, N * C),
+                                a.in(inp, N * C), a.in(weight, C), mean, rstd, N, C);
   });
 }
 
-Status CpuComputeOps::queue_rmsnorm_forward(DType, void* out, float* rstd, const void* inp, const void* weight,
+Status CpuComputeOps::queue_rmsnorm_forward(DType dt, void* out, float* rstd, const void* inp, const void* weight,
                                             int64_t N, int64_t C, float eps) {
-  return stream_.enqueue([=] { kernels::rmsnorm_forward(f32(out), rstd, f32(inp), f32(weight), N, C, eps); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::rmsnorm_forward(a.out(out, N * C), rstd, a.in(inp, N * C), a.in(weight, C), N, C, eps);
+  });
 }
 
-Status CpuComputeOps::queue_rmsnorm_backward(DType, void* dinp, void* dweight, const void* dout, const void* inp,
+Status CpuComputeOps::queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
                                              const void* weight, const float* rstd, int64_t N, int64_t C) {
-  return stream_.enqueue(
-      [=] { kernels::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), rstd, N, C); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::rmsnorm_backward(a.inout(dinp, N * C), a.inout(dweight, C), a.in(dout, N * C), a.in(inp, N * C),
+                              a.in(weight, C), rstd, N, C);
+  });
 }
 
-Status CpuComputeOps::queue_gelu_forward(DType, void* out, const void* inp, int64_t n) {
-  return stream_.enqueue([=] { kernels::gelu_forward(f32(out), f32(inp), n); });
+Status CpuComputeOps::queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) {
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) { kernels::gelu_forward(a.out(out, n), a.in(inp, n), n); });
 }
 
-Status CpuComputeOps::queue_gelu_backward(DType, void* dinp, const void* inp, const void* dout, int64_t n) {
-  return stream_.enqueue([=] { kernels::gelu_backward(f32(dinp), f32(inp), f32(dout), n); });
+Status CpuComputeOps::queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) {
+  return enqueue_in_fp32(
+      dt, [=](WidenedArgs& a) { kernels::gelu_backward(a.inout(dinp, n), a.in(inp, n), a.in(dout, n), n); });
 }
 
-Status CpuComputeOps::queue_swiglu_forward(DType, void* out, const void* inp, int64_t N, int64_t H) {
-  return stream_.enqueue([=] { kernels::swiglu_forward(f32(out), f32(inp), N, H); });
+Status CpuComputeOps::queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) {
+  return enqueue_in_fp32(
+      dt, [=](WidenedArgs& a) { kernels::swiglu_forward(a.out(out, N * H), a.in(inp, N * 2 * H), N, H); });
 }
 
-Status CpuComputeOps::queue_swiglu_backward(DType, void* dinp, const void* inp, const void* dout, int64_t N,
+Status CpuComputeOps::queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N,
                                             int64_t H) {
-  return stream_.enqueue([=] { kernels::swiglu_backward(f32(dinp), f32(inp), f32(dout), N, H); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::swiglu_backward(a.inout(dinp, N * 2 * H), a.in(inp, N * 2 * H), a.in(dout, N * H), N, H);
+  });
 }
 
-Status CpuComputeOps::queue_residual_forward(DType, void* out, const void* a, const void* b, int64_t n) {
-  return stream_.enqueue([=] { kernels::residual_forward(f32(out), f32(a), f32(b), n); });
+Status CpuComputeOps::queue_residual_forward(DType dt, void* out, const void* a_in, const void* b_in, int64_t n) {
+  return enqueue_in_fp32(
+      dt, [=](WidenedArgs& a) { kernels::residual_forward(a.out(out, n), a.in(a_in, n), a.in(b_in, n), n); });
 }
 
-Status CpuComputeOps::queue_residual_backward(DType, void* da, void* db, const void* dout, int64_t n) {
-  return stream_.enqueue([=] { kernels::residual_backward(f32(da), f32(db), f32(dout), n); });
+Status CpuComputeOps::queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) {
+  return enqueue_in_fp32(
+      dt, [=](WidenedArgs& a) { kernels::residual_backward(a.inout(da, n), a.inout(db, n), a.in(dout, n), n); });
 }
 
-Status CpuComputeOps::queue_encoder_forward(DType, void* out, const int32_t* tokens, const void* wte,
+// The embedding ops are not given V: they widen the rows their tokens reach (table_rows_used),
+// which the closure reads when it runs, after the copies queued before it.
+Status CpuComputeOps::queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
                                             const void* wpe, int64_t B, int64_t T, int64_t C) {
-  return stream_.enqueue([=] { kernels::encoder_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    const int64_t rows = table_rows_used(tokens, B * T);
+    kernels::encoder_forward(a.out(out, B * T * C), tokens, a.in(wte, rows * C), a.in(wpe, T * C), B, T, C);
+  });
 }
 
-Status CpuComputeOps::queue_encoder_backward(DType, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+Status CpuComputeOps::queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                                              int64_t B, int64_t T, int64_t C) {
-  return stream_.enqueue([=] { kernels::encoder_backward(f32(dwte), f32(dwpe), f32(dout), tokens, B, T, C); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    const int64_t rows = table_rows_used(tokens, B * T);
+    kernels::encoder_backward(a.inout(dwte, rows * C), a.inout(dwpe, T * C), a.in(dout, B * T * C), tokens, B, T,
+                              C);
+  });
 }
 
-Status CpuComputeOps::queue_token_embedding_forward(DType, void* out, const int32_t* tokens, const void* wte,
+Status CpuComputeOps::queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
                                                     int64_t N, int64_t C) {
-  return stream_.enqueue([=] { kernels::token_embedding_forward(f32(out), tokens, f32(wte), N, C); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    const int64_t rows = table_rows_used(tokens, N);
+    kernels::token_embedding_forward(a.out(out, N * C), tokens, a.in(wte, rows * C), N, C);
+  });
 }
 
-Status CpuComputeOps::queue_token_embedding_backward(DType, void* dwte, const void* dout, const int32_t* tokens,
+Status CpuComputeOps::queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
                                                      int64_t N, int64_t C) {
-  return stream_.enqueue([=] { kernels::token_embedding_backward(f32(dwte), f32(dout), tokens, N, C); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    const int64_t rows = table_rows_used(tokens, N);
+    kernels::token_embedding_backward(a.inout(dwte, rows * C), a.in(dout, N * C), tokens, N, C);
+  });
 }
 
-Status CpuComputeOps::queue_rope_forward(DType, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
+Status CpuComputeOps::queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
                                          int64_t HS, float theta, int64_t pos_offset) {
-  return stream_.enqueue([=] { kernels::rope_forward(f32(out), f32(inp), B, T, NH, HS, theta, pos_offset); });
+  const int64_t n = B * T * NH * HS;
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::rope_forward(a.out(out, n), a.in(inp, n), B, T, NH, HS, theta, pos_offset);
+  });
 }
 
-Status CpuComputeOps::queue_rope_backward(DType, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
+Status CpuComputeOps::queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
                                           int64_t HS, float theta, int64_t pos_offset) {
-  return stream_.enqueue([=] { kernels::rope_backward(f32(dinp), f32(dout), B, T, NH, HS, theta, pos_offset); });
+  const int64_t n = B * T * NH * HS;
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::rope_backward(a.inout(dinp, n), a.in(dout, n), B, T, NH, HS, theta, pos_offset);
+  });
 }
 
-Status CpuComputeOps::queue_attention_forward(DType, void* out, float* lse, const void* q, const void* k,
+Status CpuComputeOps::queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k,
                                               const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                               int64_t HS) {
-  return stream_.enqueue(
-      [=] { kernels::attention_forward(f32(out), lse, f32(q), f32(k), f32(v), B, T, NH, NKV, HS); });
-}
-
-Status CpuComputeOps::queue_attention_backward(DType, void* dq, void* dk, void* dv, const void* dout, const void* q,
-                                               const void* k, const void* v, const void* out, const float* lse,
-                                               int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  return stream_.enqueue([=] {
-    kernels::attention_backward(f32(dq), f32(dk), f32(dv), f32(dout), f32(q), f32(k), f32(v), f32(out), lse, B, T,
-                                NH, NKV, HS);
+  const int64_t nq = B * T * NH * HS, nkv = B * T * NKV * HS;
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::attention_forward(a.out(out, nq), lse, a.in(q, nq), a.in(k, nkv), a.in(v, nkv), B, T, NH, NKV, HS);
   });
 }
 
-Status CpuComputeOps::queue_crossentropy_forward(DType, float* lse, float* losses,
+Status CpuComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                               const void* k, const void* v, const void* out, const float* lse,
+                                               int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+  const int64_t nq = B * T * NH * HS, nkv = B * T * NKV * HS;
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::attention_backward(a.inout(dq, nq), a.inout(dk, nkv), a.inout(dv, nkv), a.in(dout, nq), a.in(q, nq),
+                                a.in(k, nkv), a.in(v, nkv), a.in(out, nq), lse, B, T, NH, NKV, HS);
+  });
+}
+
+Status CpuComputeOps::queue_crossentropy_forward(DType dt, float* lse, float* losses,
                                                  kernels::CrossEntropyResult* result, const void* logits,
                                                  const int32_t* targets, int64_t N, int64_t V) {
-  return stream_.enqueue([=] {
-    const kernels::CrossEntropyResult r = kernels::crossentropy_forward(lse, losses, f32(logits), targets, N, V);
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    const kernels::CrossEntropyResult r =
+        kernels::crossentropy_forward(lse, losses, a.in(logits, N * V), targets, N, V);
     if (result != nullptr) *result = r;
   });
 }
 
-Status CpuComputeOps::queue_crossentropy_backward(DType, void* dlogits, const void* logits, const float* lse,
+Status CpuComputeOps::queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
                                                   const int32_t* targets, float dloss, int64_t N, int64_t V) {
-  return stream_.enqueue(
-      [=] { kernels::crossentropy_backward(f32(dlogits), f32(logits), lse, targets, dloss, N, V); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::crossentropy_backward(a.inout(dlogits, N * V), a.in(logits, N * V), lse, targets, dloss, N, V);
+  });
 }
 
-Status CpuComputeOps::queue_crossentropy_backward_inplace(DType, void* logits_to_dlogits, const float* lse,
+// The logits are read and overwritten: an inout view, widened, rewritten in fp32, narrowed.
+Status CpuComputeOps::queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
                                                           const int32_t* targets, float dloss, int64_t N, int64_t V) {
-  return stream_.enqueue(
-      [=] { kernels::crossentropy_backward_inplace(f32(logits_to_dlogits), lse, targets, dloss, N, V); });
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    kernels::crossentropy_backward_inplace(a.inout(logits_to_dlogits, N * V), lse, targets, dloss, N, V);
+  });
 }
 
 Status CpuComputeOps::queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) {

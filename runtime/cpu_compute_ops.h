@@ -1,13 +1,15 @@
 // CpuComputeOps: ComputeOps on the CPU backend. Each op is one closure queued on the compute
 // CpuStream that calls kernels/cpu (GEMMs through OpenBLAS, loops through oneTBB, running inside
-// the stream's worker thread). Not a mixed-precision backend: the CPU backend computes in fp32;
-// bf16/fp16 activations are invalid_argument "the CPU backend computes in fp32; use --dtype fp32
-// or the CUDA backend" (casts, gradient checks and AdamW accept fp32, bf16 and fp16 data).
+// the stream's worker thread). Activations in fp32, bf16 or fp16: the kernels compute in fp32, and
+// for 16-bit tensors the closure widens the operands to fp32 scratch and rounds the outputs back
+// once (runtime/cpu_widened_args.h), as the compute_ops.h contract says; fp32 runs the kernels on
+// the tensors directly. Any other dt is invalid_argument. Not a fast backend.
 // Thread-safety and lifetime: as ComputeOps; owned by the CpuBackend whose stream it queues on.
 #pragma once
 
 #include "runtime/compute_ops.h"
 #include "runtime/cpu_stream.h"
+#include "runtime/cpu_widened_args.h"
 
 namespace strata {
 
@@ -68,7 +70,13 @@ class CpuComputeOps final : public ComputeOps {
                            const kernels::AdamSpan& span) override;
 
  private:
+  // Queues kernel(WidenedArgs&) on the compute stream with fp32 views of `dt` tensors, then
+  // narrows the outputs (runtime/cpu_widened_args.h).
+  template <typename Kernel>
+  Status enqueue_in_fp32(DType dt, Kernel kernel);
+
   CpuStream& stream_;
+  Fp32Scratch scratch_;  // used only by closures on stream_, which drains before this is destroyed
 };
 
 }  // namespace strata

@@ -88,4 +88,12 @@ static inline float fp16_to_float(uint16_t h) {
   return bits_float(sign | float_bits(mag));
 }
 
+// One 16-bit element of `format` (bf16 or f16; f32 is not a 16-bit format) and back.
+static inline float half_to_float(FloatFormat format, uint16_t h) {
+  return format == FloatFormat::bf16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+static inline uint16_t float_to_half(FloatFormat format, float x) {
+  return format == FloatFormat::bf16 ? float_to_bf16(x) : float_to_fp16(x);
+}
+
 }  // namespace strata::kernels

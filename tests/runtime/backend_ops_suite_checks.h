@@ -1,7 +1,8 @@
 // The second half of the backend conformance suite (included by backend_ops_suite.h, same fixture):
 // casts against kernels/cpu/half.h bit for bit, the gradient norm and finite check, AdamW on
-// device-resident states against a float64 AdamW, and the argument errors (wrong shapes, dtypes,
-// ranges outside the arena) that must name the problem and queue nothing. Test-only.
+// device-resident states against a float64 AdamW, the single rounding of accumulated gradients,
+// and the argument errors (wrong shapes, dtypes, ranges outside the arena) that must name the
+// problem and queue nothing. Test-only.
 #pragma once
 
 #include <cmath>
@@ -94,6 +95,37 @@ TEST_P(BackendOpsTest, AdamWUpdateOfDeviceResidentStates) {
   }
 }
 
+// A backward op adds to a gradient in fp32 and rounds once (compute_ops.h). residual_backward:
+// each element becomes round(old + dout), ties to even included; matmul_backward's dbias gets the
+// column sum of 16 rows of a quarter ulp of 1, which per-row rounding would lose (1 + ulp/4 rounds
+// back to 1) and one rounding keeps: 1 + 4 ulp. Every value is exact, so every backend matches
+// bit for bit.
+TEST_P(BackendOpsTest, AccumulatingIntoAGradientRoundsOnce) {
+  const double ulp = 2 * unit_roundoff(dt());  // of 1.0
+  std::vector<double> old = {1.0, 1.0 + ulp, 1.0, -1.0, 3.0, 0.0};
+  std::vector<double> dout = {ulp / 2, ulp / 2, 0.75 * ulp, -ulp / 2, 0.3, -1e-3};
+  const std::vector<double> more_old = random(58, -4.0, 4.0), more_dout = random(58);
+  old.insert(old.end(), more_old.begin(), more_old.end());
+  dout.insert(dout.end(), more_dout.begin(), more_dout.end());
+  const auto n = static_cast<int64_t>(old.size());
+  Tensor da = act(n, old), d = act(n, dout);
+  ASSERT_TRUE(ops().residual_backward(dt(), da.data, nullptr, d.data, n).is_ok());
+  const std::vector<double> got = read(da);
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = static_cast<float>(da.host[i]) + static_cast<float>(d.host[i]);  // the fp32 add
+    EXPECT_EQ(got[i], stored(sum)) << "da[" << i << "] = " << da.host[i] << " + " << d.host[i];
+  }
+  EXPECT_EQ(got[0], 1.0) << "1 + half an ulp is a tie: rounds to even";
+  EXPECT_EQ(got[1], 1.0 + 2 * ulp) << "1 + ulp + half an ulp is a tie: rounds to even";
+
+  const int64_t N = 16, C = 2, OC = 3;
+  Tensor dbias = act(OC, {1.0, 1.0, -1.0}), grads = act(N * OC, std::vector<double>(N * OC, ulp / 4));
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C));
+  ASSERT_TRUE(
+      ops().matmul_backward(dt(), nullptr, nullptr, dbias.data, grads.data, inp.data, w.data, N, C, OC).is_ok());
+  EXPECT_EQ(read(dbias), (std::vector<double>{1.0 + 4 * ulp, 1.0 + 4 * ulp, -1.0 + 4 * ulp}));
+}
+
 // A rejected call returns invalid_argument naming the op and the problem, and queues nothing: the
 // output still holds only sentinel bytes after the streams drain.
 TEST_P(BackendOpsTest, ArgumentErrorsNameTheProblemAndQueueNothing) {
@@ -120,6 +152,7 @@ TEST_P(BackendOpsTest, ArgumentErrorsNameTheProblemAndQueueNothing) {
       {ops().cast(out.data, DType::f32, tokens.data, DType::i32, 4), {"cast source", "i32", "not a float format"}},
       {ops().crossentropy_backward(dt(), out.data, out.data, stats.f(), tokens.i(), 1.0f, N, OC),
        {"must not alias", "crossentropy_backward_inplace"}},
+      {ops().gelu_forward(DType::i32, out.data, inp.data, N), {"gelu_forward", "activations in i32"}},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(c.status.code(), Code::invalid_argument) << c.status.to_string();

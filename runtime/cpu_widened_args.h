@@ -1,0 +1,76 @@
+// WidenedArgs: how the CPU backend runs its fp32 kernels (kernels/cpu/ops_*.h) on bf16 and fp16
+// tensors. Inside one queued op it hands the kernel fp32 views: inputs widened into scratch,
+// outputs in scratch (outputs the kernel reads first -- accumulated gradients, in-place tensors --
+// widened from their 16-bit values), then narrow() rounds every output back to its tensor once,
+// to nearest even (kernels/cpu/half.h, bit-identical to the CUDA stores). For fp32 every view is
+// the tensor itself: no copy, results bit-identical to calling the kernel directly.
+// Not a tensor type, and not thread-safe: one op at a time, on the compute stream's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/half.h"
+
+namespace strata {
+
+// Reusable fp32 buffers for WidenedArgs, numbered by slot (the k-th view an op asks for uses
+// slot k). Each buffer grows to the largest view its slot has held and is kept, so an op costs
+// only its conversions once the shapes have been seen; the memory (at most the fp32 size of the
+// largest op's operands, e.g. 2 N V floats for crossentropy_backward) is freed with the owner.
+// Thread-safety: none; the CpuComputeOps that owns it uses it only on its compute stream.
+class Fp32Scratch {
+ public:
+  // Slot `slot`'s buffer with room for at least n floats (and at least one); contents unspecified.
+  float* buffer(size_t slot, int64_t n);
+  // Bytes held over all slots.
+  uint64_t bytes() const;
+
+ private:
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t capacity = 0;
+  };
+  std::vector<Buffer> buffers_;
+};
+
+// The fp32 views of one op's float tensors of `format`. Every view is valid until narrow() (or,
+// for fp32, for as long as the tensor). A null tensor (a gradient that is not computed, a missing
+// bias) gives a null view. Views never alias one another for 16-bit formats, so an output that
+// aliases an input (gelu and rope in place, residual_forward out == a) is safe: inputs are
+// widened before the kernel runs, outputs narrowed after.
+class WidenedArgs {
+ public:
+  WidenedArgs(kernels::FloatFormat format, Fp32Scratch& scratch) : format_(format), scratch_(scratch) {}
+  WidenedArgs(const WidenedArgs&) = delete;
+  WidenedArgs& operator=(const WidenedArgs&) = delete;
+
+  // n elements at p, read by the kernel.
+  const float* in(const void* p, int64_t n);
+  // n elements at p that the kernel overwrites without reading.
+  float* out(void* p, int64_t n);
+  // n elements at p that the kernel reads and updates (+= gradients, in-place ops).
+  float* inout(void* p, int64_t n);
+  // Rounds every out/inout view back into its tensor (nothing for fp32). Call once, after the kernel.
+  void narrow();
+
+ private:
+  struct Output {
+    void* tensor;
+    const float* view;
+    int64_t n;
+  };
+  float* next_buffer(int64_t n) { return scratch_.buffer(next_slot_++, n); }
+
+  const kernels::FloatFormat format_;
+  Fp32Scratch& scratch_;
+  size_t next_slot_ = 0;
+  std::vector<Output> outputs_;
+};
+
+// Rows 0 .. max(tokens) of a (V, C) table that tokens (n) index: what an embedding op must widen
+// when only its tokens, not V, are known (ids lie in [0, V) by contract). 0 when n == 0.
+int64_t table_rows_used(const int32_t* tokens, int64_t n);
+
+}  // namespace strata
