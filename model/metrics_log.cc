@@ -107,7 +107,7 @@ std::string format_run_summary(const RunSummary& s) {
   out += fmt::format("\npeak memory: gpu {}, cpu {}, nvme {}", format_size(s.peak_bytes.gpu),
                      format_size(s.peak_bytes.cpu), format_size(s.peak_bytes.nvme));
   if (s.skipped_steps > 0)
-    out += fmt::format("\nskipped {} step{} (fp16 overflow)", s.skipped_steps, s.skipped_steps == 1 ? "" : "s");
+    out += fmt::format("\nskipped {} update{} (non-finite gradients)", s.skipped_steps, s.skipped_steps == 1 ? "" : "s");
   if (s.mean_mfu) out += fmt::format("\nmean MFU {:.1f}%", *s.mean_mfu * 100.0);
   return out;
 }

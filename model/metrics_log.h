@@ -85,7 +85,7 @@ struct RunSummary {
   double last_loss = 0;
   std::optional<double> last_val_loss;
   uint64_t last_val_step = 0;    // the step of last_val_loss
-  uint64_t skipped_steps = 0;    // fp16 overflows
+  uint64_t skipped_steps = 0;    // updates skipped for non-finite gradients (fp16 overflows)
   TierBytes peak_bytes;
   std::optional<double> mean_mfu;  // GPU only
 };
@@ -94,7 +94,7 @@ struct RunSummary {
 //   "trained 200 steps in 41.3 s: 51.2K tokens at 1.24K tok/s"
 //   "loss 5.5452 -> 2.3110, val 2.4012 at step 200"
 //   "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B"
-// plus "skipped 3 steps (fp16 overflow)" and "mean MFU 38.1%" when they apply.
+// plus "skipped 3 updates (non-finite gradients)" and "mean MFU 38.1%" when they apply.
 std::string format_run_summary(const RunSummary& summary);
 
 }  // namespace strata::model

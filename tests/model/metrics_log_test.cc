@@ -73,7 +73,7 @@ TEST(MetricsLogTest, EachStepIsOneJsonObjectWithTheFields) {
   EXPECT_EQ(first.at("peak_bytes").at("gpu").get<uint64_t>(), 52 * kMiB);
   EXPECT_EQ(first.at("peak_bytes").at("cpu").get<uint64_t>(), 7 * kMiB);
   EXPECT_EQ(first.at("peak_bytes").at("nvme").get<uint64_t>(), 0u);
-  for (const char* absent : {"val_loss", "grad_norm", "loss_scale", "skipped", "tflops", "mfu"})
+  for (const char* absent : {"val_loss", "grad_norm", "loss_scale", "skipped", "tflops", "mfu", "device_used_bytes"})
     EXPECT_FALSE(first.contains(absent)) << absent;
   EXPECT_EQ(lines[0].rfind("{\"step\":1,", 0), 0u) << lines[0];  // step first, for people reading it
   const nlohmann::json second = nlohmann::json::parse(lines[1]);
@@ -180,6 +180,14 @@ TEST(ProgressLineTest, Fp16GpuRunWithEvaluation) {
             "MFU 38.1% | nvml 10.2 GiB");
 }
 
+TEST(ProgressLineTest, GpuWithoutAKnownPeakShowsTflopsWithoutMfu) {
+  StepMetrics m = sample_step(5);
+  m.peak_bytes.cpu = 0;
+  m.tflops = 12.34;
+  EXPECT_EQ(format_progress_line(m, 9),
+            "step 5/9 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | gpu 41 MiB (peak 52 MiB) | 12.3 TFLOP/s");
+}
+
 TEST(RunSummaryTest, Text) {
   RunSummary s;
   s.steps = 200;
@@ -202,7 +210,7 @@ TEST(RunSummaryTest, Text) {
             "trained 1 step in 41.3 s: 51.2K tokens at 1.24K tok/s\n"
             "loss 5.5452 -> 2.3110\n"
             "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B\n"
-            "skipped 3 steps (fp16 overflow)\n"
+            "skipped 3 updates (non-finite gradients)\n"
             "mean MFU 25.0%");
 }
 
