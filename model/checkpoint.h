@@ -1,10 +1,12 @@
-// Training checkpoints of the resident fp32 trainer: a directory holding model.safetensors (the
-// weights under their Hugging Face names and layouts -- GPT-2 Conv1D weights as (in, out) -- so
-// HF tools and load_hf_safetensors read it) and optimizer.safetensors (Adam m and v per layout
-// chunk, with the step, the data loader position, the seed and the precision in the metadata).
-// Each file is written atomically (temporary file, fsync, rename); the optimizer file is written
-// last and both carry the step, so an interrupted save is detected on load. Not a sharded or
-// streaming format for offloaded models, and not the loss scaler's (fp32 has none).
+// Training checkpoints of the resident trainer: a directory holding model.safetensors (the fp32
+// master weights under their Hugging Face names and layouts -- GPT-2 Conv1D weights as (in, out) --
+// so HF tools and load_hf_safetensors read it, whatever the working precision) and
+// optimizer.safetensors (the trainer's OptimizerBuffers: fp32 or 8-bit Adam moments per chunk,
+// with the step, the applied updates, the data loader position, the seed, the precision, the
+// moment format and, for fp16, the loss scaler's state in the metadata). Each file is written
+// atomically (temporary file, fsync, rename); the optimizer file is written last and both carry
+// the step, so an interrupted save is detected on load. Not a sharded or streaming format for
+// offloaded models.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +33,10 @@ struct CheckpointState {
   std::string preset;       // the model preset, checked on load
 };
 
-// Writes `dir` (created if missing) from the model's weights and the trainer's moments. The step
+// Writes `dir` (created if missing) from the trainer's masters and moments. The step
 // stored is trainer.steps_done() (state.step is not read); loader, seed and preset come from
 // `state`. Errors: the filesystem's (errno_status naming the path).
-Status save_checkpoint(const std::string& dir, Transformer& model, const Trainer& trainer,
+Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
                        const CheckpointState& state);
 
 // Reads optimizer.safetensors' metadata and checks model.safetensors is from the same step.
@@ -45,8 +47,9 @@ StatusOr<CheckpointState> read_checkpoint_state(const std::string& dir, std::str
 // Loads the weights into `model` (before Trainer::create, which reads them as masters).
 Status load_checkpoint_weights(const std::string& dir, Transformer& model);
 
-// Restores the moments and the step into `trainer` (created on the checkpoint's weights).
-// corruption when a moment tensor is missing; the trainer's invalid_argument for a size mismatch.
+// Restores the moments, the step and the loss scale into `trainer` (created on the checkpoint's
+// weights). invalid_argument when the checkpoint's moment format (fp32 / 8-bit) is not the
+// trainer's or a tensor's size differs; corruption when a moment tensor is missing.
 Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer);
 
 }  // namespace strata::model

@@ -1,6 +1,8 @@
 // The parameter spec table of a ModelConfig (param_layout.h).
 #include "model/param_layout.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace strata::model {
@@ -88,7 +90,34 @@ void llama_layer(ParamLayout& layout, const ModelConfig& c, int i) {
 
 }  // namespace
 
-float*& slot_field(LayerParams& p, LayerSlot s) {
+namespace {
+// (rows, cols) -> (cols, rows).
+void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+}  // namespace
+
+std::vector<float> to_hf_layout(const ParamSpec& p, const float* src) {
+  std::vector<float> hf(p.elements);
+  if (p.hf_transposed) {
+    transpose_into(hf.data(), src, p.shape[0], p.shape[1]);  // (out, in) -> HF (in, out)
+  } else {
+    std::copy_n(src, p.elements, hf.data());
+  }
+  return hf;
+}
+
+void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst) {
+  if (p.hf_transposed) {
+    transpose_into(dst, hf_src, p.shape[1], p.shape[0]);  // HF (in, out) -> (out, in)
+  } else {
+    std::copy_n(hf_src, p.elements, dst);
+  }
+}
+
+std::byte*& slot_field(LayerParams& p, LayerSlot s) {
   switch (s) {
     case LayerSlot::ln1_w: return p.ln1_w;
     case LayerSlot::ln1_b: return p.ln1_b;
@@ -113,7 +142,7 @@ std::string_view slot_name(LayerSlot s) {
   return names[static_cast<int>(s)];
 }
 
-float*& slot_field(GlobalParams& p, GlobalSlot s) {
+std::byte*& slot_field(GlobalParams& p, GlobalSlot s) {
   switch (s) {
     case GlobalSlot::wte: return p.wte;
     case GlobalSlot::wpe: return p.wpe;

@@ -6,6 +6,7 @@
 // planner and checkpoints read. Not an allocator: offsets and sizes only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,22 +20,23 @@ namespace strata::model {
 inline constexpr uint64_t kParamAlignment = 256;   // bytes; each tensor (slot) starts here
 inline constexpr uint64_t kChunkAlignment = 4096;  // bytes; each chunk's size is a multiple
 
-// The tensors of one transformer layer, pointers into its chunk (weights or gradients alike).
+// The tensors of one transformer layer, pointers into its chunk (weights or gradients alike), as
+// bytes: elements are ParamLayout::element_bytes wide (fp32, or bf16/fp16 working weights).
 // Matrices are (out, in) as matmul_forward takes them. Null where the architecture has none
 // (LLaMA has no biases and no norm shifts).
 struct LayerParams {
-  float* ln1_w = nullptr;        // (C)        GPT-2 ln_1 gain / LLaMA input_layernorm
-  float* ln1_b = nullptr;        // (C)        GPT-2 only
-  float* qkv_w = nullptr;        // (C + 2*NKV*HS, C) rows [q | k | v]
-  float* qkv_b = nullptr;        // (3C)       GPT-2 only
-  float* attn_proj_w = nullptr;  // (C, C)     c_proj / o_proj
-  float* attn_proj_b = nullptr;  // (C)        GPT-2 only
-  float* ln2_w = nullptr;        // (C)        ln_2 / post_attention_layernorm
-  float* ln2_b = nullptr;        // (C)        GPT-2 only
-  float* fc_w = nullptr;         // GPT-2 (H, C) c_fc; LLaMA (2H, C) rows [gate | up]
-  float* fc_b = nullptr;         // (H)        GPT-2 only
-  float* fc_proj_w = nullptr;    // (C, H)     mlp.c_proj / down_proj
-  float* fc_proj_b = nullptr;    // (C)        GPT-2 only
+  std::byte* ln1_w = nullptr;        // (C)        GPT-2 ln_1 gain / LLaMA input_layernorm
+  std::byte* ln1_b = nullptr;        // (C)        GPT-2 only
+  std::byte* qkv_w = nullptr;        // (C + 2*NKV*HS, C) rows [q | k | v]
+  std::byte* qkv_b = nullptr;        // (3C)       GPT-2 only
+  std::byte* attn_proj_w = nullptr;  // (C, C)     c_proj / o_proj
+  std::byte* attn_proj_b = nullptr;  // (C)        GPT-2 only
+  std::byte* ln2_w = nullptr;        // (C)        ln_2 / post_attention_layernorm
+  std::byte* ln2_b = nullptr;        // (C)        GPT-2 only
+  std::byte* fc_w = nullptr;         // GPT-2 (H, C) c_fc; LLaMA (2H, C) rows [gate | up]
+  std::byte* fc_b = nullptr;         // (H)        GPT-2 only
+  std::byte* fc_proj_w = nullptr;    // (C, H)     mlp.c_proj / down_proj
+  std::byte* fc_proj_b = nullptr;    // (C)        GPT-2 only
 };
 
 // One name per LayerParams field, in field order.
@@ -42,24 +44,24 @@ enum class LayerSlot : uint8_t {
   ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b
 };
 inline constexpr int kLayerSlotCount = 12;
-static_assert(sizeof(LayerParams) == kLayerSlotCount * sizeof(float*),
+static_assert(sizeof(LayerParams) == kLayerSlotCount * sizeof(std::byte*),
               "LayerParams and LayerSlot must list the same tensors");
-float*& slot_field(LayerParams& p, LayerSlot s);
+std::byte*& slot_field(LayerParams& p, LayerSlot s);
 std::string_view slot_name(LayerSlot s);
 
 // The tensors outside the layers.
 struct GlobalParams {
-  float* wte = nullptr;      // (V, C)     token embedding (also the head when tied)
-  float* wpe = nullptr;      // (maxT, C)  GPT-2 only
-  float* lnf_w = nullptr;    // (C)        ln_f / model.norm
-  float* lnf_b = nullptr;    // (C)        GPT-2 only
-  float* lm_head = nullptr;  // (V, C)     untied head only; the forward uses wte when tied
+  std::byte* wte = nullptr;      // (V, C)     token embedding (also the head when tied)
+  std::byte* wpe = nullptr;      // (maxT, C)  GPT-2 only
+  std::byte* lnf_w = nullptr;    // (C)        ln_f / model.norm
+  std::byte* lnf_b = nullptr;    // (C)        GPT-2 only
+  std::byte* lm_head = nullptr;  // (V, C)     untied head only; the forward uses wte when tied
 };
 enum class GlobalSlot : uint8_t { wte, wpe, lnf_w, lnf_b, lm_head };
 inline constexpr int kGlobalSlotCount = 5;
-static_assert(sizeof(GlobalParams) == kGlobalSlotCount * sizeof(float*),
+static_assert(sizeof(GlobalParams) == kGlobalSlotCount * sizeof(std::byte*),
               "GlobalParams and GlobalSlot must list the same tensors");
-float*& slot_field(GlobalParams& p, GlobalSlot s);
+std::byte*& slot_field(GlobalParams& p, GlobalSlot s);
 
 enum class ChunkKind : uint8_t { embedding, layer, head };
 
@@ -96,6 +98,11 @@ struct ParamLayout {
   uint64_t total_elements() const;  // == parameter_count(config)
   const ParamSpec* find(std::string_view hf_name) const;  // nullptr when absent
 };
+
+// One tensor's values between strata's layout (`shape`, (out, in) for matrices) and the HF file's
+// (`hf_shape()`): a transposition when hf_transposed, else a copy. `src` holds p.elements values.
+std::vector<float> to_hf_layout(const ParamSpec& p, const float* src);
+void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst);
 
 // The layout of `config` (validated first) at `element_bytes` per element (2 or 4).
 StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);

@@ -1,10 +1,13 @@
-// Trainer: the optimizer step of a resident fp32 Transformer (see trainer.h).
+// Trainer: the optimizer step of a resident Transformer (see trainer.h).
 #include "model/trainer.h"
 
 #include <cmath>
 #include <cstring>
 #include <span>
 
+#include <spdlog/spdlog.h>
+
+#include "kernels/cpu/half.h"
 #include "offload/cpu_adam.h"
 
 namespace strata::model {
@@ -13,7 +16,7 @@ namespace {
 // The device address of `spec` in the weights or gradients of `model`: the slot pointer the
 // model exposes, moved from the slot's start to the tensor's (fused q|k|v rows, gate|up).
 std::byte* device_tensor(const Transformer& model, const ParamSpec& spec, ParamState state) {
-  float* slot = nullptr;
+  std::byte* slot = nullptr;
   if (spec.layer >= 0) {
     LayerParams p = state == ParamState::weights ? model.layer_params(spec.layer) : model.layer_grads(spec.layer);
     slot = slot_field(p, LayerSlot(spec.slot));
@@ -21,7 +24,7 @@ std::byte* device_tensor(const Transformer& model, const ParamSpec& spec, ParamS
     GlobalParams p = state == ParamState::weights ? model.params() : model.grads();
     slot = slot_field(p, GlobalSlot(spec.slot));
   }
-  return reinterpret_cast<std::byte*>(slot) + (spec.offset - spec.slot_offset);
+  return slot + (spec.offset - spec.slot_offset);
 }
 
 // Targets that count toward the loss (not kernels::kIgnoreTarget), from the host copy of the batch.
@@ -32,6 +35,17 @@ int64_t counted_targets(const BatchView& batch) {
   return counted;
 }
 
+// Byte offset of each chunk when the chunks of `layout` lie back to back; the total last.
+std::vector<uint64_t> chunk_starts(const ParamLayout& layout) {
+  std::vector<uint64_t> at{0};
+  for (const ChunkSpec& c : layout.chunks) at.push_back(at.back() + c.bytes);
+  return at;
+}
+
+kernels::CopyOut copy_out_for(DType dt) {
+  return dt == DType::bf16 ? kernels::CopyOut::bf16 : dt == DType::f16 ? kernels::CopyOut::f16 : kernels::CopyOut::none;
+}
+
 }  // namespace
 
 Trainer::Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options,
@@ -39,26 +53,30 @@ Trainer::Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const T
     : backend_(backend), model_(model), pool_(pool), options_(options), schedule_(std::move(schedule)) {}
 
 Status check_trainer_options(const TrainOptions& options) {
-  if (options.dtype != DType::f32)
-    return error(Code::invalid_argument, "this build trains in fp32 only: pass --dtype fp32 (got {})",
+  if (options.dtype != DType::f32 && options.dtype != DType::bf16 && options.dtype != DType::f16)
+    return error(Code::invalid_argument, "the trainer computes in fp32, bf16 or fp16, not {}; pass --dtype bf16",
                  dtype_name(options.dtype));
-  if (options.adam_states != AdamStates::f32)
-    return error(Code::invalid_argument,
-                 "the resident trainer keeps fp32 Adam moments; pass --optimizer-type adamw (or adam)");
   if (options.grad_accum == 0) return error(Code::invalid_argument, "grad_accum must be at least 1");
   kernels::AdamHyper hyper = options.adam_hyper;
   hyper.lr = float(options.lr_schedule.peak_lr);
   STRATA_RETURN_IF_ERROR(validate_adam_hyper(hyper));
+  if (options.dtype == DType::f16) STRATA_RETURN_IF_ERROR(LossScaler::create(options.loss_scaler).status());
   return LrSchedule::create(options.lr_schedule).status();
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options) {
   STRATA_RETURN_IF_ERROR(check_trainer_options(options));
+  if (model.dtype() != options.dtype)
+    return error(Code::invalid_argument, "the model computes in {} but the trainer options ask for {}; create both "
+                 "with the same --dtype", dtype_name(model.dtype()), dtype_name(options.dtype));
   STRATA_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr_schedule));
   std::unique_ptr<Trainer> t(new Trainer(backend, model, pool, options, std::move(schedule)));
+  if (options.dtype == DType::f16) {
+    STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
+  }
   STRATA_RETURN_IF_ERROR(t->allocate(pinned));
-  STRATA_RETURN_IF_ERROR(t->copy_chunks(/*to_device=*/false, t->masters_.data(), ParamState::weights));
+  STRATA_RETURN_IF_ERROR(t->init_masters());
   return t;
 }
 
@@ -70,11 +88,10 @@ Trainer::~Trainer() {
 
 Status Trainer::allocate(PinnedPool& pinned) {
   const ParamLayout& layout = model_.layout();
-  uint64_t total = 0;
-  for (const ChunkSpec& c : layout.chunks) {
-    chunk_offsets_.push_back(total);
-    total += c.bytes;
-  }
+  const ParamLayout& masters = model_.master_layout();
+  chunk_offsets_ = chunk_starts(layout);
+  master_offsets_ = chunk_starts(masters);
+  const uint64_t total = chunk_offsets_.back(), master_total = master_offsets_.back();
   device_params_.assign(layout.chunks.size(), nullptr);
   device_grads_.assign(layout.chunks.size(), nullptr);
   for (const ParamSpec& p : layout.params) {
@@ -82,9 +99,20 @@ Status Trainer::allocate(PinnedPool& pinned) {
     device_params_[p.chunk] = device_tensor(model_, p, ParamState::weights) - p.offset;
     device_grads_[p.chunk] = device_tensor(model_, p, ParamState::gradients) - p.offset;
   }
-  for (PinnedBuffer* b : {&masters_, &grads_, &m_, &v_}) {
-    STRATA_ASSIGN_OR_RETURN(*b, pinned.acquire(total));
-    std::memset(b->data(), 0, total);
+  const bool q8 = options_.adam_states == AdamStates::q8;
+  scale_offsets_ = {0};
+  for (const ParamSpec& p : layout.params) scale_offsets_.push_back(scale_offsets_.back() + kernels::adam8bit_blocks(p.elements));
+  const uint64_t moment_bytes = q8 ? master_total / sizeof(float) : master_total;
+  const uint64_t scale_bytes = q8 ? scale_offsets_.back() * sizeof(float) : 0;
+  const uint64_t copy_bytes = options_.dtype == DType::f32 ? 0 : total;
+  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&grads_, total},
+                                                         {&weights_out_, copy_bytes}, {&m_, moment_bytes},
+                                                         {&v_, moment_bytes}, {&m_scale_, scale_bytes},
+                                                         {&v_scale_, scale_bytes}};
+  for (auto [buffer, bytes] : buffers) {
+    if (bytes == 0) continue;
+    STRATA_ASSIGN_OR_RETURN(*buffer, pinned.acquire(bytes));
+    std::memset(buffer->data(), 0, bytes);
   }
   STRATA_ASSIGN_OR_RETURN(scalars_, pinned.acquire(sizeof(float)));
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
@@ -104,35 +132,82 @@ Status Trainer::allocate(PinnedPool& pinned) {
   return Status();
 }
 
-std::span<const std::byte> Trainer::first_moment(size_t chunk) const {
-  return {m_.data() + chunk_offsets_.at(chunk), model_.layout().chunks.at(chunk).bytes};
+// The exact fp32 values of the model's last load or init when it kept them (16-bit models), else
+// the device weights (exact for fp32; for 16-bit only the rounded values are left: warned).
+Status Trainer::init_masters() {
+  std::vector<std::vector<float>> exact = model_.take_fp32_weights();
+  const std::vector<ChunkSpec>& chunks = model_.master_layout().chunks;
+  if (!exact.empty()) {
+    for (size_t c = 0; c < chunks.size(); ++c)
+      std::memcpy(masters_.data() + master_offsets_[c], exact[c].data(), chunks[c].bytes);
+    return Status::ok();
+  }
+  if (options_.dtype == DType::f32) return copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights);
+  spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
+               "another trainer took its fp32 values)", dtype_name(options_.dtype));
+  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, weights_out_.data(), ParamState::weights));
+  const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
+  const ParamLayout& layout = model_.layout();
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamSpec& p = layout.params[i];
+    const auto* src = reinterpret_cast<const uint16_t*>(weights_out_.data() + chunk_offsets_[p.chunk] + p.offset);
+    auto* dst = reinterpret_cast<float*>(masters_.data() + master_offsets_[p.chunk] +
+                                         model_.master_layout().params[i].offset);
+    for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::half_to_float(format, src[e]);
+  }
+  return Status::ok();
 }
 
-std::span<const std::byte> Trainer::second_moment(size_t chunk) const {
-  return {v_.data() + chunk_offsets_.at(chunk), model_.layout().chunks.at(chunk).bytes};
+std::span<const float> Trainer::master(const ParamSpec& spec) const {
+  const auto* at = reinterpret_cast<const float*>(masters_.data() + master_offsets_.at(spec.chunk) + spec.offset);
+  return {at, spec.elements};
 }
 
-Status Trainer::restore_optimizer(uint64_t steps_done, const std::vector<std::span<const std::byte>>& m,
-                                  const std::vector<std::span<const std::byte>>& v) {
-  const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
-  if (m.size() != chunks.size() || v.size() != chunks.size())
-    return error(Code::invalid_argument, "the optimizer state has {} and {} moment chunks; this model has {}",
-                 m.size(), v.size(), chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    if (m[c].size() != chunks[c].bytes || v[c].size() != chunks[c].bytes)
-      return error(Code::invalid_argument, "the optimizer state of chunk '{}' has {} bytes; this model's has {}",
-                   chunks[c].name, m[c].size(), chunks[c].bytes);
+std::vector<OptimizerBuffer> Trainer::optimizer_buffers() {
+  std::vector<OptimizerBuffer> out;
+  const ParamLayout& masters = model_.master_layout();
+  const auto name = [](std::string_view what, size_t c) { return std::string(what) + "." + std::to_string(c); };
+  for (size_t c = 0; c < masters.chunks.size(); ++c) {
+    const uint64_t at = master_offsets_[c], bytes = masters.chunks[c].bytes;
+    if (options_.adam_states == AdamStates::f32) {
+      out.push_back({name("m", c), SafeDType::f32, {m_.data() + at, bytes}});
+      out.push_back({name("v", c), SafeDType::f32, {v_.data() + at, bytes}});
+      continue;
+    }
+    // 8-bit: one code per fp32 slot; the chunk's block scales are those of its tensors, in order.
+    const uint64_t codes_at = at / sizeof(float), codes = bytes / sizeof(float);
+    uint64_t first = UINT64_MAX, last = 0;
+    for (size_t i = 0; i < masters.params.size(); ++i) {
+      if (size_t(masters.params[i].chunk) != c) continue;
+      first = std::min<uint64_t>(first, scale_offsets_[i]);
+      last = std::max<uint64_t>(last, scale_offsets_[i + 1]);
+    }
+    if (first > last) first = last;  // a chunk without tensors
+    const uint64_t scale_at = first * sizeof(float), scale_bytes = (last - first) * sizeof(float);
+    out.push_back({name("m_code", c), SafeDType::i8, {m_.data() + codes_at, codes}});
+    out.push_back({name("v_code", c), SafeDType::u8, {v_.data() + codes_at, codes}});
+    out.push_back({name("m_scale", c), SafeDType::f32, {m_scale_.data() + scale_at, scale_bytes}});
+    out.push_back({name("v_scale", c), SafeDType::f32, {v_scale_.data() + scale_at, scale_bytes}});
   }
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights));
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    std::memcpy(m_.data() + chunk_offsets_[c], m[c].data(), m[c].size());
-    std::memcpy(v_.data() + chunk_offsets_[c], v[c].data(), v[c].size());
-  }
+  return out;
+}
+
+Status Trainer::restore_progress(uint64_t steps_done, uint64_t updates_done,
+                                 std::optional<std::string_view> loss_scaler_json) {
+  if (updates_done > steps_done)
+    return error(Code::invalid_argument, "the optimizer state has {} updates but only {} steps", updates_done,
+                 steps_done);
+  if (scaler_ && loss_scaler_json) STRATA_RETURN_IF_ERROR(scaler_->deserialize(*loss_scaler_json));
   steps_done_ = steps_done;
-  return Status();
+  updates_done_ = updates_done;
+  return Status::ok();
 }
 
-uint64_t Trainer::host_bytes() const { return masters_.size() + grads_.size() + m_.size() + v_.size(); }
+uint64_t Trainer::host_bytes() const {
+  uint64_t bytes = 0;
+  for (const PinnedBuffer* b : {&masters_, &grads_, &weights_out_, &m_, &v_, &m_scale_, &v_scale_}) bytes += b->size();
+  return bytes;
+}
 
 Status Trainer::copy_chunks(bool to_device, std::byte* host, ParamState state) {
   const ParamLayout& layout = model_.layout();
@@ -171,15 +246,9 @@ Status Trainer::upload_batch(const BatchView& batch) {
   return backend_.wait(Stream::compute, *uploaded_);
 }
 
-StatusOr<kernels::CrossEntropyResult> Trainer::forward_uploaded(const BatchView& batch) {
-  STRATA_RETURN_IF_ERROR(upload_batch(batch));
-  STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
-  return model_.read_loss();
-}
-
 // Queues the copy of the last forward's loss into host slot `micro_batch`; the next forward (which
 // rewrites the device loss) waits for the copy. No host synchronisation: the step reads the slots
-// after grad_norm() has synchronised the d2h stream.
+// after grad_norm_squared() has synchronised the d2h stream.
 Status Trainer::queue_loss_copy(uint64_t micro_batch) {
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
@@ -190,39 +259,60 @@ Status Trainer::queue_loss_copy(uint64_t micro_batch) {
   return backend_.wait(Stream::compute, *loss_copied_);
 }
 
-StatusOr<double> Trainer::grad_norm() {
+// Sum of squares of every gradient element (of the loss-scaled gradient for fp16), on the device.
+// Inf or NaN anywhere makes it non-finite, which is the step's overflow check: an fp16 value is at
+// most 65504, so finite fp16 gradients cannot overflow the fp32 sum (65504^2 * 2^80 elements).
+StatusOr<double> Trainer::grad_norm_squared() {
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(norm_sq_, sizeof(float), Stream::compute));
   for (const ParamSpec& p : model_.layout().params) {
     STRATA_RETURN_IF_ERROR(backend_.ops().grad_norm_squared(
-        norm_sq_, device_tensor(model_, p, ParamState::gradients), DType::f32, int64_t(p.elements)));
+        norm_sq_, device_tensor(model_, p, ParamState::gradients), options_.dtype, int64_t(p.elements)));
   }
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(scalars_.data(), norm_sq_, sizeof(float), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
-  return std::sqrt(double(*scalars_.as<float>()));
+  return double(*scalars_.as<float>());
 }
 
-Status Trainer::adam_update(double lr, double clip_scale) {
+// AdamW over every tensor: fp32 masters and moments (or 8-bit codes), the gradient in the working
+// precision times `grad_multiplier` (clipping / loss scale), and for 16-bit training the rounded
+// weights written in the same pass into weights_out_ (the next h2d copy's source).
+Status Trainer::adam_update(double lr, double grad_multiplier) {
+  const ParamLayout& layout = model_.layout();
+  const ParamLayout& masters = model_.master_layout();
+  const bool q8 = options_.adam_states == AdamStates::q8;
+  const bool copy = options_.dtype != DType::f32;
   // Two groups: tensors that decay (>= 2 dims) and those that do not (norms, biases).
   std::vector<CpuAdamTensor> decay, no_decay;
-  for (const ParamSpec& p : model_.layout().params) {
-    const uint64_t at = chunk_offsets_[p.chunk] + p.offset;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamSpec& p = layout.params[i];
+    const uint64_t work_at = chunk_offsets_[p.chunk] + p.offset;
+    const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
     CpuAdamTensor t;
-    t.param = reinterpret_cast<float*>(masters_.data() + at);
-    t.m = reinterpret_cast<float*>(m_.data() + at);
-    t.v = reinterpret_cast<float*>(v_.data() + at);
-    t.grad = grads_.data() + at;
+    t.param = reinterpret_cast<float*>(masters_.data() + master_at);
+    if (q8) {
+      t.m_code = reinterpret_cast<int8_t*>(m_.data() + master_at / sizeof(float));
+      t.v_code = reinterpret_cast<uint8_t*>(v_.data() + master_at / sizeof(float));
+      t.m_scale = m_scale_.as<float>() + scale_offsets_[i];
+      t.v_scale = v_scale_.as<float>() + scale_offsets_[i];
+    } else {
+      t.m = reinterpret_cast<float*>(m_.data() + master_at);
+      t.v = reinterpret_cast<float*>(v_.data() + master_at);
+    }
+    t.grad = grads_.data() + work_at;
+    t.copy_out = copy ? weights_out_.data() + work_at : nullptr;
     t.n = p.elements;
     (p.weight_decay ? decay : no_decay).push_back(t);
   }
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
   o.hyper.lr = float(lr);
-  o.hyper.step = int64_t(steps_done_ + 1);
-  o.hyper.grad_scale = float(clip_scale);
-  o.formats = kernels::AdamFormats{.grad = kernels::FloatFormat::f32, .copy = kernels::CopyOut::none};
-  o.states = AdamStates::f32;
+  o.hyper.step = int64_t(updates_done_ + 1);  // bias correction counts applied updates only
+  o.hyper.grad_scale = float(grad_multiplier);
+  o.formats = kernels::AdamFormats{.grad = float_format_of(options_.dtype, "gradients").value(),
+                                   .copy = copy_out_for(options_.dtype)};
+  o.states = options_.adam_states;
   STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, decay, o).status());
   o.hyper.weight_decay = 0.0f;
   return cpu_adam_step(pool_, no_decay, o).status();
@@ -232,6 +322,8 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   StepResult r;
   r.step = steps_done_ + 1;
   r.lr = schedule_.lr(steps_done_);
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  if (scaler_) r.loss_scale = loss_scale;
   STRATA_RETURN_IF_ERROR(model_.zero_grad());
   const uint64_t K = options_.grad_accum;
   for (uint64_t k = 0; k < K; ++k) {
@@ -243,16 +335,27 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     STRATA_RETURN_IF_ERROR(upload_batch(batch));
     STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
     STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
-    STRATA_RETURN_IF_ERROR(model_.backward(counted, float(1.0 / double(K))));
+    STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
   }
-  STRATA_ASSIGN_OR_RETURN(r.grad_norm, grad_norm());  // synchronises d2h: the loss slots are filled
+  STRATA_ASSIGN_OR_RETURN(const double norm_sq, grad_norm_squared());  // synchronises d2h: losses are in
   for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
+  r.grad_norm = std::sqrt(norm_sq) / loss_scale;
+  steps_done_ = r.step;
+  // Once per optimizer step, after every micro-batch: an overflow skips the update.
+  const bool finite = std::isfinite(norm_sq);
+  if (scaler_) scaler_->update(/*found_nonfinite=*/!finite);  // logs a skipped step itself
+  if (!finite) {
+    if (!scaler_) spdlog::warn("step {}: the gradient norm is {}; the update is skipped", r.step, r.grad_norm);
+    r.skipped = true;
+    return r;
+  }
   if (options_.clip_grad_norm > 0) r.clip_scale = std::min(1.0, options_.clip_grad_norm / (r.grad_norm + 1e-6));
   STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, grads_.data(), ParamState::gradients));
-  STRATA_RETURN_IF_ERROR(adam_update(r.lr, r.clip_scale));
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/true, masters_.data(), ParamState::weights));
-  steps_done_ = r.step;
+  STRATA_RETURN_IF_ERROR(adam_update(r.lr, r.clip_scale / loss_scale));
+  ++updates_done_;
+  const bool f32 = options_.dtype == DType::f32;
+  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/true, f32 ? masters_.data() : weights_out_.data(), ParamState::weights));
   return r;
 }
 
@@ -261,7 +364,9 @@ StatusOr<double> Trainer::evaluate(const NextBatch& next, uint64_t batches) {
   double sum = 0.0;
   for (uint64_t i = 0; i < batches; ++i) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
-    STRATA_ASSIGN_OR_RETURN(kernels::CrossEntropyResult loss, forward_uploaded(batch));
+    STRATA_RETURN_IF_ERROR(upload_batch(batch));
+    STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
+    STRATA_ASSIGN_OR_RETURN(kernels::CrossEntropyResult loss, model_.read_loss());
     sum += double(loss.mean_loss);
   }
   return sum / double(batches);

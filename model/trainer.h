@@ -1,19 +1,25 @@
 // Trainer: one optimizer step of a resident Transformer -- zero_grad, K micro-batches of forward
-// and backward (gradients accumulated at 1/K), the global gradient norm on the device, optional
-// clipping, gradients copied to the host, AdamW on the CPU (offload/cpu_adam.h) over fp32 master
-// weights and moments in pinned host memory, updated weights copied back. fp32 only: mixed
-// precision (bf16/fp16 working weights, loss scaling) comes with the next step of the model issue.
-// Not a data loader, not a CLI and not an offloader: every chunk stays on the device.
+// and backward (gradients accumulated at 1/K, in the model's working precision), the global
+// gradient norm on the device, optional clipping, gradients copied to the host, AdamW on the CPU
+// (offload/cpu_adam.h) over fp32 master weights and fp32 or 8-bit moments in pinned host memory,
+// updated weights (rounded to bf16/fp16 by the same pass for 16-bit training) copied back.
+// fp16 training scales the loss (model/loss_scaler.h) and checks for overflow once per optimizer
+// step, after all K micro-batches. Not a data loader, not a CLI and not an offloader: every chunk
+// stays on the device.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/batch_loader.h"
+#include "model/loss_scaler.h"
 #include "model/lr_schedule.h"
+#include "model/safetensors.h"
 #include "model/train_options.h"
 #include "model/transformer.h"
 #include "runtime/backend.h"
@@ -31,23 +37,39 @@ struct StepResult {
   uint64_t step = 0;       // 1-based: optimizer steps done, this one included
   double loss = 0;         // mean over the micro-batches of each one's mean loss
   double lr = 0;           // the rate the update used
-  double grad_norm = 0;    // global L2 norm of the accumulated gradient, before clipping
-  double clip_scale = 1;   // the multiplier applied to the gradient (1 without clipping)
+  double grad_norm = 0;    // global L2 norm of the accumulated (unscaled) gradient, before clipping
+  double clip_scale = 1;   // the clipping multiplier applied to the gradient (1 without clipping)
   uint64_t tokens = 0;     // counted target tokens of the step
+  // The update was not applied: a gradient was Inf or NaN (fp16: the loss scale overflowed).
+  // The step still counts (the LR schedule and the data move on), as in DeepSpeed.
+  bool skipped = false;
+  std::optional<double> loss_scale;  // fp16: the scale this step's backward used
 };
 
-// ok if this trainer can run `options`: dtype fp32 ("this build trains in fp32 only: pass --dtype
-// fp32"), fp32 Adam moments, grad_accum >= 1, usable Adam hyper-parameters and LR schedule; else
-// invalid_argument saying what to pass instead. create() runs it; a CLI runs it before any setup.
+// ok if this trainer can run `options`: dtype fp32, bf16 or fp16, grad_accum >= 1, usable Adam
+// hyper-parameters and LR schedule; else invalid_argument saying what to pass instead. create()
+// runs it; a CLI runs it before any setup.
 Status check_trainer_options(const TrainOptions& options);
+
+// One named buffer of optimizer state (the trainer owns the bytes), as a checkpoint stores it.
+// fp32 moments: "m.<chunk>", "v.<chunk>" F32, the chunk's padded fp32 bytes. 8-bit moments:
+// "m_code.<chunk>" I8 and "v_code.<chunk>" U8 (one byte per padded fp32 slot of the chunk),
+// "m_scale.<chunk>", "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order).
+struct OptimizerBuffer {
+  std::string name;
+  SafeDType dtype = SafeDType::f32;
+  std::span<std::byte> bytes;
+};
 
 // Thread-safety: one thread drives a Trainer (as the Transformer). Lifetime: the backend, model,
 // pinned pool and thread pool (may be null: Adam then runs on the calling thread) outlive it.
 class Trainer {
  public:
-  // Reads the model's current weights from the device as the fp32 masters (so load or init the
-  // model first) and zeroes the moments. Errors: check_trainer_options's; the pool's or arena's
-  // out_of_memory for the host copies or the device scalars.
+  // The fp32 master weights are the model's take_fp32_weights() when it has them (16-bit models
+  // keep the exact values of their last load or init), else the device weights; the moments
+  // start at zero. So load or init the model first. Errors: check_trainer_options's, a model
+  // whose precision differs from options.dtype, the loss scaler's options (fp16), the pool's or
+  // arena's out_of_memory for the host copies or the device scalars.
   static StatusOr<std::unique_ptr<Trainer>> create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options);
   ~Trainer();
@@ -55,54 +77,65 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimizer step over options.grad_accum micro-batches from `next`. Returns once the
-  // updated weights are on the device. Errors from the batch source, the model or the backend
-  // are returned as they are; the step is then incomplete (weights may be partly updated).
+  // updated weights are on the device. A non-finite gradient skips the update (logged; fp16 also
+  // adjusts the loss scale). Errors from the batch source, the model or the backend are returned
+  // as they are; the step is then incomplete (weights may be partly updated).
   StatusOr<StepResult> step(const NextBatch& next);
   // Mean loss over `batches` micro-batches from `next` with the current weights; no gradients.
   StatusOr<double> evaluate(const NextBatch& next, uint64_t batches);
 
-  // Checkpoints: the Adam moments of layout chunk `chunk` (its padded bytes, fp32), and their
-  // restoration together with the step count (before the next step; the masters are re-read
-  // from the device, so load the checkpoint's weights into the model first). restore_optimizer
-  // is invalid_argument when a chunk's size differs from the layout's.
-  std::span<const std::byte> first_moment(size_t chunk) const;
-  std::span<const std::byte> second_moment(size_t chunk) const;
-  Status restore_optimizer(uint64_t steps_done, const std::vector<std::span<const std::byte>>& m,
-                           const std::vector<std::span<const std::byte>>& v);
+  // Checkpoints. The fp32 master copy of the tensor `spec` of model().master_layout() (strata's
+  // layout: p.elements values). The optimizer state buffers: read them to save, write into them
+  // (before the next step) to restore, then call restore_progress with the step count, the
+  // count of applied (not skipped) updates that Adam's bias correction uses and, for fp16, the
+  // loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  std::span<const float> master(const ParamSpec& spec) const;
+  std::vector<OptimizerBuffer> optimizer_buffers();
+  Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
+  // fp16 only: the dynamic loss scaler; null otherwise.
+  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
   uint64_t steps_done() const { return steps_done_; }
+  uint64_t updates_done() const { return updates_done_; }  // steps_done() less the skipped ones
   const TrainOptions& options() const { return options_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
-  // Pinned host bytes this trainer holds (masters, gradients, moments).
+  // Pinned host bytes this trainer holds (masters, gradients, weight copy, moments).
   uint64_t host_bytes() const;
 
  private:
   Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options, LrSchedule schedule);
   Status allocate(PinnedPool& pinned);
+  Status init_masters();
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work.
   Status upload_batch(const BatchView& batch);
-  // forward of the uploaded batch; returns its loss (synchronizes the compute stream).
-  StatusOr<kernels::CrossEntropyResult> forward_uploaded(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);
-  StatusOr<double> grad_norm();
+  StatusOr<double> grad_norm_squared();
+  // Device chunks <-> pinned host buffer laid out like model().layout() (the working precision).
   Status copy_chunks(bool to_device, std::byte* host, ParamState state);
-  Status adam_update(double lr, double clip_scale);
+  Status adam_update(double lr, double grad_multiplier);
 
   Backend& backend_;
   Transformer& model_;
   ThreadPool* pool_;
   const TrainOptions options_;
   const LrSchedule schedule_;
-  std::vector<uint64_t> chunk_offsets_;      // host byte offset of each layout chunk
+  std::optional<LossScaler> scaler_;         // fp16 only
+  std::vector<uint64_t> chunk_offsets_;      // host byte offset of each chunk, working precision
+  std::vector<uint64_t> master_offsets_;     // host byte offset of each chunk, fp32 (masters, moments)
+  std::vector<uint64_t> scale_offsets_;      // 8-bit: first block scale of each parameter (+ total)
   std::vector<std::byte*> device_params_;    // each chunk's device base (weights)
   std::vector<std::byte*> device_grads_;     // each chunk's device base (gradients)
-  PinnedBuffer masters_, grads_, m_, v_, scalars_;
+  PinnedBuffer masters_, grads_, weights_out_;  // weights_out_: the 16-bit copy-out (not for fp32)
+  PinnedBuffer m_, v_;                       // fp32 moments, or the 8-bit codes (1 byte per slot)
+  PinnedBuffer m_scale_, v_scale_;           // 8-bit block scales
+  PinnedBuffer scalars_;
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
   float* norm_sq_ = nullptr;    // device scalar
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_, grads_ready_, params_sent_;
   uint64_t steps_done_ = 0;
+  uint64_t updates_done_ = 0;
 };
 
 }  // namespace strata::model

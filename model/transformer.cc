@@ -12,71 +12,74 @@
 namespace strata::model {
 namespace {
 
-constexpr DType kF32 = DType::f32;
-constexpr uint64_t kBufferAlignFloats = 64;  // 256 bytes, as the arena aligns blocks
+constexpr uint64_t kBufferAlign = 256;  // bytes, as the arena aligns blocks
 
-// Hands out consecutive aligned float ranges of one block; with a null base it only counts.
+// Hands out consecutive 256-byte aligned ranges of one block: working-precision tensors of
+// `esize`-byte elements and fp32 statistics. With a null base it only counts.
 class Carver {
  public:
-  explicit Carver(float* base) : base_(base) {}
-  float* take(uint64_t floats) {
+  Carver(std::byte* base, uint64_t esize) : base_(base), esize_(esize) {}
+  std::byte* tensor(uint64_t elements) { return take(elements * esize_); }
+  float* stats(uint64_t floats) { return reinterpret_cast<float*>(take(floats * sizeof(float))); }
+  std::byte* take(uint64_t bytes) {
     const uint64_t at = used_;
-    used_ += (floats + kBufferAlignFloats - 1) / kBufferAlignFloats * kBufferAlignFloats;
+    used_ += (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
     return base_ != nullptr ? base_ + at : nullptr;
   }
   uint64_t used() const { return used_; }
 
  private:
-  float* base_;
+  std::byte* base_;
+  uint64_t esize_;
   uint64_t used_ = 0;
 };
 
 // Carves every activation and scratch gradient for N = B * T rows from `base` (null: count only)
-// and returns the floats used. Identical order for any N, so the block sized for the largest N
+// and returns the bytes used. Identical order for any N, so the block sized for the largest N
 // holds every smaller one.
-uint64_t carve(const ModelConfig& c, bool checkpoint, int64_t B, int64_t T, float* base, Activations& a,
-               ActivationGrads& d) {
+uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B, int64_t T, std::byte* base,
+               Activations& a, ActivationGrads& d) {
   const uint64_t N = uint64_t(B) * uint64_t(T), C = c.dim, KV = c.kv_dim(), NH = c.n_head;
   const uint64_t H = c.ffn_hidden, FC = c.fc_rows(), V = c.vocab, L = c.n_layer;
   const bool gpt2 = c.arch == Arch::gpt2, llama = !gpt2;
-  Carver k(base);
-  a.residual = k.take((L + 1) * N * C);
+  Carver k(base, esize);
+  a.residual = k.tensor((L + 1) * N * C);
   a.layers.assign(checkpoint ? 1 : L, {});
   for (auto& la : a.layers) {
-    la.ln1 = k.take(N * C);
-    la.ln1_mean = gpt2 ? k.take(N) : nullptr;
-    la.ln1_rstd = k.take(N);
-    la.q = k.take(N * C);
-    la.k = k.take(N * KV);
-    la.v = k.take(N * KV);
-    la.att = k.take(N * C);
-    la.att_lse = k.take(N * NH);
-    la.att_proj = k.take(N * C);
-    la.res1 = k.take(N * C);
-    la.ln2 = k.take(N * C);
-    la.ln2_mean = gpt2 ? k.take(N) : nullptr;
-    la.ln2_rstd = k.take(N);
-    la.fc = k.take(N * FC);
-    la.fc_act = k.take(N * H);
-    la.fc_proj = k.take(N * C);
+    la.ln1 = k.tensor(N * C);
+    la.ln1_mean = gpt2 ? k.stats(N) : nullptr;
+    la.ln1_rstd = k.stats(N);
+    la.q = k.tensor(N * C);
+    la.k = k.tensor(N * KV);
+    la.v = k.tensor(N * KV);
+    la.att = k.tensor(N * C);
+    la.att_lse = k.stats(N * NH);
+    la.att_proj = k.tensor(N * C);
+    la.res1 = k.tensor(N * C);
+    la.ln2 = k.tensor(N * C);
+    la.ln2_mean = gpt2 ? k.stats(N) : nullptr;
+    la.ln2_rstd = k.stats(N);
+    la.fc = k.tensor(N * FC);
+    la.fc_act = k.tensor(N * H);
+    la.fc_proj = k.tensor(N * C);
   }
-  a.lnf = k.take(N * C);
-  a.lnf_mean = gpt2 ? k.take(N) : nullptr;
-  a.lnf_rstd = k.take(N);
-  a.logits = k.take(N * V);
-  a.ce_lse = k.take(N);
-  a.ce_losses = k.take(N);
-  a.loss = reinterpret_cast<kernels::CrossEntropyResult*>(k.take(sizeof(kernels::CrossEntropyResult) / 4 + 1));
-  d.dres = k.take(N * C);
-  d.dln = k.take(N * C);
-  d.datt = k.take(N * C);
-  d.dq = k.take(N * C);
-  d.dk = k.take(N * KV);
-  d.dv = k.take(N * KV);
-  d.dq_rot = llama ? k.take(N * C) : nullptr;
-  d.dk_rot = llama ? k.take(N * KV) : nullptr;
-  d.dfc = k.take(N * FC);
-  d.dfc_act = k.take(N * H);
+  a.lnf = k.tensor(N * C);
+  a.lnf_mean = gpt2 ? k.stats(N) : nullptr;
+  a.lnf_rstd = k.stats(N);
+  a.logits = k.tensor(N * V);
+  a.ce_lse = k.stats(N);
+  a.ce_losses = k.stats(N);
+  a.loss = reinterpret_cast<kernels::CrossEntropyResult*>(k.take(sizeof(kernels::CrossEntropyResult)));
+  d.dres = k.tensor(N * C);
+  d.dln = k.tensor(N * C);
+  d.datt = k.tensor(N * C);
+  d.dq = k.tensor(N * C);
+  d.dk = k.tensor(N * KV);
+  d.dv = k.tensor(N * KV);
+  d.dq_rot = llama ? k.tensor(N * C) : nullptr;
+  d.dk_rot = llama ? k.tensor(N * KV) : nullptr;
+  d.dfc = k.tensor(N * FC);
+  d.dfc_act = k.tensor(N * H);
   return k.used();
 }
 
@@ -86,25 +89,34 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, int64_t B, int64_t T, floa
 
 StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, const ModelConfig& config,
                                                            const TransformerOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(config, sizeof(float)));
   TransformerOptions o = options;
+  if (o.dtype != DType::f32 && o.dtype != DType::bf16 && o.dtype != DType::f16) {
+    return error(Code::invalid_argument, "transformer '{}': working precision {} is not one of fp32, bf16, fp16",
+                 config.name, dtype_name(o.dtype));
+  }
+  STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(config, dtype_size(o.dtype)));
+  STRATA_ASSIGN_OR_RETURN(ParamLayout master_layout, build_param_layout(config, sizeof(float)));
   if (o.seq_len == 0) o.seq_len = config.max_seq;
   if (o.batch < 1 || o.seq_len < 1 || o.seq_len > config.max_seq) {
     return error(Code::invalid_argument,
                  "transformer '{}': batch {} and seq_len {} must be >= 1 and seq_len <= max_seq {}", config.name,
                  o.batch, o.seq_len, config.max_seq);
   }
-  std::unique_ptr<Transformer> model(new Transformer(backend, config, std::move(layout), o));
+  std::unique_ptr<Transformer> model(
+      new Transformer(backend, config, std::move(layout), std::move(master_layout), o));
   STRATA_RETURN_IF_ERROR(model->allocate_all());
   return model;
 }
 
-Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, TransformerOptions options)
+Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
+                         TransformerOptions options)
     : backend_(backend),
       ops_(backend.ops()),
       config_(std::move(config)),
       layout_(std::move(layout)),
+      master_layout_(std::move(master_layout)),
       options_(options),
+      esize_(layout_.element_bytes),
       layer_params_(config_.n_layer),
       layer_grads_(config_.n_layer) {}
 
@@ -127,12 +139,12 @@ Status Transformer::allocate_all() {
       STRATA_ASSIGN_OR_RETURN(void* block,
                               backend_.allocate(chunk.bytes, fmt::format("{} {} ({})", config_.name, what, chunk.name)));
       blocks_.push_back(block);
-      chunks.push_back(static_cast<float*>(block));
+      chunks.push_back(static_cast<std::byte*>(block));
     }
     GlobalParams& global = grads ? grads_ : params_;
     std::vector<LayerParams>& layers = grads ? layer_grads_ : layer_params_;
     for (const auto& p : layout_.params) {
-      float* slot = chunks[p.chunk] + p.slot_offset / sizeof(float);
+      std::byte* slot = chunks[p.chunk] + p.slot_offset;
       if (p.layer >= 0) {
         slot_field(layers[p.layer], static_cast<LayerSlot>(p.slot)) = slot;
       } else {
@@ -140,19 +152,19 @@ Status Transformer::allocate_all() {
       }
     }
   }
-  const uint64_t floats = carve(config_, options_.checkpoint_layers, options_.batch, options_.seq_len, nullptr,
-                                acts_, dacts_);
-  STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(floats * sizeof(float),
+  const uint64_t act_bytes = carve(config_, options_.checkpoint_layers, esize_, options_.batch, options_.seq_len,
+                                   nullptr, acts_, dacts_);
+  STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(act_bytes,
                                                           fmt::format("{} activations (B={}, T={})", config_.name,
                                                                       options_.batch, options_.seq_len)));
   blocks_.push_back(block);
-  act_block_ = static_cast<float*>(block);
+  act_block_ = static_cast<std::byte*>(block);
   carve_activations(options_.batch, options_.seq_len);
   return Status::ok();
 }
 
 void Transformer::carve_activations(int64_t B, int64_t T) {
-  carve(config_, options_.checkpoint_layers, B, T, act_block_, acts_, dacts_);
+  carve(config_, options_.checkpoint_layers, esize_, B, T, act_block_, acts_, dacts_);
   B_ = B;
   T_ = T;
 }
@@ -180,18 +192,18 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
 
   // Embedding: GPT-2 adds learned positions; LLaMA's positions enter through RoPE.
   if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(kF32, residual(0), inputs, params_.wte, params_.wpe, B, T, C, V));
+    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(options_.dtype, residual(0), inputs, params_.wte, params_.wpe, B, T, C, V));
   } else {
-    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(kF32, residual(0), inputs, params_.wte, N, C, V));
+    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(options_.dtype, residual(0), inputs, params_.wte, N, C, V));
   }
   for (int l = 0; l < config_.n_layer; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l));
 
   // Final norm, head (tied to wte or lm_head), fused cross-entropy -> mean loss on the device.
   STRATA_RETURN_IF_ERROR(norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer),
                                       params_.lnf_w, params_.lnf_b));
-  const float* head = config_.tied_head ? params_.wte : params_.lm_head;
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, acts_.logits, acts_.lnf, head, nullptr, N, C, V));
-  return ops_.crossentropy_forward(kF32, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V);
+  const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V));
+  return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V);
 }
 
 // x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
@@ -200,52 +212,52 @@ Status Transformer::layer_forward(int l, bool write_output) {
   const LayerParams& p = layer_params_[l];
   const LayerActivations& a = layer_acts(l);
   const int64_t NC = B_ * T_ * config_.dim;
-  const float* x = residual(l);
+  const std::byte* x = residual(l);
   STRATA_RETURN_IF_ERROR(norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b));
   STRATA_RETURN_IF_ERROR(attention_forward(p, a));
-  STRATA_RETURN_IF_ERROR(ops_.residual_forward(kF32, a.res1, x, a.att_proj, NC));
+  STRATA_RETURN_IF_ERROR(ops_.residual_forward(options_.dtype, a.res1, x, a.att_proj, NC));
   STRATA_RETURN_IF_ERROR(norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln2_w, p.ln2_b));
   STRATA_RETURN_IF_ERROR(mlp_forward(p, a));
   if (!write_output) return Status::ok();
-  return ops_.residual_forward(kF32, residual(l + 1), a.res1, a.fc_proj, NC);
+  return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, NC);
 }
 
 // ln1 -> q, k, v (row blocks of the fused weight) -> [RoPE] -> causal attention -> out projection.
 Status Transformer::attention_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
   const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
-  const float* qkv_b = p.qkv_b;  // GPT-2 only
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, a.q, a.ln1, p.qkv_w, qkv_b, N, C, C));
+  const std::byte* qkv_b = p.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.q, a.ln1, p.qkv_w, qkv_b, N, C, C));
   STRATA_RETURN_IF_ERROR(
-      ops_.matmul_forward(kF32, a.k, a.ln1, p.qkv_w + C * C, qkv_b ? qkv_b + C : nullptr, N, C, KV));
+      ops_.matmul_forward(options_.dtype, a.k, a.ln1, at(p.qkv_w, C * C), qkv_b ? at(qkv_b, C) : nullptr, N, C, KV));
   STRATA_RETURN_IF_ERROR(
-      ops_.matmul_forward(kF32, a.v, a.ln1, p.qkv_w + (C + KV) * C, qkv_b ? qkv_b + C + KV : nullptr, N, C, KV));
+      ops_.matmul_forward(options_.dtype, a.v, a.ln1, at(p.qkv_w, (C + KV) * C), qkv_b ? at(qkv_b, C + KV) : nullptr, N, C, KV));
   if (config_.arch == Arch::llama) {
-    STRATA_RETURN_IF_ERROR(ops_.rope_forward(kF32, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0));
-    STRATA_RETURN_IF_ERROR(ops_.rope_forward(kF32, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0));
   }
-  STRATA_RETURN_IF_ERROR(ops_.attention_forward(kF32, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS));
-  return ops_.matmul_forward(kF32, a.att_proj, a.att, p.attn_proj_w, p.attn_proj_b, N, C, C);
+  STRATA_RETURN_IF_ERROR(ops_.attention_forward(options_.dtype, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS));
+  return ops_.matmul_forward(options_.dtype, a.att_proj, a.att, p.attn_proj_w, p.attn_proj_b, N, C, C);
 }
 
 // ln2 -> fc -> GELU (GPT-2) or SwiGLU over [gate | up] (LLaMA) -> projection back to C.
 Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(kF32, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
   if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.gelu_forward(kF32, a.fc_act, a.fc, N * H));
+    STRATA_RETURN_IF_ERROR(ops_.gelu_forward(options_.dtype, a.fc_act, a.fc, N * H));
   } else {
-    STRATA_RETURN_IF_ERROR(ops_.swiglu_forward(kF32, a.fc_act, a.fc, N, H));
+    STRATA_RETURN_IF_ERROR(ops_.swiglu_forward(options_.dtype, a.fc_act, a.fc, N, H));
   }
-  return ops_.matmul_forward(kF32, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
+  return ops_.matmul_forward(options_.dtype, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
 }
 
 // LayerNorm (GPT-2, mean saved) or RMSNorm (LLaMA) over rows of (N, C).
-Status Transformer::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                 const float* b) {
+Status Transformer::norm_forward(std::byte* out, float* mean, float* rstd, const std::byte* inp,
+                                 const std::byte* w, const std::byte* b) {
   const int64_t N = B_ * T_, C = config_.dim;
-  if (config_.arch == Arch::gpt2) return ops_.layernorm_forward(kF32, out, mean, rstd, inp, w, b, N, C, config_.norm_eps);
-  return ops_.rmsnorm_forward(kF32, out, rstd, inp, w, N, C, config_.norm_eps);
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_forward(options_.dtype, out, mean, rstd, inp, w, b, N, C, config_.norm_eps);
+  return ops_.rmsnorm_forward(options_.dtype, out, rstd, inp, w, N, C, config_.norm_eps);
 }
 
 // ---- backward ------------------------------------------------------------------------------------
@@ -263,13 +275,13 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
 
   // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
   // d loss / d residual stream from here down.
-  STRATA_RETURN_IF_ERROR(ops_.crossentropy_backward_inplace(kF32, acts_.logits, acts_.ce_lse, targets_, dloss, N, V));
-  const float* dlogits = acts_.logits;
-  const float* head = config_.tied_head ? params_.wte : params_.lm_head;
-  float* dhead = config_.tied_head ? grads_.wte : grads_.lm_head;
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, N * C * sizeof(float)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, N * C * sizeof(float)));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V));
+  STRATA_RETURN_IF_ERROR(ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V));
+  const std::byte* dlogits = acts_.logits;
+  const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
+  std::byte* dhead = config_.tied_head ? grads_.wte : grads_.lm_head;
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V));
   STRATA_RETURN_IF_ERROR(norm_backward(dacts_.dres, grads_.lnf_w, grads_.lnf_b, dacts_.dln, residual(L),
                                        params_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
 
@@ -281,9 +293,9 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   }
 
   if (config_.arch == Arch::gpt2) {
-    return ops_.encoder_backward(kF32, grads_.wte, grads_.wpe, dacts_.dres, inputs_, B_, T_, C, V);
+    return ops_.encoder_backward(options_.dtype, grads_.wte, grads_.wpe, dacts_.dres, inputs_, B_, T_, C, V);
   }
-  return ops_.token_embedding_backward(kF32, grads_.wte, dacts_.dres, inputs_, N, C, V);
+  return ops_.token_embedding_backward(options_.dtype, grads_.wte, dacts_.dres, inputs_, N, C, V);
 }
 
 // dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each
@@ -302,17 +314,17 @@ Status Transformer::layer_backward(int l) {
 Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   const ActivationGrads& d = dacts_;
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, N * H * sizeof(float)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, N * FC * sizeof(float)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, N * C * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, bytes(N * H)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, bytes(N * FC)));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, bytes(N * C)));
   STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(kF32, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act, p.fc_proj_w, N, H, C));
+      ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act, p.fc_proj_w, N, H, C));
   if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.gelu_backward(kF32, d.dfc, a.fc, d.dfc_act, N * H));
+    STRATA_RETURN_IF_ERROR(ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H));
   } else {
-    STRATA_RETURN_IF_ERROR(ops_.swiglu_backward(kF32, d.dfc, a.fc, d.dfc_act, N, H));
+    STRATA_RETURN_IF_ERROR(ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H));
   }
-  return ops_.matmul_backward(kF32, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC);
+  return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC);
 }
 
 Status Transformer::attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
@@ -320,36 +332,36 @@ Status Transformer::attention_backward(const LayerParams& p, const LayerParams& 
   const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
   const bool llama = config_.arch == Arch::llama;
   const ActivationGrads& d = dacts_;
-  for (auto [buf, floats] : {std::pair{d.datt, N * C}, {d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV},
+  for (auto [buf, elements] : {std::pair{d.datt, N * C}, {d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV},
                              {d.dq_rot, N * C}, {d.dk_rot, N * KV}, {d.dln, N * C}}) {
-    if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, floats * sizeof(float)));
+    if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, bytes(elements)));
   }
   STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(kF32, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att, p.attn_proj_w, N, C, C));
+      ops_.matmul_backward(options_.dtype, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att, p.attn_proj_w, N, C, C));
   // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward
   // turns them into the projections' output gradients.
-  float* dq_att = llama ? d.dq_rot : d.dq;
-  float* dk_att = llama ? d.dk_rot : d.dk;
+  std::byte* dq_att = llama ? d.dq_rot : d.dq;
+  std::byte* dk_att = llama ? d.dk_rot : d.dk;
   STRATA_RETURN_IF_ERROR(
-      ops_.attention_backward(kF32, dq_att, dk_att, d.dv, d.datt, a.q, a.k, a.v, a.att, a.att_lse, B_, T_, NH, NKV, HS));
+      ops_.attention_backward(options_.dtype, dq_att, dk_att, d.dv, d.datt, a.q, a.k, a.v, a.att, a.att_lse, B_, T_, NH, NKV, HS));
   if (llama) {
-    STRATA_RETURN_IF_ERROR(ops_.rope_backward(kF32, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
-    STRATA_RETURN_IF_ERROR(ops_.rope_backward(kF32, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
   }
   // The three projections share the input: their input gradients all accumulate into dln.
-  float* gb = g.qkv_b;  // GPT-2 only
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(kF32, d.dln, g.qkv_w + C * C, gb ? gb + C : nullptr, d.dk, a.ln1,
-                                              p.qkv_w + C * C, N, C, KV));
-  return ops_.matmul_backward(kF32, d.dln, g.qkv_w + (C + KV) * C, gb ? gb + C + KV : nullptr, d.dv, a.ln1,
-                              p.qkv_w + (C + KV) * C, N, C, KV);
+  std::byte* gb = g.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr, d.dk, a.ln1,
+                                              at(p.qkv_w, C * C), N, C, KV));
+  return ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr, d.dv, a.ln1,
+                              at(p.qkv_w, (C + KV) * C), N, C, KV);
 }
 
-Status Transformer::norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                  const float* w, const float* mean, const float* rstd) {
+Status Transformer::norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout,
+                                  const std::byte* inp, const std::byte* w, const float* mean, const float* rstd) {
   const int64_t N = B_ * T_, C = config_.dim;
-  if (config_.arch == Arch::gpt2) return ops_.layernorm_backward(kF32, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  return ops_.rmsnorm_backward(kF32, dinp, dw, dout, inp, w, rstd, N, C);
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_backward(options_.dtype, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  return ops_.rmsnorm_backward(options_.dtype, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
 }  // namespace strata::model

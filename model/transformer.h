@@ -1,9 +1,11 @@
-// Transformer: the GPT-2 / LLaMA decoder (model_config.h) on a Backend, fp32, forward and backward
-// written once against ComputeOps, in the manner of llm.c's train_gpt2.c. It owns its parameter
-// and gradient chunks (laid out by param_layout.h) and its activation buffers for up to (B, T),
-// all from the backend's arena, sized up front. Activation checkpointing keeps only each layer's
-// input in the forward and recomputes the layer in the backward. Not an optimizer, not an
-// offloader: every chunk stays resident; the offload layers move chunks by ParamLayout.
+// Transformer: the GPT-2 / LLaMA decoder (model_config.h) on a Backend, forward and backward
+// written once against ComputeOps, in the manner of llm.c's train_gpt2.c, in one working precision
+// (fp32, bf16 or fp16: weights, activations and gradients; statistics and the loss stay fp32). It
+// owns its parameter and gradient chunks (laid out by param_layout.h at the precision's width) and
+// its activation buffers for up to (B, T), all from the backend's arena, sized up front.
+// Activation checkpointing keeps only each layer's input in the forward and recomputes the layer
+// in the backward. Not an optimizer (fp32 master weights are the trainer's), not an offloader:
+// every chunk stays resident; the offload layers move chunks by ParamLayout.
 #pragma once
 
 #include <cstdint>
@@ -24,35 +26,37 @@ struct TransformerOptions {
   int64_t batch = 1;              // B: largest batch forward() will see
   int64_t seq_len = 0;            // T: longest sequence forward() will see; 0 = config.max_seq
   bool checkpoint_layers = true;  // keep only layer inputs; recompute each layer in backward()
+  DType dtype = DType::f32;       // working precision: f32, bf16 or f16
 };
 
-// One layer's internals for (B, T), N = B * T rows. Pointers into the activation block.
+// One layer's internals for (B, T), N = B * T rows. Pointers into the activation block: std::byte*
+// tensors hold working-precision elements, float* ones fp32 statistics.
 struct LayerActivations {
-  float* ln1 = nullptr;        // (N, C) first norm output
+  std::byte* ln1 = nullptr;        // (N, C) first norm output
   float* ln1_mean = nullptr;   // (N)    GPT-2 LayerNorm only
   float* ln1_rstd = nullptr;   // (N)
-  float* q = nullptr;          // (B, T, NH, HS)  LLaMA: after RoPE
-  float* k = nullptr;          // (B, T, NKV, HS) LLaMA: after RoPE
-  float* v = nullptr;          // (B, T, NKV, HS)
-  float* att = nullptr;        // (N, C) attention output, heads side by side
+  std::byte* q = nullptr;          // (B, T, NH, HS)  LLaMA: after RoPE
+  std::byte* k = nullptr;          // (B, T, NKV, HS) LLaMA: after RoPE
+  std::byte* v = nullptr;          // (B, T, NKV, HS)
+  std::byte* att = nullptr;        // (N, C) attention output, heads side by side
   float* att_lse = nullptr;    // (B, NH, T)
-  float* att_proj = nullptr;   // (N, C) after c_proj / o_proj
-  float* res1 = nullptr;       // (N, C) layer input + att_proj
-  float* ln2 = nullptr;        // (N, C)
+  std::byte* att_proj = nullptr;   // (N, C) after c_proj / o_proj
+  std::byte* res1 = nullptr;       // (N, C) layer input + att_proj
+  std::byte* ln2 = nullptr;        // (N, C)
   float* ln2_mean = nullptr;   // (N)    GPT-2 only
   float* ln2_rstd = nullptr;   // (N)
-  float* fc = nullptr;         // (N, FC) GPT-2 pre-GELU (H); LLaMA [gate | up] (2H)
-  float* fc_act = nullptr;     // (N, H) gelu(fc) / silu(gate) * up
-  float* fc_proj = nullptr;    // (N, C) MLP output before the residual add
+  std::byte* fc = nullptr;         // (N, FC) GPT-2 pre-GELU (H); LLaMA [gate | up] (2H)
+  std::byte* fc_act = nullptr;     // (N, H) gelu(fc) / silu(gate) * up
+  std::byte* fc_proj = nullptr;    // (N, C) MLP output before the residual add
 };
 
 struct Activations {
-  float* residual = nullptr;   // (L + 1, N, C): [l] is layer l's input, [L] the last output
+  std::byte* residual = nullptr;   // (L + 1, N, C): [l] is layer l's input, [L] the last output
   std::vector<LayerActivations> layers;  // L of them, or 1 shared when checkpointing
-  float* lnf = nullptr;        // (N, C) final norm output (the head's input)
+  std::byte* lnf = nullptr;        // (N, C) final norm output (the head's input)
   float* lnf_mean = nullptr;   // (N)    GPT-2 only
   float* lnf_rstd = nullptr;   // (N)
-  float* logits = nullptr;     // (N, V); overwritten by dlogits in backward()
+  std::byte* logits = nullptr;     // (N, V); overwritten by dlogits in backward()
   float* ce_lse = nullptr;     // (N)
   float* ce_losses = nullptr;  // (N)
   kernels::CrossEntropyResult* loss = nullptr;  // one, in device memory
@@ -60,16 +64,16 @@ struct Activations {
 
 // Gradient scratch for one layer at a time (zeroed before each use).
 struct ActivationGrads {
-  float* dres = nullptr;   // (N, C) d loss / d residual stream, carried down through the layers
-  float* dln = nullptr;    // (N, C) d norm output
-  float* datt = nullptr;   // (N, C)
-  float* dq = nullptr;     // (N, C) LLaMA: before RoPE
-  float* dk = nullptr;     // (N, NKV*HS)
-  float* dv = nullptr;     // (N, NKV*HS)
-  float* dq_rot = nullptr; // (N, C) LLaMA only: after RoPE
-  float* dk_rot = nullptr; // (N, NKV*HS) LLaMA only
-  float* dfc = nullptr;    // (N, FC)
-  float* dfc_act = nullptr;  // (N, H)
+  std::byte* dres = nullptr;   // (N, C) d loss / d residual stream, carried down through the layers
+  std::byte* dln = nullptr;    // (N, C) d norm output
+  std::byte* datt = nullptr;   // (N, C)
+  std::byte* dq = nullptr;     // (N, C) LLaMA: before RoPE
+  std::byte* dk = nullptr;     // (N, NKV*HS)
+  std::byte* dv = nullptr;     // (N, NKV*HS)
+  std::byte* dq_rot = nullptr; // (N, C) LLaMA only: after RoPE
+  std::byte* dk_rot = nullptr; // (N, NKV*HS) LLaMA only
+  std::byte* dfc = nullptr;    // (N, FC)
+  std::byte* dfc_act = nullptr;  // (N, H)
 };
 
 // Which copy of a parameter copy_parameter_to_host reads.
@@ -89,7 +93,8 @@ class Transformer {
   Transformer& operator=(const Transformer&) = delete;
 
   // Reads every parameter by its HF name (GPT-2 Conv1D weights transposed into (out, in); GPT-2
-  // names also found without the "transformer." prefix; F32, BF16 or F16 converted to fp32).
+  // names also found without the "transformer." prefix; F32, BF16 or F16 converted to fp32, then
+  // rounded to the working precision on the device).
   // not_found naming the first missing tensor; invalid_argument for a shape or dtype mismatch.
   // Tensors the layout does not use (HF mask buffers) are ignored. Returns once copied.
   Status load_hf_safetensors(const SafetensorsFile& file);
@@ -97,6 +102,10 @@ class Transformer {
   // GPT-2 initialisation, deterministic in `seed`: matrices normal(0, 0.02), residual projections
   // normal(0, 0.02 / sqrt(2L)), norm gains 1, biases 0. Returns once copied.
   Status init(uint64_t seed);
+  // With a 16-bit working precision, load and init also keep the fp32 values they produced (in
+  // master_layout()'s chunks) until taken here, so a trainer's fp32 master weights start exact
+  // rather than rounded. Moves them out; empty for fp32 (read the device instead) or once taken.
+  std::vector<std::vector<float>> take_fp32_weights();
 
   // inputs, targets: device int32 (B, T) the caller filled (ordered before this call, e.g.
   // copy_to_device then synchronize); targets in [0, V) or -1 (ignored). Queues the forward and
@@ -112,12 +121,16 @@ class Transformer {
 
   // The loss of the last forward: sum, counted rows, mean (synchronizes the compute stream).
   StatusOr<kernels::CrossEntropyResult> read_loss();
-  // A parameter (or its gradient) by HF name in the HF layout, for checkpoints and tests
+  // A parameter (or its gradient) by HF name in the HF layout, widened to fp32, for tests
   // (synchronizes). not_found for an unknown name.
   StatusOr<std::vector<float>> copy_parameter_to_host(std::string_view hf_name, ParamState state);
 
   const ModelConfig& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  // Device chunks: element_bytes = the working precision's width. The master layout is the same
+  // parameters at fp32 (identical to layout() for fp32): where fp32 host copies live.
   const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& master_layout() const { return master_layout_; }
   const TransformerOptions& options() const { return options_; }
   const GlobalParams& params() const { return params_; }
   const GlobalParams& grads() const { return grads_; }
@@ -129,10 +142,15 @@ class Transformer {
   const kernels::CrossEntropyResult* loss_result() const { return acts_.loss; }
 
  private:
-  Transformer(Backend& backend, ModelConfig config, ParamLayout layout, TransformerOptions options);
+  Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
+              TransformerOptions options);
   Status allocate_all();
   void carve_activations(int64_t B, int64_t T);
-  float* residual(int l) const { return acts_.residual + int64_t(l) * B_ * T_ * config_.dim; }
+  // `p` moved by `elements` working-precision elements.
+  std::byte* at(std::byte* p, int64_t elements) const { return p + elements * esize_; }
+  const std::byte* at(const std::byte* p, int64_t elements) const { return p + elements * esize_; }
+  uint64_t bytes(int64_t elements) const { return uint64_t(elements) * esize_; }
+  std::byte* residual(int l) const { return at(acts_.residual, int64_t(l) * B_ * T_ * config_.dim); }
   const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
   Status layer_forward(int l, bool write_output = true);
   Status layer_backward(int l);
@@ -140,22 +158,29 @@ class Transformer {
   Status attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
   Status mlp_forward(const LayerParams& p, const LayerActivations& a);
   Status mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
-  Status norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b);
-  Status norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                       const float* mean, const float* rstd);
-  Status write_chunks(const std::vector<std::vector<float>>& host_chunks);
+  Status norm_forward(std::byte* out, float* mean, float* rstd, const std::byte* inp, const std::byte* w,
+                      const std::byte* b);
+  Status norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout, const std::byte* inp,
+                       const std::byte* w, const float* mean, const float* rstd);
+  // fp32 chunks in master_layout() -> the device chunks (rounded to the working precision); kept
+  // for take_fp32_weights() when that is 16-bit.
+  Status write_chunks(std::vector<std::vector<float>> host_chunks);
+  std::vector<std::vector<float>> zeroed_host_chunks() const;
 
   Backend& backend_;
   ComputeOps& ops_;
   const ModelConfig config_;
   const ParamLayout layout_;
+  const ParamLayout master_layout_;
   const TransformerOptions options_;
+  const uint64_t esize_;              // bytes per working-precision element
   std::vector<void*> blocks_;         // every arena block this model owns
-  std::vector<float*> param_chunks_;  // one per layout chunk
-  std::vector<float*> grad_chunks_;
+  std::vector<std::byte*> param_chunks_;  // one per layout chunk
+  std::vector<std::byte*> grad_chunks_;
+  std::vector<std::vector<float>> fp32_weights_;  // see take_fp32_weights()
   GlobalParams params_, grads_;
   std::vector<LayerParams> layer_params_, layer_grads_;
-  float* act_block_ = nullptr;        // all activations, carved per (B, T)
+  std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;
   ActivationGrads dacts_;
   const int32_t* inputs_ = nullptr;   // of the last forward

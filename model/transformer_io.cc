@@ -1,8 +1,10 @@
 // Transformer (transformer.h): getting parameters in and out — Hugging Face safetensors loading
 // (with GPT-2's Conv1D transposition), GPT-2 style random initialisation, and host read-back of
-// one parameter or the loss. Each stages a whole chunk on the host and moves it in one copy.
+// one parameter or the loss. Each stages a whole chunk on the host (fp32, rounded to a 16-bit
+// working precision per tensor) and moves it in one copy.
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -54,24 +56,45 @@ StatusOr<std::vector<float>> tensor_as_f32(const SafetensorsFile& file, const Sa
   return out;
 }
 
-// (rows, cols) -> (cols, rows).
-void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-  }
-}
-
 }  // namespace
 
-Status Transformer::write_chunks(const std::vector<std::vector<float>>& host_chunks) {
+std::vector<std::vector<float>> Transformer::zeroed_host_chunks() const {
+  std::vector<std::vector<float>> host(master_layout_.chunks.size());
+  for (size_t i = 0; i < host.size(); ++i) host[i].assign(master_layout_.chunks[i].bytes / sizeof(float), 0.f);
+  return host;
+}
+
+Status Transformer::write_chunks(std::vector<std::vector<float>> host_chunks) {
   // The compute stream may still read the old values: let it finish before overwriting them.
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  for (size_t i = 0; i < host_chunks.size(); ++i) {
-    STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_device(param_chunks_[i], host_chunks[i].data(), layout_.chunks[i].bytes, Stream::h2d));
+  if (options_.dtype == DType::f32) {
+    for (size_t i = 0; i < host_chunks.size(); ++i) {
+      STRATA_RETURN_IF_ERROR(
+          backend_.copy_to_device(param_chunks_[i], host_chunks[i].data(), layout_.chunks[i].bytes, Stream::h2d));
+    }
+    return backend_.synchronize(Stream::h2d);
   }
-  return backend_.synchronize(Stream::h2d);
+  // 16-bit: round each tensor into a staging chunk in the device layout, one chunk at a time.
+  const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
+  std::vector<uint16_t> staged;
+  for (size_t c = 0; c < host_chunks.size(); ++c) {
+    staged.assign(layout_.chunks[c].bytes / sizeof(uint16_t), 0);
+    for (size_t i = 0; i < layout_.params.size(); ++i) {
+      const ParamSpec& p = layout_.params[i];
+      if (size_t(p.chunk) != c) continue;
+      const float* src = host_chunks[c].data() + master_layout_.params[i].offset / sizeof(float);
+      uint16_t* dst = staged.data() + p.offset / sizeof(uint16_t);
+      for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::float_to_half(format, src[e]);
+    }
+    STRATA_RETURN_IF_ERROR(
+        backend_.copy_to_device(param_chunks_[c], staged.data(), layout_.chunks[c].bytes, Stream::h2d));
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::h2d));  // before `staged` is reused
+  }
+  fp32_weights_ = std::move(host_chunks);
+  return Status::ok();
 }
+
+std::vector<std::vector<float>> Transformer::take_fp32_weights() { return std::exchange(fp32_weights_, {}); }
 
 Status Transformer::load_hf_safetensors(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
@@ -79,9 +102,8 @@ Status Transformer::load_hf_safetensors(const std::string& path) {
 }
 
 Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
-  std::vector<std::vector<float>> host(layout_.chunks.size());
-  for (size_t i = 0; i < host.size(); ++i) host[i].assign(layout_.chunks[i].bytes / sizeof(float), 0.f);
-  for (const auto& p : layout_.params) {
+  std::vector<std::vector<float>> host = zeroed_host_chunks();
+  for (const auto& p : master_layout_.params) {
     const SafetensorsTensor* t = file.find(p.name);
     constexpr std::string_view kGpt2Prefix = "transformer.";  // absent in OpenAI's own GPT-2 files
     if (t == nullptr && p.name.starts_with(kGpt2Prefix)) t = file.find(std::string_view(p.name).substr(kGpt2Prefix.size()));
@@ -95,22 +117,16 @@ Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
                    p.name, fmt::join(t->shape, ", "), config_.name, fmt::join(want, ", "));
     }
     STRATA_ASSIGN_OR_RETURN(std::vector<float> values, tensor_as_f32(file, *t));
-    float* dst = host[p.chunk].data() + p.offset / sizeof(float);
-    if (p.hf_transposed) {
-      transpose_into(dst, values.data(), p.shape[1], p.shape[0]);  // HF (in, out) -> (out, in)
-    } else {
-      std::memcpy(dst, values.data(), values.size() * sizeof(float));
-    }
+    from_hf_layout(p, values.data(), host[p.chunk].data() + p.offset / sizeof(float));
   }
-  return write_chunks(host);
+  return write_chunks(std::move(host));
 }
 
 Status Transformer::init(uint64_t seed) {
-  std::vector<std::vector<float>> host(layout_.chunks.size());
-  for (size_t i = 0; i < host.size(); ++i) host[i].assign(layout_.chunks[i].bytes / sizeof(float), 0.f);
+  std::vector<std::vector<float>> host = zeroed_host_chunks();
   const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
-  for (size_t i = 0; i < layout_.params.size(); ++i) {
-    const ParamSpec& p = layout_.params[i];
+  for (size_t i = 0; i < master_layout_.params.size(); ++i) {
+    const ParamSpec& p = master_layout_.params[i];
     float* dst = host[p.chunk].data() + p.offset / sizeof(float);
     if (p.shape.size() == 1) {
       // Norm gains start at 1, biases (GPT-2) at 0.
@@ -123,7 +139,7 @@ Status Transformer::init(uint64_t seed) {
     NormalRng rng(seed * 0x100000001B3ull + i);  // one stream per tensor: independent of chunking
     for (uint64_t e = 0; e < p.elements; ++e) dst[e] = rng.next(residual_proj ? residual_std : 0.02f);
   }
-  return write_chunks(host);
+  return write_chunks(std::move(host));
 }
 
 StatusOr<kernels::CrossEntropyResult> Transformer::read_loss() {
@@ -140,16 +156,19 @@ StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_vie
     return error(Code::not_found, "model '{}' has no parameter '{}' (Hugging Face names, e.g. '{}')", config_.name,
                  hf_name, layout_.params.front().name);
   }
-  const float* chunk = (state == ParamState::gradients ? grad_chunks_ : param_chunks_)[p->chunk];
+  const std::byte* chunk = (state == ParamState::gradients ? grad_chunks_ : param_chunks_)[p->chunk];
   std::vector<float> values(p->elements);
+  std::vector<uint16_t> halves(options_.dtype == DType::f32 ? 0 : p->elements);
+  void* dst = halves.empty() ? static_cast<void*>(values.data()) : halves.data();
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(values.data(), chunk + p->offset / sizeof(float),
-                                               p->elements * sizeof(float), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(dst, chunk + p->offset, bytes(int64_t(p->elements)), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  if (!halves.empty()) {
+    const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
+    for (size_t e = 0; e < halves.size(); ++e) values[e] = kernels::half_to_float(format, halves[e]);
+  }
   if (!p->hf_transposed) return values;
-  std::vector<float> hf(values.size());
-  transpose_into(hf.data(), values.data(), p->shape[0], p->shape[1]);  // (out, in) -> HF (in, out)
-  return hf;
+  return to_hf_layout(*p, values.data());
 }
 
 }  // namespace strata::model

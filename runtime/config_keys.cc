@@ -30,6 +30,13 @@ void add_runtime_config_keys(ConfigSchema& schema) {
               .help = "Device memory budget, e.g. 20GiB (auto: the free memory of the device, less a reserve)",
               .min = 16 * kMiB,
               .allow_auto = true});
+  schema.add({.name = "peak_tflops",
+              .type = ValueType::real,
+              .default_text = "0",
+              .help = "Dense peak TFLOP/s of the GPU at the training precision, for MFU (0: from the table of known "
+                      "GPUs; set it for a GPU the table lacks, or a clock-limited one)",
+              .min = 0,
+              .max = 1e6});
   schema.add({.name = "cpu_mem",
               .type = ValueType::size,
               .default_text = "auto",

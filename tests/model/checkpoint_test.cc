@@ -1,10 +1,12 @@
 // Checkpoints (model/checkpoint.h): N steps straight equal N/2 steps, a save, a fresh model and
-// trainer restored from the files, and N/2 more -- bit for bit in losses, weights and moments,
-// under a cosine schedule whose rate depends on the step; model.safetensors holds HF names and
+// trainer restored from the files, and N/2 more -- bit for bit in losses, weights, moments and
+// the fp16 loss scale, under a cosine schedule whose rate depends on the step, in fp32, bf16 with
+// 8-bit moments and fp16 with a growing loss scale; model.safetensors holds HF names and
 // layouts that load_hf_safetensors reads back; an interrupted save, a wrong preset and a missing
 // directory are refused with errors that say so.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -26,13 +28,30 @@ using testing::TrainRun;
 
 constexpr int kSteps = 6;
 
+// One precision setup of the resume test.
+struct PrecisionCase {
+  std::string preset;
+  DType dtype = DType::f32;
+  AdamStates states = AdamStates::f32;
+};
+
 // A schedule whose rate changes every step, and clipping, so a resumed run that got the step
-// count or the moments wrong cannot match.
-TrainOptions schedule_rule() {
+// count or the moments wrong cannot match; fp16's scale grows every 2 good steps, so a resumed
+// run that lost the scaler's state cannot match either.
+TrainOptions schedule_rule(const PrecisionCase& setup = {}) {
   TrainOptions o = golden_rule();
   o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .warmup_steps = 2, .decay = LrDecay::cosine, .total_steps = kSteps};
   o.clip_grad_norm = 1.0;
+  o.dtype = setup.dtype;
+  o.adam_states = setup.states;
+  o.loss_scaler.growth_interval = 2;
   return o;
+}
+
+std::vector<std::vector<std::byte>> optimizer_bytes(Trainer& t) {
+  std::vector<std::vector<std::byte>> out;
+  for (const OptimizerBuffer& b : t.optimizer_buffers()) out.emplace_back(b.bytes.begin(), b.bytes.end());
+  return out;
 }
 
 // Step `step` (0-based) reads one row of the golden batch, alternating: the data changes too.
@@ -47,31 +66,33 @@ std::vector<std::vector<float>> all_weights(Transformer& model) {
   return out;
 }
 
-class CheckpointTest : public ::testing::TestWithParam<std::string> {};
+class CheckpointResumeTest : public ::testing::TestWithParam<PrecisionCase> {};
 
-TEST_P(CheckpointTest, HalfSaveResumeHalfEqualsStraight) {
-  const Golden g = open_golden(GetParam());
+TEST_P(CheckpointResumeTest, HalfSaveResumeHalfEqualsStraight) {
+  const PrecisionCase& setup = GetParam();
+  const TrainOptions rule = schedule_rule(setup);
+  const Golden g = open_golden(setup.preset);
   std::vector<double> straight, resumed;
-  TrainRun a = make_run(GetParam(), g, schedule_rule(), /*seed=*/7);
+  TrainRun a = make_run(setup.preset, g, rule, /*seed=*/7);
   for (int i = 0; i < kSteps; ++i) straight.push_back(expect_value(a.trainer->step(batch_of_step(g, *a.trainer))).loss);
 
   TempDir dir;
-  const CheckpointState saved{.step = kSteps / 2, .loader = {.epoch = 1, .batch = 5}, .seed = 7, .preset = GetParam()};
+  const CheckpointState saved{.step = kSteps / 2, .loader = {.epoch = 1, .batch = 5}, .seed = 7, .preset = setup.preset};
   {
-    TrainRun b = make_run(GetParam(), g, schedule_rule(), /*seed=*/7);
+    TrainRun b = make_run(setup.preset, g, rule, /*seed=*/7);
     for (int i = 0; i < kSteps / 2; ++i)
       resumed.push_back(expect_value(b.trainer->step(batch_of_step(g, *b.trainer))).loss);
     ASSERT_TRUE(save_checkpoint(dir.path(), *b.model, *b.trainer, saved).is_ok());
   }
-  const CheckpointState state = expect_value(read_checkpoint_state(dir.path(), GetParam()));
+  const CheckpointState state = expect_value(read_checkpoint_state(dir.path(), setup.preset));
   EXPECT_EQ(state.step, uint64_t(kSteps / 2));
   EXPECT_EQ(state.loader, saved.loader);
   EXPECT_EQ(state.seed, 7u);
 
   // A different seed: every weight must come from the checkpoint.
-  TrainRun c = make_run(GetParam(), g, schedule_rule(), /*seed=*/99);
+  TrainRun c = make_run(setup.preset, g, rule, /*seed=*/99);
   ASSERT_TRUE(load_checkpoint_weights(dir.path(), *c.model).is_ok());
-  c.trainer = expect_value(Trainer::create(*c.backend, *c.model, *c.pinned, c.pool.get(), schedule_rule()));
+  c.trainer = expect_value(Trainer::create(*c.backend, *c.model, *c.pinned, c.pool.get(), rule));
   ASSERT_TRUE(load_checkpoint_optimizer(dir.path(), *c.trainer).is_ok());
   EXPECT_EQ(c.trainer->steps_done(), uint64_t(kSteps / 2));
   for (int i = kSteps / 2; i < kSteps; ++i)
@@ -79,13 +100,44 @@ TEST_P(CheckpointTest, HalfSaveResumeHalfEqualsStraight) {
 
   EXPECT_EQ(resumed, straight);  // bit for bit
   EXPECT_EQ(all_weights(*c.model), all_weights(*a.model));
-  for (size_t k = 0; k < a.model->layout().chunks.size(); ++k) {
-    const auto ma = a.trainer->first_moment(k), mc = c.trainer->first_moment(k);
-    const auto va = a.trainer->second_moment(k), vc = c.trainer->second_moment(k);
-    EXPECT_TRUE(std::equal(ma.begin(), ma.end(), mc.begin(), mc.end())) << "m of chunk " << k;
-    EXPECT_TRUE(std::equal(va.begin(), va.end(), vc.begin(), vc.end())) << "v of chunk " << k;
+  for (const ParamSpec& p : a.model->master_layout().params) {
+    const auto ma = a.trainer->master(p), mc = c.trainer->master(p);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.end(), mc.begin(), mc.end())) << "fp32 master of " << p.name;
+  }
+  EXPECT_EQ(optimizer_bytes(*c.trainer), optimizer_bytes(*a.trainer));
+  EXPECT_EQ(c.trainer->updates_done(), a.trainer->updates_done());
+  if (setup.dtype == DType::f16) {
+    ASSERT_NE(c.trainer->loss_scaler(), nullptr);
+    EXPECT_EQ(c.trainer->loss_scaler()->state(), a.trainer->loss_scaler()->state());
+    EXPECT_GT(a.trainer->loss_scaler()->scale(), rule.loss_scaler.initial_scale);  // it grew: the state mattered
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CheckpointResumeTest,
+                         ::testing::Values(PrecisionCase{"gpt2-tiny"}, PrecisionCase{"llama-tiny"},
+                                           PrecisionCase{"gpt2-tiny", DType::bf16, AdamStates::q8},
+                                           PrecisionCase{"llama-tiny", DType::f16}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset + "_" + std::string(dtype_name(info.param.dtype)) +
+                                              "_" + std::string(adam_states_name(info.param.states));
+                           for (char& ch : name) ch = std::isalnum(uint8_t(ch)) ? ch : '_';
+                           return name;
+                         });
+
+TEST(CheckpointErrors, MomentFormatMismatchIsRefusedWithTheFlagToPass) {
+  const Golden g = open_golden("gpt2-tiny");
+  TempDir dir;
+  TrainRun a = make_run("gpt2-tiny", g, schedule_rule(), /*seed=*/7);
+  ASSERT_TRUE(a.trainer->step(batch_of_step(g, *a.trainer)).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), *a.model, *a.trainer, {.preset = "gpt2-tiny"}).is_ok());
+  TrainRun b = make_run("gpt2-tiny", g, schedule_rule({.preset = "gpt2-tiny", .states = AdamStates::q8}), 7);
+  const Status s = load_checkpoint_optimizer(dir.path(), *b.trainer);
+  EXPECT_EQ(s.code(), Code::invalid_argument);
+  EXPECT_NE(s.message().find("fp32 Adam moments"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--optimizer-type adamw"), std::string::npos) << s.message();
+}
+
+class CheckpointTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckpointTest, ModelFileHasHuggingFaceNamesAndShapes) {
   const Golden g = open_golden(GetParam());

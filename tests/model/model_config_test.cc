@@ -190,7 +190,7 @@ TEST(ParamLayoutTest, LlamaFusedSlotsAreBackToBack) {
 
 TEST(ParamLayoutTest, SlotNamesFollowTheStruct) {
   LayerParams p;
-  float value = 0.f;
+  std::byte value{};
   slot_field(p, LayerSlot::fc_proj_b) = &value;
   EXPECT_EQ(p.fc_proj_b, &value);
   EXPECT_EQ(slot_name(LayerSlot::qkv_w), "qkv_w");

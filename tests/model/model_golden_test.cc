@@ -2,7 +2,8 @@
 // (tests/data/golden, see its README) hold weights, a batch, logits, loss, every gradient and
 // layer-0 activations of the tiny GPT-2 and LLaMA, computed in float64. Here the model loads the
 // HF weights on the CPU backend in fp32 and must reproduce all of them; checkpointing on and off
-// must give identical gradients, and a second backward without zero_grad must double them.
+// must give identical gradients, and a second backward without zero_grad must double them. In
+// bf16 and fp16 the loss and gradients must stay within the bounds their rounding allows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/half.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "golden_file.h"
@@ -57,11 +59,17 @@ struct ModelRun {
     ASSERT_TRUE(forward(g).is_ok());
     ASSERT_TRUE(model->backward().is_ok());
   }
-  std::vector<float> device_to_host(const float* p, size_t n) {
+  // n working-precision elements at p, widened to fp32.
+  std::vector<float> device_to_host(const std::byte* p, size_t n) {
+    const DType dt = model->dtype();
     std::vector<float> out(n);
+    std::vector<uint16_t> halves(dt == DType::f32 ? 0 : n);
+    void* dst = dt == DType::f32 ? static_cast<void*>(out.data()) : halves.data();
     EXPECT_TRUE(backend->synchronize(Stream::compute).is_ok());
-    EXPECT_TRUE(backend->copy_to_host(out.data(), p, n * sizeof(float), Stream::d2h).is_ok());
+    EXPECT_TRUE(backend->copy_to_host(dst, p, n * dtype_size(dt), Stream::d2h).is_ok());
     EXPECT_TRUE(backend->synchronize(Stream::d2h).is_ok());
+    const auto format = dt == DType::bf16 ? kernels::FloatFormat::bf16 : kernels::FloatFormat::f16;
+    for (size_t i = 0; i < halves.size(); ++i) out[i] = kernels::half_to_float(format, halves[i]);
     return out;
   }
   std::map<std::string, std::vector<float>> gradients() {
@@ -73,12 +81,13 @@ struct ModelRun {
   }
 };
 
-ModelRun make_run(const std::string& preset, const Golden& g, bool checkpoint) {
+ModelRun make_run(const std::string& preset, const Golden& g, bool checkpoint, DType dtype = DType::f32) {
   ModelRun r;
   r.backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = 64ull << 20}));
   const ModelConfig config = expect_value(model_preset(preset));
   r.model = expect_value(Transformer::create(
-      *r.backend, config, TransformerOptions{.batch = g.B, .seq_len = g.T, .checkpoint_layers = checkpoint}));
+      *r.backend, config,
+      TransformerOptions{.batch = g.B, .seq_len = g.T, .checkpoint_layers = checkpoint, .dtype = dtype}));
   EXPECT_TRUE(r.model->load_hf_safetensors(g.file).is_ok());
   const uint64_t bytes = uint64_t(g.B * g.T) * sizeof(int32_t);
   r.inputs = static_cast<int32_t*>(expect_value(r.backend->allocate(bytes, "test inputs")));
@@ -159,6 +168,52 @@ TEST_P(ModelGoldenTest, SecondBackwardWithoutZeroGradDoubles) {
 INSTANTIATE_TEST_SUITE_P(TinyModels, ModelGoldenTest, ::testing::Values("gpt2-tiny", "llama-tiny"),
                          [](const auto& info) { return info.param == "gpt2-tiny" ? "Gpt2" : "Llama"; });
 
+// bf16 / fp16 working precision against the same float64 golden values. The weights are the
+// golden ones rounded once (relative error <= u = 2^-8 bf16, 2^-11 fp16) and every stored
+// activation and gradient is rounded again, so errors are O(u) times a modest depth factor, not
+// fp32's 1e-7. Measured (gpt2-tiny / llama-tiny) relative loss error and worst normwise gradient
+// error, and the tolerances:
+//   bf16: loss 1.8e-5 / 1.9e-6, gradients 1.0e-2 / 1.2e-2 (~3u) -> tolerances 5e-4 and 4e-2
+//   fp16: loss 1.4e-7 / 8.4e-7, gradients 1.7e-3 / 3.7e-3 (~7u) -> tolerances 1e-4 and 1e-2
+// (>= 3x margins over the worst measured; the mean loss averages its 64 rounding errors away,
+// hence its small error; a convention error moves a gradient by O(1)).
+struct HalfCase {
+  std::string preset;
+  DType dtype;
+  double loss_tolerance, grad_tolerance;
+};
+
+class HalfPrecisionGoldenTest : public ::testing::TestWithParam<HalfCase> {};
+
+TEST_P(HalfPrecisionGoldenTest, LossAndEveryGradientWithinTheRoundingBound) {
+  const HalfCase& hc = GetParam();
+  const Golden g = open_golden(hc.preset);
+  ModelRun r = make_run(hc.preset, g, /*checkpoint=*/true, hc.dtype);
+  r.fresh_gradients(g);
+  const auto loss = expect_value(r.model->read_loss());
+  const double loss_err = std::fabs(double(loss.mean_loss) - g.loss()) / g.loss();
+  EXPECT_LE(loss_err, hc.loss_tolerance);
+  double worst = 0.0;
+  std::string worst_name;
+  for (const auto& [name, grad] : r.gradients()) {
+    const double err = normwise_error(grad, g.f32("grad." + name));
+    EXPECT_LE(err, hc.grad_tolerance) << name;
+    if (err > worst) worst = err, worst_name = name;
+  }
+  std::printf("%s %s: loss error %.2g, worst gradient error %.3g (%s)\n", hc.preset.c_str(),
+              std::string(dtype_name(hc.dtype)).c_str(), loss_err, worst, worst_name.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, HalfPrecisionGoldenTest,
+                         ::testing::Values(HalfCase{"gpt2-tiny", DType::bf16, 5e-4, 4e-2},
+                                           HalfCase{"llama-tiny", DType::bf16, 5e-4, 4e-2},
+                                           HalfCase{"gpt2-tiny", DType::f16, 1e-4, 1e-2},
+                                           HalfCase{"llama-tiny", DType::f16, 1e-4, 1e-2}),
+                         [](const auto& info) {
+                           return std::string(info.param.preset == "gpt2-tiny" ? "Gpt2" : "Llama") + "_" +
+                                  std::string(dtype_name(info.param.dtype));
+                         });
+
 // Layer 0's internals and the final norm, kept when checkpointing is off.
 TEST(ModelGoldenActivationsTest, Gpt2LayerZero) {
   const Golden g = open_golden("gpt2-tiny");
@@ -181,7 +236,7 @@ TEST(ModelGoldenActivationsTest, Gpt2LayerZero) {
   EXPECT_LE(normwise_error(qkv, g.f32("act.h.0.attn.qkv")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.h.0.attn.y")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.h.0.attn.out")), kActTolerance);
-  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C, N * C), g.f32("act.h.0.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C * sizeof(float), N * C), g.f32("act.h.0.out")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(a.lnf, N * C), g.f32("act.ln_f")), kActTolerance);
 }
 
@@ -199,7 +254,7 @@ TEST(ModelGoldenActivationsTest, LlamaLayerZero) {
   EXPECT_LE(normwise_error(r.device_to_host(l0.k, N * KV), g.f32("act.layers.0.self_attn.k_rot")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.layers.0.self_attn.y")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.layers.0.self_attn.out")), kActTolerance);
-  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C, N * C), g.f32("act.layers.0.out")), kActTolerance);
+  EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C * sizeof(float), N * C), g.f32("act.layers.0.out")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(a.lnf, N * C), g.f32("act.norm")), kActTolerance);
 }
 

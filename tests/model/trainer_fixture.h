@@ -53,7 +53,8 @@ inline TrainRun make_run(const std::string& preset, const Golden& g, TrainOption
   r.pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 8ull << 20, .allow_cuda = false}));
   r.pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "trainer test"}));
   const ModelConfig config = expect_value(model_preset(preset));
-  r.model = expect_value(Transformer::create(*r.backend, config, TransformerOptions{.batch = g.B, .seq_len = g.T}));
+  r.model = expect_value(
+      Transformer::create(*r.backend, config, TransformerOptions{.batch = g.B, .seq_len = g.T, .dtype = options.dtype}));
   if (seed == 0) {
     EXPECT_TRUE(r.model->load_hf_safetensors(g.file).is_ok());
   } else {

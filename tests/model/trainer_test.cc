@@ -124,7 +124,7 @@ TEST(TrainerTest, SameSeedGivesBitIdenticalLosses) {
   EXPECT_LT(losses[0].back(), losses[0].front());
 }
 
-TEST(TrainerTest, RefusesAnythingButFp32) {
+TEST(TrainerTest, RefusesAModelOfAnotherPrecision) {
   const Golden g = open_golden("gpt2-tiny");
   auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = 64ull << 20}));
   auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.allow_cuda = false}));
@@ -135,7 +135,13 @@ TEST(TrainerTest, RefusesAnythingButFp32) {
   auto t = Trainer::create(*backend, *model, *pinned, nullptr, o);
   ASSERT_FALSE(t.is_ok());
   EXPECT_EQ(t.status().code(), Code::invalid_argument);
-  EXPECT_NE(t.status().message().find("fp32 only: pass --dtype fp32"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("the model computes in fp32 but the trainer options ask for bf16"),
+            std::string::npos)
+      << t.status().message();
+  o.dtype = DType::u8;
+  t = Trainer::create(*backend, *model, *pinned, nullptr, o);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.status().message().find("fp32, bf16 or fp16, not u8"), std::string::npos) << t.status().message();
 }
 
 TEST(TrainerTest, RefusesABatchLargerThanTheModelBuffers) {

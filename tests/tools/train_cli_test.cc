@@ -107,10 +107,32 @@ TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
   EXPECT_EQ(metric_losses(halves), want);
 }
 
-TEST(TrainCli, Bf16IsRefusedWithTheFp32OnlyMessage) {
-  CliResult r = run_cli({"train", "--dtype", "bf16"});
+// Mixed precision on the CPU backend: bf16 and fp16 (with its loss scale in every metrics line)
+// train with fp32 masters; fp16 also with 8-bit Adam moments.
+TEST(TrainCli, Bf16AndFp16Train) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--dtype", "bf16"},
+        std::vector<std::string>{"--dtype", "fp16", "--optimizer-type", "adamw8bit"}}) {
+    const std::string metrics = temp_path("strata_train_half.jsonl");
+    std::vector<std::string> args = {"train", "--device", "cpu", "--steps", "30", "--eval-every", "0",
+                                     "--metrics", metrics};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliResult r = run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(extra[1]), std::string::npos) << r.err;  // the banner names the precision
+    std::ifstream in(metrics);
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 30u);
+    EXPECT_LT(lines.back().at("loss").get<double>(), lines.front().at("loss").get<double>() - 0.5) << r.err;
+    EXPECT_EQ(lines.front().contains("loss_scale"), extra[1] == "fp16");
+  }
+}
+
+TEST(TrainCli, AnIntegerDtypeIsRefused) {
+  CliResult r = run_cli({"train", "--dtype", "u8"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("fp32 only: pass --dtype fp32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("u8"), std::string::npos) << r.err;
 }
 
 TEST(TrainCli, UnknownPresetListsThePresets) {

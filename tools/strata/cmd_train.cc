@@ -1,5 +1,6 @@
 // `strata train [config flags]`: trains a model preset on token files, a text file or (with no
-// arguments) the built-in corpus, with the resident fp32 trainer (model/trainer.h): one progress
+// arguments) the built-in corpus, with the resident trainer (model/trainer.h) in fp32, bf16 or
+// fp16 with fp32 masters and fp32 or 8-bit Adam moments on the CPU: one progress
 // line per log_every steps, the validation loss every eval_every steps, the --metrics JSONL file
 // and an end-of-run summary. Every train key is a flag, a STRATA_* variable or a config-file key
 // (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
@@ -31,6 +32,7 @@
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
 #include "tools/strata/schema.h"
+#include "tools/strata/train_device_rates.h"
 
 namespace strata::cli {
 namespace {
@@ -103,9 +105,10 @@ StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab) {
   return Datasets{std::move(*all), std::nullopt};
 }
 
-StatusOr<std::unique_ptr<Backend>> make_train_backend(const Config& config) {
+StatusOr<std::unique_ptr<Backend>> make_train_backend(const Config& config, const TrainOptions& o) {
   const std::string& device = config.get_text("device");
   BackendOptions bo;
+  bo.tf32 = o.tf32;
   bo.device_index = int(config.get_int("gpu_index"));
   bo.memory_budget = config.get_size_or_auto("gpu_mem").value_or(0);
   std::string why;
@@ -161,7 +164,7 @@ int train(const Config& config) {
   }
   StatusOr<Datasets> data = open_datasets(o, uint32_t(mc->vocab));
   if (!data.is_ok()) return fail(data.status());
-  StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config);
+  StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config, o);
   if (!backend.is_ok()) return fail(backend.status());
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
       {.capacity = config.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = (*backend)->kind() == BackendKind::cuda});
@@ -185,7 +188,10 @@ int train(const Config& config) {
 
   StatusOr<std::unique_ptr<model::Transformer>> net = model::Transformer::create(
       **backend, *mc,
-      {.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq), .checkpoint_layers = o.activation_checkpointing});
+      {.batch = int64_t(o.micro_batch),
+       .seq_len = int64_t(o.seq),
+       .checkpoint_layers = o.activation_checkpointing,
+       .dtype = o.dtype});
   if (!net.is_ok()) return fail(net.status());
   if (Status s = resumed ? model::load_checkpoint_weights(o.resume_path, **net) : (*net)->init(seed); !s.is_ok())
     return fail(s);
@@ -203,9 +209,11 @@ int train(const Config& config) {
     if (!m.is_ok()) return fail(m.status());
     metrics.emplace(std::move(*m));
   }
-  spdlog::info("model: {} ({} parameters), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", o.preset,
-               model::parameter_count(*mc), o.steps, o.grad_accum, o.micro_batch, o.seq, o.optimizer,
-               o.lr_schedule.peak_lr, model::lr_decay_name(o.lr_schedule.decay));
+  spdlog::info("model: {} ({} parameters, {}{}), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", o.preset,
+               model::parameter_count(*mc), dtype_name(o.dtype), o.dtype == DType::f32 && o.tf32 ? " with TF32" : "",
+               o.steps, o.grad_accum, o.micro_batch, o.seq, o.optimizer, o.lr_schedule.peak_lr,
+               model::lr_decay_name(o.lr_schedule.decay));
+  const TrainDeviceRates rates(**backend, *mc, o, config.get_real("peak_tflops"));
 
   const model::NextBatch next_train = [&]() { return (*train_loader)->next(); };
   const model::NextBatch next_val = [&]() { return val_loader->next(); };
@@ -224,6 +232,9 @@ int train(const Config& config) {
     m.step_s = step_s;
     m.tokens_per_s = step_s > 0 ? double(r->tokens) / step_s : 0.0;
     m.grad_norm = r->grad_norm;
+    m.loss_scale = r->loss_scale;
+    m.skipped = r->skipped;
+    rates.fill(m, o.tokens_per_step(), step_s);
     if (val_loader && (m.step % o.eval_every == 0 || m.step == o.steps)) {
       if (Status s = val_loader->seek({}); !s.is_ok()) return fail(s);  // the same val batches each time
       StatusOr<double> val = (*trainer)->evaluate(next_val, o.eval_batches);
@@ -252,9 +263,11 @@ int train(const Config& config) {
     summary.last_loss = m.loss;
     summary.steps = m.step - first_step;
     summary.tokens += r->tokens;
+    summary.skipped_steps += r->skipped;
     summary.peak_bytes = m.peak_bytes;
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  summary.mean_mfu = rates.run_mfu(summary.steps * o.tokens_per_step(), summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
   return kExitOk;
 }
@@ -264,7 +277,8 @@ int train(const Config& config) {
 void add_train_command(CLI::App& root, CommandRegistry& registry) {
   CLI::App* app = root.add_subcommand(
       "train",
-      "Train a model preset (default: gpt2-tiny on the built-in corpus) in fp32 with AdamW on the CPU.\n"
+      "Train a model preset (default: gpt2-tiny on the built-in corpus) in fp32, bf16 or fp16 with AdamW on the "
+      "CPU.\n"
       "Every setting is a flag, a STRATA_* variable or a --config file key; see `strata config`.");
   auto flags = std::make_shared<ConfigFlags>(*app, strata_config_schema());
   registry.add(app, [flags]() {

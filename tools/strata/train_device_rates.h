@@ -1,0 +1,41 @@
+// TrainDeviceRates: what `strata train` adds to each step's metrics on a GPU -- achieved TFLOP/s
+// and MFU (model FLOPs of the step, model/flops.h, over the step time and the device's dense peak,
+// runtime/device_peak.h) and the device memory NVML reports (runtime/device_memory_probe.h).
+// Whatever cannot be known (no peak for this GPU, no NVML) is said once at start and then left
+// out of the metrics; never an error. Not used on the CPU backend (no peak, no NVML).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "model/metrics_log.h"
+#include "model/model_config.h"
+#include "model/train_options.h"
+#include "runtime/backend.h"
+#include "runtime/device_memory_probe.h"
+#include "runtime/device_peak.h"
+
+namespace strata::cli {
+
+// Thread-safety: one thread (the training loop). Lifetime: independent of the backend it read.
+class TrainDeviceRates {
+ public:
+  // `peak_tflops_override` > 0 replaces the table's peak (--peak-tflops). Logs at info what the
+  // MFU is measured against, or at warn why there is none.
+  TrainDeviceRates(const Backend& backend, const model::ModelConfig& config, const model::TrainOptions& options,
+                   double peak_tflops_override);
+
+  // Fills metrics.tflops / mfu / device_used_bytes for a step of `step_tokens` tokens that took
+  // `step_s` seconds (CUDA backend only; the CPU backend leaves them unset).
+  void fill(model::StepMetrics& metrics, uint64_t step_tokens, double step_s) const;
+  // The run's MFU: all the run's model FLOPs over its seconds and the peak; nullopt without one.
+  std::optional<double> run_mfu(uint64_t tokens, double seconds) const;
+
+ private:
+  bool gpu_ = false;
+  double flops_per_token_ = 0;
+  std::optional<DevicePeak> peak_;
+  std::unique_ptr<DeviceMemoryProbe> probe_;
+};
+
+}  // namespace strata::cli
