@@ -193,8 +193,7 @@ cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
   template cudaError_t attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,        \
                                              const float*, int64_t, int64_t, int64_t, int64_t, int64_t,           \
                                              cudaStream_t);
-STRATA_INSTANTIATE_ATTENTION(float)
-STRATA_INSTANTIATE_ATTENTION(__nv_bfloat16)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_ATTENTION)
 #undef STRATA_INSTANTIATE_ATTENTION
 
 }  // namespace strata::kernels::cuda

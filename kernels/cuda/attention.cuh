@@ -2,7 +2,7 @@
 // (query head h reads kv head h / (NH / NKV)), forward and backward, with the semantics of
 // kernels/cpu/ops_attention.h: same layouts, lse (B, NH, T) saved instead of probabilities,
 // backward recomputing them from q, k and lse, and ACCUMULATING (+=) into dq, dk, dv.
-// Tensors are T (float or __nv_bfloat16); scores, softmax and sums are fp32.
+// Tensors are T (float, __nv_bfloat16 or __half); scores, softmax and sums are fp32.
 // Not flash attention: one warp per query row (forward, dq) or key row (dk, dv), online softmax,
 // k/v read through the cache. Simple and deterministic (each output element has one owner that
 // sums in a fixed order); O(T^2 HS) work per head as any exact attention.
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

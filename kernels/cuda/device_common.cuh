@@ -1,6 +1,7 @@
 // Device-side helpers shared by the kernels/cuda .cu files: element loads/stores in fp32, bf16 and
 // fp16 (rounding exactly as kernels/cpu/half.h), fixed-order warp/block reductions, launch sizing,
-// and one deterministic "column sums added into a vector" kernel (weight and bias gradients).
+// one deterministic "column sums added into a vector" kernel (weight and bias gradients), and the
+// one list of element types every activation kernel is instantiated for.
 // INTERNAL: holds device code, so only .cu files include it; callers use the public *.cuh headers.
 // Every reduction here has an order fixed by the launch shape alone: results are bit-reproducible.
 #pragma once
@@ -10,6 +11,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+// The element types of activations, weights and their gradients: every templated kernel entry
+// point is instantiated for each, by STRATA_FOR_EACH_ELEMENT_TYPE(INSTANTIATE_MACRO) at the end of
+// its .cu file. runtime/cuda/cuda_compute_ops.cc maps each activation DType to one of these.
+#define STRATA_FOR_EACH_ELEMENT_TYPE(X) X(float) X(__nv_bfloat16) X(__half)
 
 namespace strata::kernels::cuda::detail {
 

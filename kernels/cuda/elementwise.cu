@@ -183,8 +183,7 @@ cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int6
                                        cudaStream_t);                                                             \
   template cudaError_t rope_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,         \
                                         cudaStream_t);
-STRATA_INSTANTIATE_ELEMENTWISE(float)
-STRATA_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_ELEMENTWISE)
 #undef STRATA_INSTANTIATE_ELEMENTWISE
 
 }  // namespace strata::kernels::cuda

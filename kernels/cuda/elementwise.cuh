@@ -1,13 +1,15 @@
 // Elementwise ops on a CUDA stream: GELU (tanh approximation), SwiGLU over the fused (N, 2H) input,
 // the residual add, and rotary position embedding (RoPE, "rotate half" pairing), forward and
 // backward, with the semantics of kernels/cpu/ops_elementwise.h and kernels/cpu/ops_rope.h.
-// Tensors are T (float or __nv_bfloat16), math in fp32 (RoPE angles in double, as the CPU op).
+// Tensors are T (float, __nv_bfloat16 or __half), math in fp32 (RoPE angles in double, as the
+// CPU op).
 // Backward ops ACCUMULATE (+=), rounding once to T per element. No reductions: deterministic.
 // Device pointers; asynchronous on `stream`; returns the launch error (cudaErrorInvalidValue for
 // a negative size or, for RoPE, an odd head size).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -116,8 +116,7 @@ cudaError_t encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok
                                            cudaStream_t);                                                         \
   template cudaError_t token_embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, cudaStream_t);  \
   template cudaError_t token_embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, cudaStream_t);
-STRATA_INSTANTIATE_EMBEDDING(float)
-STRATA_INSTANTIATE_EMBEDDING(__nv_bfloat16)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_EMBEDDING)
 #undef STRATA_INSTANTIATE_EMBEDDING
 
 }  // namespace strata::kernels::cuda

@@ -1,13 +1,14 @@
 // Embedding lookups on a CUDA stream: GPT-2's encoder (token + learned position embedding) and the
 // plain token embedding, forward and backward, with the semantics of kernels/cpu/ops_embedding.h.
-// Tables and activations are T (float or __nv_bfloat16); token ids int32 in [0, V) (the caller
-// validates data: an id out of range reads out of bounds). Backward ACCUMULATES (+=) and is
+// Tables and activations are T (float, __nv_bfloat16 or __half); token ids int32 in [0, V) (the
+// caller validates data: an id out of range reads out of bounds). Backward ACCUMULATES (+=) and is
 // deterministic without atomics or sorting: the block of a token's FIRST row owns that token's table
 // row and sums the token's rows in row order (fp32), then adds once. Its cost is O(N^2) token-id
 // compares (cheap up to ~64K rows per call). Device pointers; asynchronous on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 //   forward  out^T (OC, N)  = weight^T^T (OC, C) . inp^T (C, N)   -> gemm(T, N, m=OC, n=N, k=C)
 //   dinp     dinp^T (C, N) += weight^T (C, OC) . dout^T (OC, N)   -> gemm(N, N, m=C,  n=N, k=OC)
 //   dweight  dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)     -> gemm(N, T, m=C,  n=OC, k=N)
-// The bias is added by a row kernel after the forward GEMM; dbias is a fixed-order column sum.
+// The bias is broadcast into out first and the forward GEMM adds onto it (beta = 1), so out is
+// rounded once; dbias is a fixed-order column sum.
 #include <type_traits>
 
 #include "kernels/cuda/device_common.cuh"
@@ -37,11 +38,13 @@ cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperati
                          Cm, data_type<T>(), ldc, compute_type<T>(options), CUBLAS_GEMM_DEFAULT);
 }
 
+// out (N, OC) = bias in every row: the forward GEMM then adds its product with beta = 1, so the
+// biased output is formed in fp32 and rounded to T once.
 template <typename T>
-__global__ void add_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC) {
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * OC; i += stride) {
-    detail::add_to(out + i, detail::load(bias + i % OC));
+    out[i] = bias[i % OC];
   }
 }
 
@@ -52,8 +55,19 @@ struct RowValue {
   __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * C + c); }
 };
 
-cublasStatus_t bind(cublasHandle_t handle, cudaStream_t stream) {
+// TF32 only when asked for an fp32 GEMM; reductions always in the fp32 accumulator, never in a
+// 16-bit output type (the contract's "fp32 inside, round once").
+template <typename T>
+cublasMath_t math_mode(const GemmOptions& options) {
+  const bool tf32 = std::is_same_v<T, float> && options.allow_tf32;
+  return static_cast<cublasMath_t>((tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
+template <typename T>
+cublasStatus_t bind(cublasHandle_t handle, const GemmOptions& options, cudaStream_t stream) {
   if (cublasStatus_t st = cublasSetStream(handle, stream); st != CUBLAS_STATUS_SUCCESS) return st;
+  if (cublasStatus_t st = cublasSetMathMode(handle, math_mode<T>(options)); st != CUBLAS_STATUS_SUCCESS) return st;
   return cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
 }
 
@@ -70,15 +84,16 @@ GemmStatus matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* 
     return status;
   }
   if (N == 0 || OC == 0) return status;
-  if (status.cublas = bind(handle, stream); !status.ok()) return status;
-  if (C == 0) {  // an empty sum: out = 0 (+ bias)
+  if (status.cublas = bind<T>(handle, options, stream); !status.ok()) return status;
+  if (bias != nullptr) {
+    broadcast_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC);
+    status.cuda = cudaGetLastError();
+  } else if (C == 0) {  // an empty sum without bias: out = 0
     status.cuda = cudaMemsetAsync(out, 0, sizeof(T) * N * OC, stream);
-  } else {
-    status.cublas = gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out, OC, options);
   }
-  if (!status.ok() || bias == nullptr) return status;
-  add_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC);
-  status.cuda = cudaGetLastError();
+  if (!status.ok() || C == 0) return status;
+  const float beta = bias != nullptr ? 1.0f : 0.0f;
+  status.cublas = gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, OC, options);
   return status;
 }
 
@@ -92,7 +107,7 @@ GemmStatus matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias,
     return status;
   }
   if (N == 0 || OC == 0) return status;  // every gradient term is an empty sum
-  if (status.cublas = bind(handle, stream); !status.ok()) return status;
+  if (status.cublas = bind<T>(handle, options, stream); !status.ok()) return status;
   if (dinp != nullptr && C > 0) {
     status.cublas = gemm<T>(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C, options);
     if (!status.ok()) return status;
@@ -110,9 +125,7 @@ GemmStatus matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias,
                                         int64_t, GemmOptions, cudaStream_t);                                      \
   template GemmStatus matmul_backward<T>(cublasHandle_t, T*, T*, T*, const T*, const T*, const T*, int64_t,        \
                                          int64_t, int64_t, GemmOptions, cudaStream_t);
-STRATA_INSTANTIATE_GEMM(float)
-STRATA_INSTANTIATE_GEMM(__nv_bfloat16)
-STRATA_INSTANTIATE_GEMM(__half)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM
 
 }  // namespace strata::kernels::cuda

@@ -1,11 +1,13 @@
 // Linear layer GEMMs on the GPU through cuBLAS (cublasGemmEx_64, fp32 accumulation), with the
 // semantics of kernels/cpu/ops_matmul.h: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, and a
 // backward that ACCUMULATES (+=) into dinp, dweight and dbias. T is float, __nv_bfloat16 or __half
-// (inputs and outputs in T, CUBLAS_COMPUTE_32F; fp32 may opt into TF32 tensor cores).
-// The caller owns the cuBLAS handle; each call binds it to `stream` and to host pointer mode (the
-// alpha/beta scalars live on the host). Not thread-safe per handle (as cuBLAS). dbias is a
-// fixed-order column sum (deterministic); the GEMMs are as deterministic as cuBLAS on one GPU.
-// Asynchronous; returns the first failure of either library.
+// (inputs and outputs in T, CUBLAS_COMPUTE_32F: a 16-bit result is formed in fp32, including any
+// split-K partial sums, and rounded to T once; fp32 may opt into TF32 tensor cores).
+// The caller owns the cuBLAS handle; each call binds it to `stream`, to host pointer mode (the
+// alpha/beta scalars live on the host) and to the math mode GemmOptions implies, so a mode left on
+// the handle by someone else never changes the arithmetic. Not thread-safe per handle (as cuBLAS).
+// dbias is a fixed-order column sum (deterministic); the GEMMs are as deterministic as cuBLAS on
+// one GPU. Asynchronous; returns the first failure of either library.
 #pragma once
 
 #include <cublas_v2.h>
@@ -24,8 +26,13 @@ struct GemmStatus {
   bool ok() const { return cublas == CUBLAS_STATUS_SUCCESS && cuda == cudaSuccess; }
 };
 
+// allow_tf32 (fp32 GEMMs only; 16-bit ones ignore it): true lets cuBLAS round the inputs to TF32
+// (10 mantissa bits) for the tensor cores of sm_80+, still accumulating in fp32
+// (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_TF32_TENSOR_OP_MATH); about 1e-3 relative error. False is
+// full fp32 (CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH, which keeps at least fp32's mantissa
+// bits). NVIDIA_TF32_OVERRIDE=0 in the environment makes cuBLAS ignore a TF32 request.
 struct GemmOptions {
-  bool allow_tf32 = false;  // fp32 only: CUBLAS_COMPUTE_32F_FAST_TF32 (10-bit mantissa inputs)
+  bool allow_tf32 = false;
 };
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null. out is overwritten

@@ -127,8 +127,7 @@ cudaError_t crossentropy_backward_inplace(T* logits_to_dlogits, const float* lse
                                                 int64_t, cudaStream_t);                                           \
   template cudaError_t crossentropy_backward_inplace<T>(T*, const float*, const int32_t*, float, int64_t, int64_t, \
                                                         cudaStream_t);
-STRATA_INSTANTIATE_LOSS(float)
-STRATA_INSTANTIATE_LOSS(__nv_bfloat16)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_LOSS)
 #undef STRATA_INSTANTIATE_LOSS
 
 }  // namespace strata::kernels::cuda

@@ -1,12 +1,13 @@
 // Fused softmax + cross-entropy over the vocabulary on a CUDA stream, with the semantics of
 // kernels/cpu/ops_loss.h: the forward saves only lse (N); the backward rebuilds each probability
 // from the logit and lse; targets int32 in [0, V) or kIgnoreTarget (-1: no loss, no gradient, not
-// counted). Logits and dlogits are T (float or __nv_bfloat16); lse, losses and sums fp32, the final
-// loss sum over rows in double (N values), into the CPU op's CrossEntropyResult.
+// counted). Logits and dlogits are T (float, __nv_bfloat16 or __half); lse, losses and sums fp32,
+// the final loss sum over rows in double (N values), into the CPU op's CrossEntropyResult.
 // Deterministic (fixed-order block reductions). Device pointers; asynchronous on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -182,8 +182,7 @@ cudaError_t rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, c
   template cudaError_t rmsnorm_forward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float, cudaStream_t); \
   template cudaError_t rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*, int64_t, int64_t,  \
                                            cudaStream_t);
-STRATA_INSTANTIATE_NORM(float)
-STRATA_INSTANTIATE_NORM(__nv_bfloat16)
+STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_NORM)
 #undef STRATA_INSTANTIATE_NORM
 
 }  // namespace strata::kernels::cuda

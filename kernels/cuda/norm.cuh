@@ -1,12 +1,13 @@
 // Row normalisations on a CUDA stream: LayerNorm (GPT-2) and RMSNorm (LLaMA), forward and backward,
 // with the semantics of kernels/cpu/ops_norm.h (same layouts, saved statistics, += backward).
-// Activations, weights and gradients are T (float or __nv_bfloat16); statistics (mean, rstd) and
-// every sum are fp32. All pointers are device pointers; launches are asynchronous on `stream`.
+// Activations, weights and gradients are T (float, __nv_bfloat16 or __half); statistics (mean,
+// rstd) and every sum are fp32. All pointers are device pointers; launches are asynchronous on `stream`.
 // Deterministic: every reduction has a fixed order, so repeated calls give identical bits.
 // Returns the launch error (cudaErrorInvalidValue for a negative size); never synchronizes.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -3,6 +3,10 @@
 // the compute stream (contract in cuda_backend.h). Not where kernels live (kernels/cuda).
 #include "runtime/cuda/cuda_backend.h"
 
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
 #include <spdlog/spdlog.h>
 
 #include "runtime/cuda/cuda_check.h"
@@ -14,6 +18,17 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kBudgetGranularity = 2ull << 20;  // the default budget is a multiple of 2 MiB
+
+// How fp32 GEMMs run on a device of compute capability `cc` (90 for sm_90), for the debug log.
+std::string fp32_gemm_mode(bool tf32, int cc) {
+  if (!tf32) return "full fp32 (TF32 off)";
+  if (cc < 80) return fmt::format("full fp32 (TF32 requested, but sm_{} has no TF32 tensor cores)", cc);
+  const char* override_env = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (override_env != nullptr && std::string_view(override_env) == "0") {
+    return "full fp32 (TF32 requested, but NVIDIA_TF32_OVERRIDE=0 disables it)";
+  }
+  return "TF32 tensor cores (inputs rounded to 10 mantissa bits, fp32 accumulation)";
+}
 
 void log_teardown_failure(Status s) {
   if (!s.is_ok()) spdlog::warn("CUDA backend teardown: {}", s.message());
@@ -75,9 +90,11 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(const BackendOptions&
   }
   STRATA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&backend->cublas_));
   STRATA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(backend->cublas_, backend->stream(Stream::compute)));
-  STRATA_ASSIGN_OR_RETURN(backend->ops_, CudaComputeOps::create(dev, backend->stream(Stream::compute),
-                                                                backend->cublas_, backend->arena_, backend->base_));
-  spdlog::debug("CUDA backend on device {} ({}): {} arena", dev, description.name, format_size(budget));
+  STRATA_ASSIGN_OR_RETURN(backend->ops_,
+                          CudaComputeOps::create(dev, backend->stream(Stream::compute), backend->cublas_,
+                                                 options.tf32, backend->arena_, backend->base_));
+  spdlog::debug("CUDA backend on device {} ({}): {} arena; fp32 GEMMs: {}", dev, description.name,
+                format_size(budget), fp32_gemm_mode(options.tf32, description.compute_capability));
   return backend;
 }
 

@@ -1,8 +1,8 @@
 // CudaBackend: the Backend on one CUDA device. Device memory is a single cudaMalloc of the budget
 // made at creation (so nothing is allocated from the driver inside a training step), carved by an
 // Arena; three non-blocking streams (compute, h2d, d2h) ordered by timing-free events; a cuBLAS
-// handle bound to the compute stream; CudaComputeOps (fp32/bf16 kernels from kernels/cuda) queued on
-// the compute stream. Every CUDA call is checked and becomes a Status.
+// handle bound to the compute stream; CudaComputeOps (fp32/bf16/fp16 kernels from kernels/cuda)
+// queued on the compute stream. Every CUDA call is checked and becomes a Status.
 // Not for model/ to include: model code talks to Backend. Only built with STRATA_HAVE_CUDA.
 // Thread-safety: as Backend; each method binds the backend's device on the calling thread first.
 #pragma once
@@ -38,6 +38,9 @@ class CudaBackend final : public Backend {
   // Binds options.device_index, reserves the budget with one cudaMalloc (default: 90% of the
   // device's free memory), creates the streams and the cuBLAS handle. Errors carry the failing
   // call; an over-large budget is out_of_memory with the free/total figures.
+  // options.tf32: fp32 GEMMs use TF32 tensor cores (sm_80+); false (the default) is full fp32,
+  // whatever the handle's default, since every GEMM sets its math mode explicitly. The environment
+  // can still veto TF32 (NVIDIA_TF32_OVERRIDE=0). The mode in effect is logged once, at debug.
   static StatusOr<std::unique_ptr<CudaBackend>> create(const BackendOptions& options);
   // Synchronizes the device's streams, then destroys the cuBLAS handle, the streams and the arena.
   ~CudaBackend() override;

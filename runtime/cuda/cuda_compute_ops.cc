@@ -4,6 +4,7 @@
 #include "runtime/cuda/cuda_compute_ops.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <spdlog/spdlog.h>
 
@@ -26,6 +27,19 @@ template <typename T>
 struct TypeTag {
   using type = T;
 };
+
+// The one place an activation DType becomes a device element type: returns fn(TypeTag<T>{}) with
+// T = float, __nv_bfloat16 or __half (kernels/cuda instantiate every op for exactly these). `dt`
+// has passed check_activation_dtype, so no other value reaches here.
+template <typename Fn>
+auto with_element_type(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::bf16: return fn(TypeTag<__nv_bfloat16>{});
+    case DType::f16: return fn(TypeTag<__half>{});
+    case DType::f32:
+    default: return fn(TypeTag<float>{});
+  }
+}
 
 template <typename T>
 T* as(void* p) {
@@ -52,10 +66,10 @@ Status check_head_size(std::string_view op, int64_t HS) {
 }  // namespace
 
 StatusOr<std::unique_ptr<CudaComputeOps>> CudaComputeOps::create(int device, cudaStream_t compute,
-                                                                  cublasHandle_t cublas, const Arena& arena,
-                                                                  const void* base) {
+                                                                  cublasHandle_t cublas, bool tf32,
+                                                                  const Arena& arena, const void* base) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  std::unique_ptr<CudaComputeOps> ops(new CudaComputeOps(device, compute, cublas, arena, base));
+  std::unique_ptr<CudaComputeOps> ops(new CudaComputeOps(device, compute, cublas, tf32, arena, base));
   STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ops->norm_scratch_, kc::kGradNormScratchFloats * sizeof(float)));
   return ops;
 }
@@ -68,50 +82,41 @@ CudaComputeOps::~CudaComputeOps() {
 }
 
 Status CudaComputeOps::check_activation_dtype(DType dt, std::string_view op) const {
-  if (dt == DType::f32 || dt == DType::bf16) return Status::ok();
-  return error(Code::invalid_argument, "{}: activations in {}: the CUDA backend computes in fp32 or bf16; use "
-               "--dtype bf16 or fp32", op, dtype_name(dt));
+  if (dt == DType::f32 || dt == DType::bf16 || dt == DType::f16) return Status::ok();
+  return error(Code::invalid_argument, "{}: activations in {}: the CUDA backend computes in fp32, bf16 or fp16; use "
+               "--dtype bf16, fp16 or fp32", op, dtype_name(dt));
 }
 
 template <typename Launch>
 Status CudaComputeOps::launch(DType dt, const char* op, Launch&& fn) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const cudaError_t err = dt == DType::bf16 ? fn(TypeTag<__nv_bfloat16>{}) : fn(TypeTag<float>{});
-  return cuda_status(err, op, __FILE__, __LINE__);
+  return cuda_status(with_element_type(dt, fn), op, __FILE__, __LINE__);
 }
+
+// Every op: launch() (or, for GEMMs, with_element_type) binds the device, picks T (the tag's type)
+// from dt and converts the error.
 
 Status CudaComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight,
                                             const void* bias, int64_t N, int64_t C, int64_t OC) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const kc::GemmOptions options;
-  if (dt == DType::bf16) {
-    using T = __nv_bfloat16;
-    return gemm_status(kc::matmul_forward(cublas_, as<T>(out), as<T>(inp), as<T>(weight), as<T>(bias), N, C, OC,
-                                          options, stream_),
-                       "matmul_forward");
-  }
-  return gemm_status(kc::matmul_forward(cublas_, as<float>(out), as<float>(inp), as<float>(weight), as<float>(bias),
-                                        N, C, OC, options, stream_),
-                     "matmul_forward");
+  const auto gemm = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kc::matmul_forward(cublas_, as<T>(out), as<T>(inp), as<T>(weight), as<T>(bias), N, C, OC,
+                              kc::GemmOptions{tf32_}, stream_);
+  };
+  return gemm_status(with_element_type(dt, gemm), "matmul_forward");
 }
 
 Status CudaComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                              const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const kc::GemmOptions options;
-  if (dt == DType::bf16) {
-    using T = __nv_bfloat16;
-    return gemm_status(kc::matmul_backward(cublas_, as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout),
-                                           as<T>(inp), as<T>(weight), N, C, OC, options, stream_),
-                       "matmul_backward");
-  }
-  return gemm_status(kc::matmul_backward(cublas_, as<float>(dinp), as<float>(dweight), as<float>(dbias),
-                                         as<float>(dout), as<float>(inp), as<float>(weight), N, C, OC, options,
-                                         stream_),
-                     "matmul_backward");
+  const auto gemm = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kc::matmul_backward(cublas_, as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout), as<T>(inp),
+                               as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_);
+  };
+  return gemm_status(with_element_type(dt, gemm), "matmul_backward");
 }
-
-// Every op below: launch() binds the device, picks T (the tag's type) from dt, converts the error.
 
 Status CudaComputeOps::queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                                const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
@@ -286,7 +291,6 @@ Status CudaComputeOps::queue_crossentropy_backward_inplace(DType dt, void* logit
     return kc::crossentropy_backward_inplace(as<T>(logits_to_dlogits), lse, targets, dloss, N, V, stream_);
   });
 }
-
 
 Status CudaComputeOps::queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));

@@ -1,8 +1,9 @@
 // CudaComputeOps: ComputeOps on the CUDA backend. Each op launches the kernels/cuda kernel (GEMMs
-// through the backend's cuBLAS handle) on the compute stream, in fp32 or bf16 activations, and turns
-// the launch's cudaError_t / GemmStatus into a Status (runtime/cuda/cuda_check.h); faults while a
-// kernel runs surface at the next synchronize. fp16 activations are invalid_argument (the kernels
-// are built for fp32 and bf16); casts and gradient checks take fp32, bf16 and fp16.
+// through the backend's cuBLAS handle) on the compute stream, with fp32, bf16 or fp16 activations
+// (fp32 arithmetic inside, 16-bit stores rounded to nearest even, GEMMs accumulating in fp32), and
+// turns the launch's cudaError_t / GemmStatus into a Status (runtime/cuda/cuda_check.h); faults
+// while a kernel runs surface at the next synchronize. Integer activation types are
+// invalid_argument. fp32 GEMMs use TF32 tensor cores only when created with tf32 = true.
 // Not for model/ to include. Thread-safety and lifetime: as ComputeOps; owned by its CudaBackend.
 #pragma once
 
@@ -19,8 +20,10 @@ class CudaComputeOps final : public ComputeOps {
  public:
   // Binds `device` and allocates the grad-norm scratch (1 KiB, outside the arena, once). `compute`,
   // `cublas` (already bound to `compute`), `arena` and `base` are the backend's and outlive this.
+  // `tf32`: fp32 GEMMs may use TF32 tensor cores (kernels/cuda/gemm.cuh GemmOptions::allow_tf32);
+  // every GEMM sets the handle's math mode accordingly, so the handle is not shared with others.
   static StatusOr<std::unique_ptr<CudaComputeOps>> create(int device, cudaStream_t compute, cublasHandle_t cublas,
-                                                          const Arena& arena, const void* base);
+                                                          bool tf32, const Arena& arena, const void* base);
   ~CudaComputeOps() override;
 
  protected:
@@ -75,16 +78,18 @@ class CudaComputeOps final : public ComputeOps {
                            const kernels::AdamSpan& span) override;
 
  private:
-  CudaComputeOps(int device, cudaStream_t compute, cublasHandle_t cublas, const Arena& arena, const void* base)
-      : ComputeOps(arena, base), device_(device), stream_(compute), cublas_(cublas) {}
-  // Binds the device, then runs `launch` with a type tag for `dt` (float or __nv_bfloat16) and
-  // converts the cudaError_t it returns, naming `op`.
+  CudaComputeOps(int device, cudaStream_t compute, cublasHandle_t cublas, bool tf32, const Arena& arena,
+                 const void* base)
+      : ComputeOps(arena, base), device_(device), stream_(compute), cublas_(cublas), tf32_(tf32) {}
+  // Binds the device, then runs `launch` with a type tag for `dt` (float, __nv_bfloat16 or __half)
+  // and converts the cudaError_t it returns, naming `op`.
   template <typename Launch>
   Status launch(DType dt, const char* op, Launch&& fn);
 
   const int device_;
   cudaStream_t const stream_;
   cublasHandle_t const cublas_;
+  const bool tf32_;  // fp32 GEMMs may use TF32 tensor cores
   float* norm_scratch_ = nullptr;  // kernels::cuda::kGradNormScratchFloats floats, cudaMalloc'd
 };
 

@@ -1,11 +1,12 @@
 // Test support for the kernels/cuda GPU tests (tests/kernels/*_gpu_test.cc): the honest skip when
 // no CUDA device is usable, device buffers with guard bytes on both sides (checked after a kernel),
-// host<->device transfers of float data as fp32 or bf16, and rounding through bf16 so the CPU
-// reference sees exactly the inputs the GPU does. Header-only; compiled only with STRATA_HAVE_CUDA.
-// Not a tensor library.
+// host<->device transfers of float data as fp32, bf16 or fp16, rounding through the 16-bit type so
+// the CPU reference sees exactly the inputs the GPU does, and per-type tolerances with their
+// reasons. Header-only; compiled only with STRATA_HAVE_CUDA. Not a tensor library.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -38,11 +39,44 @@ inline std::string cuda_unavailable_reason() {
 inline constexpr size_t kGuardBytes = 256;
 inline constexpr unsigned char kGuardByte = 0xA5;
 
-// The value a float takes once stored as T (identity for float, RNE to bf16 otherwise).
+// The element types every kernels/cuda activation op is built for, named fp32/bf16/fp16 in test
+// names (TYPED_TEST_SUITE(Suite, ElementTypes, ElementTypeNames)).
+using ElementTypes = ::testing::Types<float, __nv_bfloat16, __half>;
+struct ElementTypeNames {
+  template <typename T>
+  static std::string GetName(int) {
+    if constexpr (std::is_same_v<T, float>) {
+      return "fp32";
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return "bf16";
+    } else {
+      static_assert(std::is_same_v<T, __half>);
+      return "fp16";
+    }
+  }
+};
+
+// The bits of x stored as the 16-bit type T (bf16 or fp16), rounded as the device rounds (the
+// kernels' stores are bit-identical to kernels/cpu/half.h), and the float those bits hold.
+template <typename T>
+uint16_t to_bits(float x) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>);
+  return std::is_same_v<T, __half> ? float_to_fp16(x) : float_to_bf16(x);
+}
+template <typename T>
+float from_bits(uint16_t h) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>);
+  return std::is_same_v<T, __half> ? fp16_to_float(h) : bf16_to_float(h);
+}
+
+// The value a float takes once stored as T (identity for float, RNE to the 16-bit type otherwise).
 template <typename T>
 float round_as(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  return bf16_to_float(float_to_bf16(x));
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return from_bits<T>(to_bits<T>(x));
+  }
 }
 template <typename T>
 std::vector<float> round_all(std::vector<float> v) {
@@ -74,7 +108,7 @@ class DeviceTensor {
       ASSERT_EQ(cudaMemcpy(data(), values.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
     } else {
       std::vector<uint16_t> bits(n_);
-      for (size_t i = 0; i < n_; ++i) bits[i] = float_to_bf16(values[i]);
+      for (size_t i = 0; i < n_; ++i) bits[i] = to_bits<T>(values[i]);
       ASSERT_EQ(cudaMemcpy(data(), bits.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
     }
   }
@@ -87,7 +121,7 @@ class DeviceTensor {
     } else {
       std::vector<uint16_t> bits(n_);
       EXPECT_EQ(cudaMemcpy(bits.data(), data(), bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-      for (size_t i = 0; i < n_; ++i) out[i] = bf16_to_float(bits[i]);
+      for (size_t i = 0; i < n_; ++i) out[i] = from_bits<T>(bits[i]);
     }
     return out;
   }
@@ -133,21 +167,30 @@ class DeviceArray {
   void* ptr_ = nullptr;
 };
 
-// Tolerances per element type: fp32 differs from the CPU op only by summation order and by the
-// last-ulp differences of expf/tanhf/logf between the CUDA math library and glibc; bf16 keeps 8
-// mantissa bits, so every stored output carries up to 2^-9 relative rounding, and a += into a bf16
-// gradient rounds the sum once more.
+// Tolerances per element type. Inputs are rounded to T before the CPU op sees them, so the GPU and
+// the CPU start from the same values and both compute in fp32: they differ by summation order, by
+// last-ulp differences of expf/tanhf/logf between the CUDA math library and glibc, and (16-bit)
+// by the single rounding of each stored output to T, at most half an ulp: u = 2^-8 relative for
+// bf16 (8 significant bits), 2^-11 for fp16 (11 bits), 8x smaller. A += into a 16-bit gradient
+// also rounds once. The 16-bit bounds are ~2x (elementwise) and ~5-10x (reductions) u, so a
+// kernel storing in the wrong type, or rounding twice where the contract says once, fails them;
+// fp16's are its bf16 bounds scaled by its 8x smaller u, with a 2x margin. Values in these tests
+// stay far inside fp16's range (|x| < 100); subnormals (< 6.1e-5) carry at most 3e-8 absolute.
 struct Tolerance {
   double atol, rtol;
 };
 template <typename T>
 Tolerance elementwise_tolerance() {
-  return std::is_same_v<T, float> ? Tolerance{1e-6, 1e-5} : Tolerance{1e-2, 8e-3};
+  if constexpr (std::is_same_v<T, float>) return Tolerance{1e-6, 1e-5};
+  if constexpr (std::is_same_v<T, __half>) return Tolerance{2.5e-3, 2e-3};
+  return Tolerance{1e-2, 8e-3};
 }
 // Ops with length-C (or length-T) fp32 reductions whose order differs from the CPU's.
 template <typename T>
 Tolerance reduction_tolerance() {
-  return std::is_same_v<T, float> ? Tolerance{2e-5, 2e-4} : Tolerance{3e-2, 2e-2};
+  if constexpr (std::is_same_v<T, float>) return Tolerance{2e-5, 2e-4};
+  if constexpr (std::is_same_v<T, __half>) return Tolerance{7.5e-3, 5e-3};
+  return Tolerance{3e-2, 2e-2};
 }
 
 inline std::vector<double> widen_all(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }

@@ -1,6 +1,7 @@
 // GPU tests of kernels/cuda attention, cross-entropy, casts, Adam/AdamW, grad norm, finite check
-// and the cuBLAS GEMM wrappers, against the CPU ops (kernels/cpu) in fp32 and bf16, with guard
-// bytes around outputs and odd sizes (T = 1, N = 17, C = 1, V = 50257). Every GPU test skips with
+// and the cuBLAS GEMM wrappers, against the CPU ops (kernels/cpu) in fp32, bf16 and fp16, with
+// guard bytes around outputs and odd sizes (T = 1, N = 17, C = 1, V = 50257), and strict fp32
+// GEMMs staying fp32 whatever math mode the cuBLAS handle was left in. Every GPU test skips with
 // the CUDA error string when no device is usable.
 #include <gtest/gtest.h>
 
@@ -41,8 +42,7 @@ bool testing_bits_equal(const std::vector<float>& a, const std::vector<float>& b
 
 template <typename T>
 class CudaModelOpsTest : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, __nv_bfloat16>;
-TYPED_TEST_SUITE(CudaModelOpsTest, ElementTypes);
+TYPED_TEST_SUITE(CudaModelOpsTest, testing::ElementTypes, testing::ElementTypeNames);
 
 TYPED_TEST(CudaModelOpsTest, AttentionMatchesCpuWithGroupedHeads) {
   STRATA_SKIP_WITHOUT_CUDA();
@@ -59,7 +59,7 @@ TYPED_TEST(CudaModelOpsTest, AttentionMatchesCpuWithGroupedHeads) {
                g0_v = round_all<T>(random_floats(nkv, 67));
     std::vector<float> out(nq), lse(nl), dq = g0_q, dk = g0_k, dv = g0_v;
     cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T_len, c.NH, c.NKV, c.HS);
-    // The CPU backward runs on the forward's out rounded as the GPU stores it (bf16).
+    // The CPU backward runs on the forward's out rounded as the GPU stores it (T).
     const auto out_t = round_all<T>(out);
     cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out_t.data(),
                             lse.data(), c.B, c.T_len, c.NH, c.NKV, c.HS);
@@ -114,8 +114,12 @@ TYPED_TEST(CudaModelOpsTest, CrossEntropyMatchesCpuOverGpt2Vocabulary) {
             cudaSuccess);
   ASSERT_EQ(crossentropy_backward_inplace(d_inplace.data(), d_lse.data(), d_targets.data(), dloss, N, V, nullptr),
             cudaSuccess);
-  // Probabilities ~2e-5 times dloss: absolute tolerances at that scale (bf16: 2^-9 relative).
-  const Tolerance tol = std::is_same_v<T, float> ? Tolerance{1e-9, 1e-5} : Tolerance{1e-6, 8e-3};
+  // Probabilities ~2e-5 times dloss: absolute tolerances at that scale. 16-bit: one rounding of
+  // each stored gradient, 2u relative (u = 2^-8 bf16, 2^-11 fp16); the in-place gradients (~5e-6)
+  // are fp16 subnormals, exact to 3e-8 absolute, hence fp16's 1e-7.
+  Tolerance tol{1e-9, 1e-5};
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) tol = Tolerance{1e-6, 8e-3};
+  if constexpr (std::is_same_v<T, __half>) tol = Tolerance{1e-7, 1e-3};
   expect_matches(d_dlogits, dlogits, tol, "dlogits (accumulated; ignored row untouched)");
   expect_matches(d_inplace, inplace, tol, "dlogits in place (ignored row zeroed)");
 }
@@ -242,12 +246,38 @@ TYPED_TEST(CudaModelOpsTest, MatmulMatchesCpu) {
     EXPECT_TRUE(matmul_backward(handle, d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(), d_w.data(),
                                 c.N, c.C, c.OC, strict, nullptr)
                     .ok());
-    // fp32: K <= 256 products of values in [-1, 1], fp32 accumulation in a different order.
+    // fp32: K <= 256 products of values in [-1, 1], fp32 accumulation in a different order; 16-bit:
+    // the same, rounded once to T (the bias is added inside the GEMM, beta = 1). dweight sums
+    // N = 64 products onto g0, so |dw| reaches ~12, where T's ulp is larger: a wider atol.
     expect_matches(d_out, out, testing::reduction_tolerance<T>(), "out");
     expect_matches(d_din, din, testing::reduction_tolerance<T>(), "dinp");
-    expect_matches(d_dw, dw, Tolerance{std::is_same_v<T, float> ? 1e-4 : 6e-2, 2e-2}, "dweight");
+    Tolerance dw_tol{1e-4, 2e-2};
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) dw_tol = Tolerance{6e-2, 2e-2};
+    if constexpr (std::is_same_v<T, __half>) dw_tol = Tolerance{1.5e-2, 5e-3};
+    expect_matches(d_dw, dw, dw_tol, "dweight");
     expect_matches(d_db, db, testing::reduction_tolerance<T>(), "dbias");
   }
+  EXPECT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
+}
+
+TEST(CudaGemm, StrictFp32IgnoresATf32ModeLeftOnTheHandle) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+  const int64_t N = 128, C = 256, OC = 128;
+  const auto inp = random_floats(N * C, 121), w = random_floats(OC * C, 122);
+  std::vector<float> want(N * OC);
+  cpu::matmul_forward(want.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  DeviceTensor<float> d_inp(inp), d_w(w), d_out(N * OC);
+  EXPECT_TRUE(matmul_forward<float>(handle, d_out.data(), d_inp.data(), d_w.data(), nullptr, N, C, OC, GemmOptions{},
+                                   nullptr)
+                  .ok());
+  // Outputs are 256-term sums of products in [-1, 1] (rms ~5). Each fp32 GEMM carries ~4e-6 rms
+  // absolute round-off (at most ~2e-5), so two of them in different orders stay well under 2e-4.
+  // Had the handle's TF32 mode leaked (inputs cut to 10 mantissa bits), typical elements would be
+  // off by ~2e-3.
+  expect_matches(d_out, want, Tolerance{2e-4, 0.0}, "strict fp32 out");
   EXPECT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
 }
 

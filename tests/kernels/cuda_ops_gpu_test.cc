@@ -1,5 +1,5 @@
 // GPU tests of kernels/cuda norms, elementwise ops, RoPE and embeddings: each op on random inputs
-// against the CPU op (kernels/cpu/ops_*.h) in fp32 and bf16, gradients starting from random
+// against the CPU op (kernels/cpu/ops_*.h) in fp32, bf16 and fp16, gradients starting from random
 // values (the += convention), guard bytes around every output, odd sizes (N = 17, C = 1).
 // Every test skips with the CUDA error string when no device is usable.
 #include <gtest/gtest.h>
@@ -31,8 +31,7 @@ using testing::widen_all;
 
 template <typename T>
 class CudaOpsTest : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, __nv_bfloat16>;
-TYPED_TEST_SUITE(CudaOpsTest, ElementTypes);
+TYPED_TEST_SUITE(CudaOpsTest, testing::ElementTypes, testing::ElementTypeNames);
 
 TYPED_TEST(CudaOpsTest, LayerNormMatchesCpu) {
   STRATA_SKIP_WITHOUT_CUDA();
@@ -198,7 +197,7 @@ TYPED_TEST(CudaOpsTest, EncoderAndTokenEmbeddingMatchCpu) {
   ASSERT_EQ(token_embedding_forward(d_tok_out.data(), d_tokens.data(), d_wte.data(), N, C, nullptr), cudaSuccess);
   ASSERT_EQ(token_embedding_backward(d_tok_dte.data(), d_dout.data(), d_tokens.data(), N, C, nullptr), cudaSuccess);
   // The forward is a copy (plus one add): exact in fp32. Backward sums a token's rows in row order,
-  // as the CPU does: exact in fp32 too; bf16 rounds the += once.
+  // as the CPU does: exact in fp32 too; 16-bit types round the += once.
   const Tolerance tol = std::is_same_v<T, float> ? Tolerance{0.0, 0.0} : testing::elementwise_tolerance<T>();
   expect_matches(d_out, out, tol, "encoder out");
   expect_matches(d_tok_out, tok_out, tol, "token out");
@@ -214,6 +213,8 @@ TEST(CudaOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
   EXPECT_EQ(rope_forward<float>(nullptr, nullptr, 1, 4, 2, 7, 10000.0f, 0, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(gelu_forward<float>(nullptr, nullptr, -3, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(swiglu_backward<__nv_bfloat16>(nullptr, nullptr, nullptr, 2, -1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(rmsnorm_backward<__half>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, -2, 8, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_EQ(encoder_forward<float>(nullptr, nullptr, nullptr, nullptr, -1, 2, 2, nullptr), cudaErrorInvalidValue);
   // Empty work is a successful no-op (no launch of a zero-sized grid).
   EXPECT_EQ(gelu_forward<float>(nullptr, nullptr, 0, nullptr), cudaSuccess);
