@@ -45,6 +45,7 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
   std::filesystem::create_directories(dir, ec);
   if (ec) return errno_status(ec.value(), "creating checkpoint directory " + dir);
   const std::string step = std::to_string(trainer.steps_done());
+  STRATA_RETURN_IF_ERROR(trainer.sync_host_state());
 
   // Weights: the trainer's fp32 masters (exact for every working precision), in HF layouts.
   const ParamLayout& layout = model.master_layout();

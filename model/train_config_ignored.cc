@@ -25,8 +25,9 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                            "strata's checkpoints always hold the whole model in one safetensors file");
   schema.ignore_file_paths({"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"},
                            "strata train does not take placement from DeepSpeed's offload sections: it keeps the "
-                           "working weights on the device and the fp32 master weights and Adam states in pinned CPU "
-                           "memory (their nvme_path is read, as --nvme-path)");
+                           "working weights on the device and the fp32 master weights and Adam states where "
+                           "--optimizer-device says (default cpu: pinned CPU memory; their nvme_path is read, as "
+                           "--nvme-path)");
   schema.ignore_file_paths({"zero_optimization.offload_optimizer.pin_memory",
                             "zero_optimization.offload_optimizer.buffer_count",
                             "zero_optimization.offload_optimizer.fast_init",

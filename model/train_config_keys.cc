@@ -117,6 +117,13 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "(adamw with 8-bit moment states: 1/4 of their memory)",
               .choices = {"adamw", "adam", "adamw8bit"},
               .file_aliases = {"optimizer.type"}});
+  schema.add({.name = "optimizer_device",
+              .type = ValueType::choice,
+              .default_text = "cpu",
+              .help = "Where the fp32 master weights and Adam states live and AdamW runs: cpu (pinned host memory, "
+                      "the SIMD CPU kernels; the device holds only the working weights) or device (beside the "
+                      "weights, the backend's AdamW kernel: fastest when they fit; adamw only)",
+              .choices = {"cpu", "device"}});
   // 1e-3: gpt2-tiny learns the built-in corpus visibly within a few hundred steps at this rate.
   schema.add({.name = "lr",
               .type = ValueType::real,

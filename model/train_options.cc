@@ -120,6 +120,8 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   o.optimizer = config.get_text("optimizer_type");
   o.adam_hyper.mode = o.optimizer == "adam" ? kernels::AdamMode::adam : kernels::AdamMode::adamw;
   o.adam_states = o.optimizer == "adamw8bit" ? AdamStates::q8 : AdamStates::f32;
+  o.optimizer_device = config.get_text("optimizer_device") == "device" ? TrainOptions::OptimizerDevice::device
+                                                                      : TrainOptions::OptimizerDevice::cpu;
   const double lr = config.get_real("lr");
   if (!(lr > 0.0))
     return error(Code::invalid_argument, "{}: the learning rate must be above 0 (e.g. 6e-4)", describe(config, "lr"));

@@ -48,6 +48,9 @@ struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw", "adam" or "adamw8bit", for logs
   kernels::AdamHyper adam_hyper;    // lr, beta1, beta2, eps, weight_decay, mode
   AdamStates adam_states = AdamStates::f32;
+  // Where the fp32 masters and moments live and AdamW runs: pinned host memory with the CPU
+  // kernels, or the backend's memory with its adam_update op (fp32 moments only).
+  enum class OptimizerDevice : uint8_t { cpu, device } optimizer_device = OptimizerDevice::cpu;
   double clip_grad_norm = 1.0;      // 0 = no clipping
   LrScheduleOptions lr_schedule;    // peak_lr, warmup, decay, total_steps (lr_schedule_steps or steps), ...
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <span>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/half.h"
@@ -57,6 +58,9 @@ Status check_trainer_options(const TrainOptions& options) {
     return error(Code::invalid_argument, "the trainer computes in fp32, bf16 or fp16, not {}; pass --dtype bf16",
                  dtype_name(options.dtype));
   if (options.grad_accum == 0) return error(Code::invalid_argument, "grad_accum must be at least 1");
+  if (options.adam_states == AdamStates::q8 && options.optimizer_device == TrainOptions::OptimizerDevice::device)
+    return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU; pass --optimizer-device "
+                 "cpu, or --optimizer-type adamw to keep fp32 moments on the device");
   kernels::AdamHyper hyper = options.adam_hyper;
   hyper.lr = float(options.lr_schedule.peak_lr);
   STRATA_RETURN_IF_ERROR(validate_adam_hyper(hyper));
@@ -82,7 +86,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 
 Trainer::~Trainer() {
   (void)backend_.synchronize_all();
-  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_), static_cast<void*>(norm_sq_)})
+  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_), static_cast<void*>(norm_sq_),
+                  static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_)})
     if (p != nullptr) (void)backend_.release(p);
 }
 
@@ -104,8 +109,20 @@ Status Trainer::allocate(PinnedPool& pinned) {
   for (const ParamSpec& p : layout.params) scale_offsets_.push_back(scale_offsets_.back() + kernels::adam8bit_blocks(p.elements));
   const uint64_t moment_bytes = q8 ? master_total / sizeof(float) : master_total;
   const uint64_t scale_bytes = q8 ? scale_offsets_.back() * sizeof(float) : 0;
-  const uint64_t copy_bytes = options_.dtype == DType::f32 ? 0 : total;
-  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&grads_, total},
+  const bool on_device = options_.optimizer_device == TrainOptions::OptimizerDevice::device;
+  const bool half = options_.dtype != DType::f32;
+  const uint64_t copy_bytes = half && !on_device ? total : 0;
+  if (on_device) {
+    // Masters (16-bit only) and moments beside the weights; the pinned copies below are mirrors.
+    for (auto [slot, what] : {std::pair{&device_masters_, "fp32 master weights"}, {&device_m_, "Adam m"},
+                              {&device_v_, "Adam v"}}) {
+      if (slot == &device_masters_ && !half) continue;
+      STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(master_total, fmt::format("optimizer {}", what)));
+      *slot = static_cast<std::byte*>(block);
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(block, master_total));
+    }
+  }
+  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&grads_, on_device ? 0 : total},
                                                          {&weights_out_, copy_bytes}, {&m_, moment_bytes},
                                                          {&v_, moment_bytes}, {&m_scale_, scale_bytes},
                                                          {&v_scale_, scale_bytes}};
@@ -140,23 +157,47 @@ Status Trainer::init_masters() {
   if (!exact.empty()) {
     for (size_t c = 0; c < chunks.size(); ++c)
       std::memcpy(masters_.data() + master_offsets_[c], exact[c].data(), chunks[c].bytes);
-    return Status::ok();
+    return copy_device_state(/*to_device=*/true);
   }
   if (options_.dtype == DType::f32) return copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights);
   spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
                "another trainer took its fp32 values)", dtype_name(options_.dtype));
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, weights_out_.data(), ParamState::weights));
+  std::vector<std::byte> staged(chunk_offsets_.back());
+  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, staged.data(), ParamState::weights));
   const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
   const ParamLayout& layout = model_.layout();
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    const auto* src = reinterpret_cast<const uint16_t*>(weights_out_.data() + chunk_offsets_[p.chunk] + p.offset);
+    const auto* src = reinterpret_cast<const uint16_t*>(staged.data() + chunk_offsets_[p.chunk] + p.offset);
     auto* dst = reinterpret_cast<float*>(masters_.data() + master_offsets_[p.chunk] +
                                          model_.master_layout().params[i].offset);
     for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::half_to_float(format, src[e]);
   }
-  return Status::ok();
+  return copy_device_state(/*to_device=*/true);
 }
+
+// Masters (16-bit; fp32's are the model's weights, which the device already holds) and moments.
+Status Trainer::copy_device_state(bool to_device) {
+  if (device_m_ == nullptr) return Status::ok();
+  const uint64_t bytes = masters_.size();
+  const Stream stream = to_device ? Stream::h2d : Stream::d2h;
+  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
+  std::pair<std::byte*, std::byte*> pairs[] = {{device_masters_, masters_.data()}, {device_m_, m_.data()},
+                                               {device_v_, v_.data()}};
+  for (auto [device, host] : pairs) {
+    if (device == nullptr) continue;
+    STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device, host, bytes, stream)
+                                     : backend_.copy_to_host(host, device, bytes, stream));
+  }
+  if (!to_device && device_masters_ == nullptr)  // fp32: the masters are the model's weights
+    return copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights);
+  STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, stream));
+  if (to_device) return backend_.wait(Stream::compute, *params_sent_);  // the next step reads them
+  return backend_.synchronize(*params_sent_);
+}
+
+Status Trainer::sync_host_state() { return copy_device_state(/*to_device=*/false); }
 
 std::span<const float> Trainer::master(const ParamSpec& spec) const {
   const auto* at = reinterpret_cast<const float*>(masters_.data() + master_offsets_.at(spec.chunk) + spec.offset);
@@ -198,6 +239,7 @@ Status Trainer::restore_progress(uint64_t steps_done, uint64_t updates_done,
     return error(Code::invalid_argument, "the optimizer state has {} updates but only {} steps", updates_done,
                  steps_done);
   if (scaler_ && loss_scaler_json) STRATA_RETURN_IF_ERROR(scaler_->deserialize(*loss_scaler_json));
+  STRATA_RETURN_IF_ERROR(copy_device_state(/*to_device=*/true));
   steps_done_ = steps_done;
   updates_done_ = updates_done;
   return Status::ok();
@@ -318,6 +360,41 @@ Status Trainer::adam_update(double lr, double grad_multiplier) {
   return cpu_adam_step(pool_, no_decay, o).status();
 }
 
+// The same update with the backend's adam_update op, queued on the compute stream: fp32 masters
+// (the model's weights for fp32) and moments in device memory, the gradient in the working
+// precision, and for 16-bit training the rounded weights written into the model in the same pass.
+Status Trainer::device_adam_update(double lr, double grad_multiplier) {
+  const ParamLayout& layout = model_.layout();
+  const ParamLayout& masters = model_.master_layout();
+  const bool half = options_.dtype != DType::f32;
+  kernels::AdamHyper hyper = options_.adam_hyper;
+  hyper.lr = float(lr);
+  hyper.step = int64_t(updates_done_ + 1);
+  hyper.grad_scale = float(grad_multiplier);
+  const kernels::AdamFormats formats{.grad = float_format_of(options_.dtype, "gradients").value(),
+                                     .copy = copy_out_for(options_.dtype)};
+  for (const bool decayed : {true, false}) {
+    kernels::AdamHyper group = hyper;
+    if (!decayed) group.weight_decay = 0.0f;
+    const kernels::AdamConstants constants = kernels::adam_constants(group);
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const ParamSpec& p = layout.params[i];
+      if (p.weight_decay != decayed) continue;
+      const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
+      std::byte* weights = device_tensor(model_, p, ParamState::weights);
+      kernels::AdamSpan span;
+      span.param = reinterpret_cast<float*>(half ? device_masters_ + master_at : weights);
+      span.m = reinterpret_cast<float*>(device_m_ + master_at);
+      span.v = reinterpret_cast<float*>(device_v_ + master_at);
+      span.grad = device_tensor(model_, p, ParamState::gradients);
+      span.copy_out = half ? weights : nullptr;
+      span.n = p.elements;
+      STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants, formats, span));
+    }
+  }
+  return Status::ok();
+}
+
 StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   StepResult r;
   r.step = steps_done_ + 1;
@@ -351,6 +428,11 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     return r;
   }
   if (options_.clip_grad_norm > 0) r.clip_scale = std::min(1.0, options_.clip_grad_norm / (r.grad_norm + 1e-6));
+  if (device_m_ != nullptr) {  // the optimizer lives on the device: the next forward waits for it there
+    STRATA_RETURN_IF_ERROR(device_adam_update(r.lr, r.clip_scale / loss_scale));
+    ++updates_done_;
+    return r;
+  }
   STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, grads_.data(), ParamState::gradients));
   STRATA_RETURN_IF_ERROR(adam_update(r.lr, r.clip_scale / loss_scale));
   ++updates_done_;

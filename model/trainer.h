@@ -1,8 +1,10 @@
 // Trainer: one optimizer step of a resident Transformer -- zero_grad, K micro-batches of forward
 // and backward (gradients accumulated at 1/K, in the model's working precision), the global
-// gradient norm on the device, optional clipping, gradients copied to the host, AdamW on the CPU
-// (offload/cpu_adam.h) over fp32 master weights and fp32 or 8-bit moments in pinned host memory,
-// updated weights (rounded to bf16/fp16 by the same pass for 16-bit training) copied back.
+// gradient norm on the device, optional clipping, then AdamW over fp32 master weights and moments
+// where options.optimizer_device says: on the CPU (offload/cpu_adam.h; gradients copied to pinned
+// host memory, fp32 or 8-bit moments there, the updated weights -- rounded to bf16/fp16 by the
+// same pass for 16-bit training -- copied back), or on the device beside the weights (the
+// backend's adam_update op, fp32 moments; nothing crosses PCIe).
 // fp16 training scales the loss (model/loss_scaler.h) and checks for overflow once per optimizer
 // step, after all K micro-batches. Not a data loader, not a CLI and not an offloader: every chunk
 // stays on the device.
@@ -47,8 +49,8 @@ struct StepResult {
 };
 
 // ok if this trainer can run `options`: dtype fp32, bf16 or fp16, grad_accum >= 1, usable Adam
-// hyper-parameters and LR schedule; else invalid_argument saying what to pass instead. create()
-// runs it; a CLI runs it before any setup.
+// hyper-parameters and LR schedule, 8-bit moments only on the CPU; else invalid_argument saying
+// what to pass instead. create() runs it; a CLI runs it before any setup.
 Status check_trainer_options(const TrainOptions& options);
 
 // One named buffer of optimizer state (the trainer owns the bytes), as a checkpoint stores it.
@@ -84,11 +86,15 @@ class Trainer {
   // Mean loss over `batches` micro-batches from `next` with the current weights; no gradients.
   StatusOr<double> evaluate(const NextBatch& next, uint64_t batches);
 
-  // Checkpoints. The fp32 master copy of the tensor `spec` of model().master_layout() (strata's
-  // layout: p.elements values). The optimizer state buffers: read them to save, write into them
-  // (before the next step) to restore, then call restore_progress with the step count, the
+  // Checkpoints. With the optimizer on the device the host copies below are mirrors: call
+  // sync_host_state() before reading them (it waits for the step's work and copies the device
+  // state down; a no-op on the CPU). The fp32 master copy of the tensor `spec` of
+  // model().master_layout() (strata's layout: p.elements values). The optimizer state buffers:
+  // read them to save, write into them (before the next step) to restore, then call
+  // restore_progress (which uploads them to the device) with the step count, the
   // count of applied (not skipped) updates that Adam's bias correction uses and, for fp16, the
   // loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  Status sync_host_state();
   std::span<const float> master(const ParamSpec& spec) const;
   std::vector<OptimizerBuffer> optimizer_buffers();
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
@@ -113,6 +119,9 @@ class Trainer {
   // Device chunks <-> pinned host buffer laid out like model().layout() (the working precision).
   Status copy_chunks(bool to_device, std::byte* host, ParamState state);
   Status adam_update(double lr, double grad_multiplier);
+  Status device_adam_update(double lr, double grad_multiplier);
+  // The optimizer's device state <-> its host mirrors (optimizer on the device only).
+  Status copy_device_state(bool to_device);
 
   Backend& backend_;
   Transformer& model_;
@@ -133,6 +142,11 @@ class Trainer {
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
   float* norm_sq_ = nullptr;    // device scalar
+  // Optimizer on the device: fp32 masters (16-bit training only; fp32 updates the model's
+  // weights in place) and moments, laid out like masters_.
+  std::byte* device_masters_ = nullptr;
+  std::byte* device_m_ = nullptr;
+  std::byte* device_v_ = nullptr;
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_, grads_ready_, params_sent_;
   uint64_t steps_done_ = 0;
   uint64_t updates_done_ = 0;

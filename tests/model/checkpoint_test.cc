@@ -33,6 +33,7 @@ struct PrecisionCase {
   std::string preset;
   DType dtype = DType::f32;
   AdamStates states = AdamStates::f32;
+  bool device_optimizer = false;
 };
 
 // A schedule whose rate changes every step, and clipping, so a resumed run that got the step
@@ -44,6 +45,7 @@ TrainOptions schedule_rule(const PrecisionCase& setup = {}) {
   o.clip_grad_norm = 1.0;
   o.dtype = setup.dtype;
   o.adam_states = setup.states;
+  if (setup.device_optimizer) o.optimizer_device = TrainOptions::OptimizerDevice::device;
   o.loss_scaler.growth_interval = 2;
   return o;
 }
@@ -100,6 +102,8 @@ TEST_P(CheckpointResumeTest, HalfSaveResumeHalfEqualsStraight) {
 
   EXPECT_EQ(resumed, straight);  // bit for bit
   EXPECT_EQ(all_weights(*c.model), all_weights(*a.model));
+  ASSERT_TRUE(a.trainer->sync_host_state().is_ok());
+  ASSERT_TRUE(c.trainer->sync_host_state().is_ok());
   for (const ParamSpec& p : a.model->master_layout().params) {
     const auto ma = a.trainer->master(p), mc = c.trainer->master(p);
     EXPECT_TRUE(std::equal(ma.begin(), ma.end(), mc.begin(), mc.end())) << "fp32 master of " << p.name;
@@ -116,10 +120,13 @@ TEST_P(CheckpointResumeTest, HalfSaveResumeHalfEqualsStraight) {
 INSTANTIATE_TEST_SUITE_P(Precisions, CheckpointResumeTest,
                          ::testing::Values(PrecisionCase{"gpt2-tiny"}, PrecisionCase{"llama-tiny"},
                                            PrecisionCase{"gpt2-tiny", DType::bf16, AdamStates::q8},
-                                           PrecisionCase{"llama-tiny", DType::f16}),
+                                           PrecisionCase{"llama-tiny", DType::f16},
+                                           PrecisionCase{"gpt2-tiny", DType::f32, AdamStates::f32, true},
+                                           PrecisionCase{"llama-tiny", DType::bf16, AdamStates::f32, true}),
                          [](const auto& info) {
                            std::string name = info.param.preset + "_" + std::string(dtype_name(info.param.dtype)) +
-                                              "_" + std::string(adam_states_name(info.param.states));
+                                              "_" + std::string(adam_states_name(info.param.states)) +
+                                              (info.param.device_optimizer ? "_on_device" : "");
                            for (char& ch : name) ch = std::isalnum(uint8_t(ch)) ? ch : '_';
                            return name;
                          });

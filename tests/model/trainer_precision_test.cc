@@ -3,7 +3,8 @@
 // bounds 16-bit rounding allows; fp16 loss scaling (an overflowing step is skipped, the weights
 // stay untouched and the scale backs off; the scale is checked once per optimizer step, never per
 // micro-batch; the scale is divided out of the update); a non-finite gradient skips the step in
-// fp32 too; adamw8bit follows adamw on the golden problem.
+// fp32 too; adamw8bit follows adamw on the golden problem; the optimizer on the device (the
+// backend's adam_update op) gives bit-identical steps to the optimizer on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -204,6 +205,44 @@ TEST(Adamw8bitTrainer, FollowsAdamwOnTheGoldenProblem) {
   std::printf("adamw8bit vs adamw: worst relative loss difference %.3g\n", std::max(worst, std::fabs(b - a) / a));
   // masters + grads fp32 (8 bytes/slot) plus moments: 8 bytes/slot fp32, ~2 bytes/slot 8-bit.
   EXPECT_LT(quant.trainer->host_bytes(), exact.trainer->host_bytes() * 11 / 16);
+}
+
+// Both placements run the same Adam arithmetic (kernels/cpu/adam.h; the CPU backend's adam_update
+// op calls it too) on the same gradients, so the losses must agree bit for bit, in fp32 (the
+// model's weights are the masters) and bf16 (fp32 masters in device memory, bf16 copy-out).
+class DeviceOptimizerTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DeviceOptimizerTest, StepsEqualTheCpuOptimizerBitForBit) {
+  const Golden g = open_golden("llama-tiny");
+  TrainOptions cpu = precision_rule(GetParam());
+  cpu.clip_grad_norm = 0.5;  // the clip multiplier reaches both paths
+  TrainOptions device = cpu;
+  device.optimizer_device = TrainOptions::OptimizerDevice::device;
+  TrainRun a = make_run("llama-tiny", g, cpu);
+  TrainRun b = make_run("llama-tiny", g, device);
+  for (int i = 0; i < 5; ++i) {
+    const StepResult sa = expect_value(a.trainer->step(same_batch(g)));
+    const StepResult sb = expect_value(b.trainer->step(same_batch(g)));
+    EXPECT_EQ(sa.loss, sb.loss) << "step " << i + 1;
+    EXPECT_EQ(sa.grad_norm, sb.grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(expect_value(a.trainer->evaluate(same_batch(g), 1)), expect_value(b.trainer->evaluate(same_batch(g), 1)));
+  ASSERT_TRUE(b.trainer->sync_host_state().is_ok());
+  EXPECT_EQ(all_masters(a), all_masters(b));
+  // No gradient or weight copies cross to the host: only the masters and moments' mirrors.
+  EXPECT_LT(b.trainer->host_bytes(), a.trainer->host_bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, DeviceOptimizerTest, ::testing::Values(DType::f32, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(DeviceOptimizerTest, EightBitMomentsOnTheDeviceAreRefused) {
+  TrainOptions o = golden_rule();
+  o.adam_states = AdamStates::q8;
+  o.optimizer_device = TrainOptions::OptimizerDevice::device;
+  const Status s = check_trainer_options(o);
+  EXPECT_EQ(s.code(), Code::invalid_argument);
+  EXPECT_NE(s.message().find("--optimizer-device cpu"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -108,11 +108,13 @@ TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
 }
 
 // Mixed precision on the CPU backend: bf16 and fp16 (with its loss scale in every metrics line)
-// train with fp32 masters; fp16 also with 8-bit Adam moments.
+// train with fp32 masters; fp16 also with 8-bit Adam moments, bf16 also with the optimizer on
+// the device.
 TEST(TrainCli, Bf16AndFp16Train) {
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"--dtype", "bf16"},
-        std::vector<std::string>{"--dtype", "fp16", "--optimizer-type", "adamw8bit"}}) {
+        std::vector<std::string>{"--dtype", "fp16", "--optimizer-type", "adamw8bit"},
+        std::vector<std::string>{"--dtype", "bf16", "--optimizer-device", "device"}}) {
     const std::string metrics = temp_path("strata_train_half.jsonl");
     std::vector<std::string> args = {"train", "--device", "cpu", "--steps", "30", "--eval-every", "0",
                                      "--metrics", metrics};
