@@ -49,6 +49,20 @@ TEST(ConfigCli, FlagBeatsEnvironmentBeatsFile) {
   EXPECT_NE(row_of(env_only.out, "gpu_mem").find("env STRATA_GPU_MEM"), std::string::npos) << env_only.out;
 }
 
+// A DeepSpeed file: its keys land on strata's, and settings with no effect here are named on
+// stderr (the table on stdout stays clean for scripts).
+TEST(ConfigCli, DeepSpeedFileMapsKeysAndWarnsAboutInertOnes) {
+  const std::string file = (std::filesystem::path(::testing::TempDir()) / "strata_cli_ds.json").string();
+  std::ofstream(file) << R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+                             "zero_optimization": {"stage": 3}})";
+  CliResult r = run_cli({"config", "--config", file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(row_of(r.out, "micro_batch").find("4"), std::string::npos) << r.out;
+  EXPECT_NE(row_of(r.out, "grad_accum").find("2"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("zero_optimization.stage=3 has no effect"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("has no effect"), std::string::npos) << r.out;
+}
+
 TEST(ConfigCli, LogLevelBeforeTheCommandCountsAsTheFlag) {
   CliResult before = run_cli({"--log-level", "debug", "config"});
   ASSERT_EQ(before.exit_code, 0) << before.err;

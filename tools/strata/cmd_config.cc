@@ -7,6 +7,7 @@
 #include <memory>
 
 #include <fmt/core.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/log.h"
@@ -31,6 +32,7 @@ void add_config_command(CLI::App& root, CommandRegistry& registry) {
     StatusOr<spdlog::level::level_enum> level = parse_log_level(config->get_text("log_level"));
     if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
     init_logging(*level);
+    for (const std::string& w : config->ignored_file_warnings()) spdlog::warn("{}", w);  // on stderr
     if (*json) {
       fmt::print("{}\n", config->to_json().dump(2));
     } else {
