@@ -3,7 +3,10 @@
 // and threads, and the torch peer run through python3.
 #include "bench/adam_bench.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "bench/bench_util.h"
 #include "kernels/cpu/adam8bit.h"
@@ -33,13 +37,20 @@ struct FreeDeleter {
 };
 using Bytes = std::unique_ptr<uint8_t[], FreeDeleter>;
 
-// Page-aligned and not touched here: the first write decides which node's memory backs a page.
+// 2 MiB-aligned and advised MADV_HUGEPAGE, as the pinned pool's slabs that hold the optimizer's
+// buffers under offload (runtime/pinned_pool.h), so the bench streams the kind of memory the step
+// does (on 4 KiB pages each stream takes a TLB miss every 4 KiB; on the 2-vCPU dev VM that cost
+// was within noise). Not touched here: the first write decides which node's memory backs a page.
+// Without transparent huge pages the advice fails and 4 KiB pages stay.
 StatusOr<Bytes> allocate(size_t bytes) {
-  const size_t rounded = (bytes + 4095) / 4096 * 4096;
-  void* p = std::aligned_alloc(4096, std::max<size_t>(rounded, 4096));
+  constexpr size_t kHugePage = 2 << 20;
+  const size_t rounded = std::max<size_t>((bytes + kHugePage - 1) / kHugePage * kHugePage, kHugePage);
+  void* p = std::aligned_alloc(kHugePage, rounded);
   if (p == nullptr)
     return error(Code::out_of_memory, "bench adam needs {} of memory for its buffers; pass a smaller --params",
                  format_size(rounded));
+  if (madvise(p, rounded, MADV_HUGEPAGE) != 0)
+    spdlog::debug("bench adam: transparent huge pages not available ({}); 4 KiB pages", std::strerror(errno));
   return Bytes(static_cast<uint8_t*>(p));
 }
 
@@ -212,17 +223,20 @@ void ceiling_step(ThreadPool& pool, const std::vector<CpuAdamTensor>& tensors, c
   });
 }
 
-// Median seconds of `repeat` calls of `step` after one warm-up call.
-template <typename F>
-StatusOr<double> time_median(int repeat, F&& step) {
-  STRATA_RETURN_IF_ERROR(step());
-  std::vector<double> times;
-  for (int r = 0; r < repeat; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    STRATA_RETURN_IF_ERROR(step());
-    times.push_back(seconds_since(t0));
-  }
-  return median(times);
+// One state format's buffers, tensors, options and timings in the current case.
+struct StateRun {
+  AdamStates states{};
+  CaseBuffers buffers;
+  std::vector<CpuAdamTensor> tensors;
+  CpuAdamOptions opt;
+  std::vector<double> adam_s, ceiling_s;  // one sample per round
+};
+
+// Median over rounds of a[i] / b[i] (paired samples of two state formats).
+double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
+  return median(r);
 }
 
 std::string variant_name(AdamStates states, FloatFormat grad, kernels::CopyOut copy) {
@@ -260,40 +274,71 @@ StatusOr<AdamBenchReport> run_adam_bench(const AdamBenchOptions& o) {
                                                                .name = "bench-adam"}));
   AdamBenchReport report;
   report.threads = pool->concurrency();
+  report.repeat = o.repeat;
   report.simd = std::string(kernels::simd_level_name(kernels::runnable_simd_level(o.simd)));
+  // Every state format of a (gradient, tensor count) case is timed in turn within each round: a shift
+  // of the machine's memory bandwidth during the run (a shared VM host's moved between ~55 and
+  // ~90 GB/s within minutes) then hits them alike, and the 8-bit/fp32 ratio is the median of the
+  // rounds' ratios.
+  std::vector<StateRun> runs(o.states.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].states = o.states[i];
+    STRATA_RETURN_IF_ERROR(runs[i].buffers.allocate_all(o.params, o.states[i]));
+  }
   int64_t step = 0;
-  for (AdamStates states : o.states) {
-    CaseBuffers buffers;
-    STRATA_RETURN_IF_ERROR(buffers.allocate_all(o.params, states));
-    for (FloatFormat grad : o.grads) {
-      for (size_t count : o.tensor_counts) {
-        buffers.fill(*pool, grad);
-        const std::vector<CpuAdamTensor> tensors = buffers.tensors(count, grad);
-        CpuAdamOptions opt;
-        opt.states = states;
-        opt.formats = kernels::AdamFormats{grad, o.copy};
-        opt.simd = o.simd;
-        opt.hyper.weight_decay = 0.01f;
-        STRATA_RETURN_IF_ERROR(check_against_scalar(tensors.front(), opt));
-        STRATA_ASSIGN_OR_RETURN(double adam_s, time_median(o.repeat, [&]() -> Status {
-                                  opt.hyper.step = ++step;
-                                  return pool->run([&] { return cpu_adam_step(pool.get(), tensors, opt).status(); });
-                                }));
-        // Last: the ceiling's adds leave meaningless values behind (the next case fills again).
-        STRATA_ASSIGN_OR_RETURN(double ceiling_s, time_median(o.repeat, [&]() -> Status {
-                                  pool->run([&] { ceiling_step(*pool, tensors, opt); });
-                                  return Status::ok();
-                                }));
+  const auto adam_step = [&](StateRun& r) -> Status {
+    r.opt.hyper.step = ++step;
+    return pool->run([&] { return cpu_adam_step(pool.get(), r.tensors, r.opt).status(); });
+  };
+  const auto ceiling = [&](StateRun& r) -> Status {
+    pool->run([&] { ceiling_step(*pool, r.tensors, r.opt); });
+    return Status::ok();
+  };
+  // One warm-up call per state format, then `repeat` rounds of one timed call each.
+  const auto time_rounds = [&](const auto& call, std::vector<double> StateRun::*samples) -> Status {
+    for (StateRun& r : runs) STRATA_RETURN_IF_ERROR(call(r));
+    for (int round = 0; round < o.repeat; ++round) {
+      for (StateRun& r : runs) {
+        const auto t0 = std::chrono::steady_clock::now();
+        STRATA_RETURN_IF_ERROR(call(r));
+        (r.*samples).push_back(seconds_since(t0));
+      }
+    }
+    return Status::ok();
+  };
+  for (FloatFormat grad : o.grads) {
+    for (size_t count : o.tensor_counts) {
+      for (StateRun& r : runs) {
+        r.buffers.fill(*pool, grad);
+        r.tensors = r.buffers.tensors(count, grad);
+        r.opt = CpuAdamOptions{};
+        r.opt.states = r.states;
+        r.opt.formats = kernels::AdamFormats{grad, o.copy};
+        r.opt.simd = o.simd;
+        r.opt.hyper.weight_decay = 0.01f;
+        r.adam_s.clear();
+        r.ceiling_s.clear();
+        STRATA_RETURN_IF_ERROR(check_against_scalar(r.tensors.front(), r.opt));
+      }
+      STRATA_RETURN_IF_ERROR(time_rounds(adam_step, &StateRun::adam_s));
+      // Last: the ceiling's adds leave meaningless values behind (the next case fills again).
+      STRATA_RETURN_IF_ERROR(time_rounds(ceiling, &StateRun::ceiling_s));
+      const auto f32 = std::find_if(runs.begin(), runs.end(), [](const StateRun& r) { return r.states == AdamStates::f32; });
+      for (const StateRun& r : runs) {
         AdamBenchCase c;
-        c.variant = variant_name(states, grad, o.copy);
-        c.states = states;
+        c.variant = variant_name(r.states, grad, o.copy);
+        c.states = r.states;
         c.grad = grad;
-        c.tensors = tensors.size();
+        c.tensors = r.tensors.size();
         c.params = o.params;
-        c.bytes_per_param = bytes_per_param(states, grad, o.copy);
-        c.seconds = adam_s;
-        c.params_per_s = static_cast<double>(o.params) / adam_s;
-        c.ceiling_params_per_s = static_cast<double>(o.params) / ceiling_s;
+        c.bytes_per_param = bytes_per_param(r.states, grad, o.copy);
+        c.seconds = median(r.adam_s);
+        c.params_per_s = static_cast<double>(o.params) / c.seconds;
+        c.ceiling_params_per_s = static_cast<double>(o.params) / median(r.ceiling_s);
+        if (r.states == AdamStates::q8 && f32 != runs.end()) {
+          c.vs_fp32_states = median_ratio(f32->adam_s, r.adam_s);
+          c.ceiling_vs_fp32_states = median_ratio(f32->ceiling_s, r.ceiling_s);
+        }
         if (o.progress)
           o.progress(fmt::format("  {} tensors={}: {}/s, {}, {:.0f}% of the Adam-pattern ceiling", c.variant, c.tensors,
                                  format_count(c.params_per_s), format_rate(c.params_per_s * c.bytes_per_param),
@@ -335,6 +380,12 @@ std::string adam_bench_table(const AdamBenchReport& r) {
                        format_count(c.ceiling_params_per_s), 100.0 * c.params_per_s / c.ceiling_params_per_s,
                        c.torch_params_per_s ? fmt::format("{:.2f}x", c.params_per_s / *c.torch_params_per_s) : "-");
   }
+  for (const AdamBenchCase& c : r.cases) {
+    if (c.vs_fp32_states)
+      out += fmt::format("8-bit states vs fp32 states, grad={} tensors={}: {:.2f}x the params/s ({:.2f}x the "
+                         "ceiling's; medians of {} interleaved rounds)\n", kernels::float_format_name(c.grad),
+                         c.tensors, *c.vs_fp32_states, c.ceiling_vs_fp32_states.value_or(0.0), r.repeat);
+  }
   for (const TorchPeerResult& t : r.torch)
     out += fmt::format("torch {} {:<6} {:<9} tensors={:<4} {}/s\n", t.version, t.optimizer, t.impl, t.tensors,
                        format_count(t.params_per_s));
@@ -358,6 +409,10 @@ std::string adam_bench_json(const AdamBenchReport& r) {
                         {"gb_per_s", c.params_per_s * c.bytes_per_param / 1e9},
                         {"ceiling_params_per_s", c.ceiling_params_per_s},
                         {"fraction_of_ceiling", c.params_per_s / c.ceiling_params_per_s}};
+    if (c.vs_fp32_states) {
+      j["vs_fp32_states"] = *c.vs_fp32_states;
+      j["ceiling_vs_fp32_states"] = c.ceiling_vs_fp32_states.value_or(0.0);
+    }
     if (c.torch_params_per_s) {
       j["torch_params_per_s"] = *c.torch_params_per_s;
       j["torch_impl"] = c.torch_impl;

@@ -1,7 +1,8 @@
 // `strata bench adam`: CPU Adam throughput at memory bandwidth. For each case (state format x
 // gradient format x tensor count) it checks the kernel against the scalar reference on a slice,
-// warms up, times the median of --repeat steps on a ThreadPool, and measures in the same run the
-// ceiling of this machine with a kernel of Adam's access pattern (kernels/cpu/stream_ceiling.h).
+// warms up, times the median of --repeat steps on a ThreadPool (the state formats of one gradient
+// format and tensor count in turn, round by round), and measures in the same run the ceiling of
+// this machine with a kernel of Adam's access pattern (kernels/cpu/stream_ceiling.h).
 // When python3 can import torch it also times torch.optim.Adam/AdamW (bench/peers/torch_adam.py).
 // Not a correctness test suite (tests/kernels, tests/offload are).
 #pragma once
@@ -45,6 +46,9 @@ struct AdamBenchCase {
   double seconds = 0;  // median step time
   double params_per_s = 0;
   double ceiling_params_per_s = 0;  // the Adam-pattern kernel on the same buffers and threads
+  // 8-bit cases when fp32 states ran too: the median over the interleaved rounds of fp32's step
+  // time over this case's (its params/s over fp32's), and the same for the ceilings.
+  std::optional<double> vs_fp32_states, ceiling_vs_fp32_states;
   std::optional<double> torch_params_per_s;  // fastest torch AdamW at this tensor count
   std::string torch_impl;                    // e.g. "AdamW fused (torch 2.5.1)"
 };
@@ -57,6 +61,7 @@ struct TorchPeerResult {
 
 struct AdamBenchReport {
   int threads = 0;
+  int repeat = 0;
   std::string simd;
   std::vector<AdamBenchCase> cases;
   std::vector<TorchPeerResult> torch;
@@ -65,8 +70,10 @@ struct AdamBenchReport {
 
 StatusOr<AdamBenchReport> run_adam_bench(const AdamBenchOptions& options);
 
-// The final human table (params/s, GB/s, % of ceiling, torch ratio), and the --json document: a
-// list of cases (variant, params, params_per_s, ceiling_params_per_s, torch_params_per_s, ...).
+// The final human table (params/s, GB/s, % of ceiling, torch ratio, and for each 8-bit case its
+// params/s and ceiling over the fp32-state case's with the same gradient format and tensor count),
+// and the --json document: a list of cases (variant, params, params_per_s, ceiling_params_per_s,
+// torch_params_per_s, vs_fp32_states, ...).
 std::string adam_bench_table(const AdamBenchReport& report);
 std::string adam_bench_json(const AdamBenchReport& report);
 

@@ -1,17 +1,29 @@
 // 8-bit-state Adam entry points: dispatch to a SIMD variant the CPU can run (baseline-compiled;
-// AVX variants are called only after cpuid), and the scalar quantize/dequantize helpers.
+// AVX variants are called only after cpuid; AVX-512 has a second build for AVX512_BF16 CPUs), and
+// the scalar quantize/dequantize helpers.
 #include "kernels/cpu/adam8bit.h"
 
+#include "kernels/cpu/adam8bit_bf16.h"
 #include "kernels/cpu/adam8bit_kernel.h"
 #include "kernels/cpu/optim_variants.h"
 
 namespace strata::kernels {
 
+bool detail::cpu_has_avx512_bf16() {
+  return simd_level_supported(SimdLevel::avx512) && __builtin_cpu_supports("avx512bf16");
+}
+
 SimdLevel adam8bit_update(const AdamConstants& c, const AdamFormats& formats, const Adam8bitSpan& span,
                           SimdLevel level) {
   const SimdLevel run = runnable_simd_level(level);
   switch (run) {
-    case SimdLevel::avx512: detail::adam8bit_update_avx512(c, formats, span); break;
+    case SimdLevel::avx512:
+      if (detail::cpu_has_avx512_bf16()) {
+        detail::adam8bit_update_avx512_bf16(c, formats, span);
+      } else {
+        detail::adam8bit_update_avx512(c, formats, span);
+      }
+      break;
     case SimdLevel::avx2: detail::adam8bit_update_avx2(c, formats, span); break;
     case SimdLevel::scalar: detail::adam8bit_update_scalar(c, formats, span); break;
   }

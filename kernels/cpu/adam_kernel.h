@@ -4,6 +4,10 @@
 // Internal to kernels/cpu (include only from the variant files); the API is adam.h.
 #pragma once
 
+#include <xmmintrin.h>  // _mm_sfence (SSE: baseline x86-64)
+
+#include <cstdint>
+
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/simd_ops.h"
 
@@ -17,10 +21,58 @@ typename V::F load_grad(const void* grad, size_t i) {
   if constexpr (G == FloatFormat::f16) return V::load_f16(static_cast<const uint16_t*>(grad) + i);
 }
 
+// The copy-out is written and never read back by the step, so vector variants write it with
+// non-temporal stores where they can: no read-for-ownership of its cache lines (2 of Adam's
+// 30 B/param and of the 8-bit kernel's 18 B/param come back) and no cache pollution. They need
+// each vector's 16-bit elements on their natural boundary (32 bytes for 16 lanes, 16 for 8), which
+// holds for every vector once the range's copy starts on one; otherwise, and for ScalarOps (the
+// reference and the tails), plain stores. Same bits either way.
 template <class V, CopyOut O>
-void store_copy(void* out, size_t i, typename V::F p) {
-  if constexpr (O == CopyOut::bf16) V::store_bf16(static_cast<uint16_t*>(out) + i, p);
-  if constexpr (O == CopyOut::f16) V::store_f16(static_cast<uint16_t*>(out) + i, p);
+bool copy_streams(const void* out) {
+  return O != CopyOut::none && V::kLanes > 1 && reinterpret_cast<uintptr_t>(out) % (2 * V::kLanes) == 0;
+}
+
+template <class V, CopyOut O>
+[[gnu::always_inline]] inline void store_copy_plain(uint16_t* dst, typename V::F p) {
+  if constexpr (O == CopyOut::bf16) V::store_bf16(dst, p);
+  if constexpr (O == CopyOut::f16) V::store_f16(dst, p);
+}
+
+// GCC 12 flags the _mm512_undefined_* inside its own intrinsics as "used uninitialized" once they
+// are inlined into the local below (GCC bug 105593, as in simd_ops.h).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <class V, CopyOut O>
+[[gnu::always_inline]] inline void store_copy(void* out, size_t i, typename V::F p, bool stream = false) {
+  if constexpr (O != CopyOut::none) {
+    auto* dst = static_cast<uint16_t*>(out) + i;
+#if defined(__AVX2__)
+    if constexpr (V::kLanes > 1) {
+      if (stream) {
+        // Converted into a local first (the compiler keeps it in a register), then streamed.
+        alignas(32) uint16_t h[V::kLanes];
+        store_copy_plain<V, O>(h, p);
+        if constexpr (V::kLanes == 16) {
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), _mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+        } else {
+          static_assert(V::kLanes == 8, "a streamed copy is 16 or 8 lanes");
+          _mm_stream_si128(reinterpret_cast<__m128i*>(dst), _mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+        }
+        return;
+      }
+    }
+#endif
+    store_copy_plain<V, O>(dst, p);
+  }
+  (void)stream;
+}
+#pragma GCC diagnostic pop
+
+// Non-temporal stores are weakly ordered: after a range whose copy streamed, a store fence makes
+// them visible before whatever the caller does next (release the range to another thread, start a
+// DMA from it).
+inline void finish_copy_stream(bool streamed) {
+  if (streamed) _mm_sfence();
 }
 
 // The per-step constants broadcast once into vectors.
@@ -38,8 +90,8 @@ struct AdamVecConstants {
 // One element-vector of the update (adam.h gives the formula). `m` and `v` are updated in place;
 // returns the new parameter value. Shared by the fp32-state and the 8-bit-state kernels.
 template <class V, bool kDecoupled>
-typename V::F adam_element(const AdamVecConstants<V>& k, typename V::F p, typename V::F g,
-                           typename V::F& m, typename V::F& v) {
+[[gnu::always_inline]] inline typename V::F adam_element(const AdamVecConstants<V>& k, typename V::F p,
+                                                        typename V::F g, typename V::F& m, typename V::F& v) {
   g = V::mul(g, k.grad_scale);
   if constexpr (kDecoupled) {
     p = V::sub(p, V::mul(k.lr_decay, p));
@@ -54,7 +106,7 @@ typename V::F adam_element(const AdamVecConstants<V>& k, typename V::F p, typena
 
 // Elements [begin, end) of `s`; end - begin must be a multiple of V::kLanes.
 template <class V, FloatFormat G, CopyOut O, bool kDecoupled>
-void adam_range(const AdamConstants& c, const AdamSpan& s, size_t begin, size_t end) {
+void adam_range(const AdamConstants& c, const AdamSpan& s, size_t begin, size_t end, bool stream) {
   const AdamVecConstants<V> k(c);
   for (size_t i = begin; i < end; i += V::kLanes) {
     typename V::F m = V::load(s.m + i);
@@ -63,15 +115,17 @@ void adam_range(const AdamConstants& c, const AdamSpan& s, size_t begin, size_t 
     V::store(s.m + i, m);
     V::store(s.v + i, v);
     V::store(s.param + i, p);
-    store_copy<V, O>(s.copy_out, i, p);
+    store_copy<V, O>(s.copy_out, i, p, stream);
   }
 }
 
 template <class V, FloatFormat G, CopyOut O, bool kDecoupled>
 void adam_span(const AdamConstants& c, const AdamSpan& s) {
   const size_t whole = s.n - s.n % V::kLanes;
-  adam_range<V, G, O, kDecoupled>(c, s, 0, whole);
-  adam_range<ScalarOps, G, O, kDecoupled>(c, s, whole, s.n);
+  const bool stream = copy_streams<V, O>(s.copy_out);
+  adam_range<V, G, O, kDecoupled>(c, s, 0, whole, stream);
+  adam_range<ScalarOps, G, O, kDecoupled>(c, s, whole, s.n, false);
+  finish_copy_stream(stream);
 }
 
 template <class V, FloatFormat G, CopyOut O, bool kDecoupled>

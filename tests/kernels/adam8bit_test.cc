@@ -1,13 +1,21 @@
-// Tests of Adam with 8-bit states (kernels/cpu/adam8bit.h): every SIMD variant against the scalar
+// Tests of Adam with 8-bit states (kernels/cpu/adam8bit.h): every SIMD variant and build against the scalar
 // reference (bit-identical codes, scales, weights and copy: the same IEEE operations in the same
 // order, see adam_test.cc), the quantization error against the bound stated in the header, the
 // drift from fp32 AdamW on a fixed problem, and a small regression that must train to the same loss.
 #include "kernels/cpu/adam8bit.h"
 
 #include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/adam8bit_bf16.h"
+#include "kernels/cpu/optim_variants.h"
+
+#include "tests/kernels/adam_copy_guard.h"
 #include "tests/kernels/optim_test_support.h"
 
 namespace strata::kernels {
@@ -43,11 +51,12 @@ struct Adam8bitBuffers {
   AdamFormats formats;
 };
 
-class Adam8bitVariantTest : public ::testing::TestWithParam<SimdLevel> {};
+// One build of the kernel: a SIMD level through the dispatcher, or a detail:: entry point.
+using Adam8bitRun = std::function<void(const AdamConstants&, const AdamFormats&, const Adam8bitSpan&)>;
 
-TEST_P(Adam8bitVariantTest, MatchesScalarBitForBit) {
-  const SimdLevel level = GetParam();
-  STRATA_SKIP_IF_UNSUPPORTED(level);
+// Two steps of `run` and of the scalar kernel over every test size, gradient format, copy format and
+// mode: weights, codes, scales and copy must be identical.
+void expect_matches_scalar(const Adam8bitRun& run) {
   for (size_t n : testing::kOptimSizes) {
     for (FloatFormat g : {FloatFormat::f32, FloatFormat::bf16, FloatFormat::f16}) {
       for (CopyOut copy : {CopyOut::none, CopyOut::bf16, CopyOut::f16}) {
@@ -59,7 +68,7 @@ TEST_P(Adam8bitVariantTest, MatchesScalarBitForBit) {
           for (int64_t step = 1; step <= 2; ++step) {
             hyper.step = step;
             EXPECT_EQ(ref.run(hyper, SimdLevel::scalar), SimdLevel::scalar);
-            EXPECT_EQ(got.run(hyper, level), level);
+            run(adam_constants(hyper), got.formats, got.span());
           }
           const std::string what = "n=" + std::to_string(n) + " grad=" + std::string(float_format_name(g)) +
                                    " copy=" + std::string(copy_out_name(copy));
@@ -78,8 +87,83 @@ TEST_P(Adam8bitVariantTest, MatchesScalarBitForBit) {
   }
 }
 
+class Adam8bitVariantTest : public ::testing::TestWithParam<SimdLevel> {};
+
+TEST_P(Adam8bitVariantTest, MatchesScalarBitForBit) {
+  const SimdLevel level = GetParam();
+  STRATA_SKIP_IF_UNSUPPORTED(level);
+  expect_matches_scalar([&](const AdamConstants& c, const AdamFormats& f, const Adam8bitSpan& s) {
+    EXPECT_EQ(adam8bit_update(c, f, s, level), level);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Simd, Adam8bitVariantTest, ::testing::Values(SimdLevel::avx2, SimdLevel::avx512),
                          [](const auto& info) { return std::string(simd_level_name(info.param)); });
+
+// The copy is streamed when it starts on a vector boundary and stored plainly otherwise
+// (adam_kernel.h): at every 2-byte offset in a cache line, the same bytes as the scalar kernel and
+// nothing written around them.
+TEST_P(Adam8bitVariantTest, CopyOutAtEveryAlignmentMatchesScalar) {
+  const SimdLevel level = GetParam();
+  STRATA_SKIP_IF_UNSUPPORTED(level);
+  const size_t n = 3 * kAdam8bitBlock + 21;  // a partial last block: the scalar tail too
+  testing::expect_copy_out_at_every_offset([&] { return Adam8bitBuffers(n, FloatFormat::f32, CopyOut::bf16, 23); },
+                                           adam8bit_update, level, 2 * n, "bf16");
+}
+
+// SimdLevel::avx512 runs the AVX512_BF16 build where the CPU has it (adam8bit_bf16.h), and the test
+// above then checks that build: the plain AVX-512 build, which such a CPU never dispatches to, is
+// checked here (elsewhere the test above ran it and the BF16 build cannot run).
+TEST(Adam8bit, PlainAvx512BuildMatchesScalarWhereBf16IsTheDefault) {
+  STRATA_SKIP_IF_UNSUPPORTED(SimdLevel::avx512);
+  if (!detail::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: the plain AVX-512 build is the default";
+  expect_matches_scalar(detail::adam8bit_update_avx512);
+}
+
+// The copy-out conversion of every build on edge cases (ties, denormals, overflow, Inf, NaN): with
+// lr = 0 and zero gradients a finite weight stays as it is, so the copy must be float_to_bf16 /
+// float_to_fp16 of the weight. Denormal weights are where vcvtneps2bf16 (read as zero) and
+// float_to_bf16 differ: the BF16 build must fall back for them.
+TEST(Adam8bit, CopyOutConvertsEdgeCasesInEveryBuild) {
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u, 0x007fffffu,
+                                    0x807f8000u, 0x00800000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu,
+                                    0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x477ff000u,
+                                    0x33000000u, 0x387fe000u, 0xb3c00000u};
+  std::mt19937 rng(9);
+  while (patterns.size() < 3 * kAdam8bitBlock + 5) patterns.push_back(rng() & 0xffbfffffu);  // no sNaN
+  const size_t n = patterns.size();
+  std::vector<std::pair<std::string, Adam8bitRun>> builds = {
+      {"scalar", detail::adam8bit_update_scalar}};
+  if (simd_level_supported(SimdLevel::avx2)) builds.emplace_back("avx2", detail::adam8bit_update_avx2);
+  if (simd_level_supported(SimdLevel::avx512)) builds.emplace_back("avx512", detail::adam8bit_update_avx512);
+  if (detail::cpu_has_avx512_bf16()) builds.emplace_back("avx512+bf16", detail::adam8bit_update_avx512_bf16);
+  AdamHyper hyper;
+  hyper.lr = 0.0f;
+  for (const auto& [name, run] : builds) {
+    for (CopyOut copy : {CopyOut::bf16, CopyOut::f16}) {
+      for (size_t offset : {size_t{0}, size_t{2}}) {  // a streamed copy and a plainly stored one
+        std::vector<float> p(n), g(n, 0.0f), ms(adam8bit_blocks(n), 0.0f), vs(adam8bit_blocks(n), 0.0f);
+        for (size_t i = 0; i < n; ++i) p[i] = bits_float(patterns[i]);
+        std::vector<int8_t> mc(n, 0);
+        std::vector<uint8_t> vc(n, 0);
+        testing::GuardedCopy guarded(2 * n, offset);
+        const auto* out = reinterpret_cast<const uint16_t*>(guarded.data());
+        run(adam_constants(hyper), AdamFormats{FloatFormat::f32, copy},
+            Adam8bitSpan{p.data(), mc.data(), vc.data(), ms.data(), vs.data(), g.data(), guarded.data(), n});
+        for (size_t i = 0; i < n; ++i) {
+          const float x = bits_float(patterns[i]);
+          if (std::isfinite(x) && x != 0.0f) {
+            ASSERT_EQ(float_bits(p[i]), patterns[i]) << name << " weight " << i;
+          }
+          const uint16_t expect = copy == CopyOut::bf16 ? float_to_bf16(p[i]) : float_to_fp16(p[i]);
+          ASSERT_EQ(out[i], expect) << name << " pattern 0x" << std::hex << patterns[i] << " copy "
+                                    << copy_out_name(copy) << " offset " << offset;
+        }
+        EXPECT_EQ(guarded.first_changed_guard(), SIZE_MAX) << name;
+      }
+    }
+  }
+}
 
 // The bounds of adam8bit.h: |m - m_q| <= (2/254 + 1/254^2) s_m and
 // |sqrt(v) - sqrt(v_q)| <= (2/510 + 1/510^2) sqrt(s_v), plus fp32 rounding (1e-6 relative).

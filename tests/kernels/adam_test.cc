@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/kernels/adam_copy_guard.h"
 #include "tests/kernels/optim_test_support.h"
 
 namespace strata::kernels {
@@ -80,6 +81,19 @@ TEST_P(AdamVariantTest, MatchesScalarBitForBit) {
         }
       }
     }
+  }
+}
+
+// The copy is written with non-temporal stores when it starts on a vector boundary and with plain
+// stores otherwise (adam_kernel.h). At every 2-byte offset in a cache line both paths must match
+// the scalar kernel and leave the bytes around the copy alone.
+TEST_P(AdamVariantTest, CopyOutAtEveryAlignmentMatchesScalar) {
+  const SimdLevel level = GetParam();
+  STRATA_SKIP_IF_UNSUPPORTED(level);
+  const size_t n = 1000;  // not a multiple of 16: the scalar tail too
+  for (CopyOut copy : {CopyOut::bf16, CopyOut::f16}) {
+    testing::expect_copy_out_at_every_offset([&] { return AdamBuffers(n, FloatFormat::f32, copy, 17); }, adam_update,
+                                             level, 2 * n, std::string(copy_out_name(copy)));
   }
 }
 

@@ -18,26 +18,30 @@ TEST_P(StreamCeilingTest, TouchesEveryStream) {
   const SimdLevel level = GetParam();
   STRATA_SKIP_IF_UNSUPPORTED(level);
   const size_t n = 1000;  // not a multiple of 16: the tail too
-  for (bool eight_bit : {false, true}) {
-    const std::vector<float> p0 = testing::random_floats(n, 61, -1.0f, 1.0f);
-    const std::vector<float> g = testing::random_floats(n, 62, -1.0f, 1.0f);
-    const auto g16 = testing::encode_floats(g, FloatFormat::bf16);
-    std::vector<float> p = p0, m(n, 2.0f), v(n, 3.0f);
-    std::vector<uint8_t> mc(n, 7), vc(n, 254);
-    std::vector<uint16_t> out(n);
-    const CeilingSpan s{p.data(), eight_bit ? static_cast<void*>(mc.data()) : m.data(),
-                        eight_bit ? static_cast<void*>(vc.data()) : v.data(), g16.data(), out.data(), n};
-    EXPECT_EQ(stream_ceiling(AdamFormats{FloatFormat::bf16, CopyOut::bf16}, eight_bit, s, level), level);
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = bf16_to_float(float_to_bf16(g[i]));
-      ASSERT_EQ(p[i], p0[i] + gi) << i;
-      ASSERT_EQ(out[i], float_to_bf16(p[i])) << i;
-      if (eight_bit) {
-        ASSERT_EQ(mc[i], 8) << i;
-        ASSERT_EQ(vc[i], 255) << i;
-      } else {
-        ASSERT_EQ(m[i], 3.0f) << i;
-        ASSERT_EQ(v[i], 3.0f + gi) << i;
+  // The copy starting on a 64-byte boundary (streamed, as the Adam kernels do) and 2 bytes past one.
+  for (size_t offset : {size_t{0}, size_t{2}}) {
+    for (bool eight_bit : {false, true}) {
+      const std::vector<float> p0 = testing::random_floats(n, 61, -1.0f, 1.0f);
+      const std::vector<float> g = testing::random_floats(n, 62, -1.0f, 1.0f);
+      const auto g16 = testing::encode_floats(g, FloatFormat::bf16);
+      std::vector<float> p = p0, m(n, 2.0f), v(n, 3.0f);
+      std::vector<uint8_t> mc(n, 7), vc(n, 254);
+      std::vector<uint16_t> copy(n + 64);
+      uint16_t* out = copy.data() + ((64 - reinterpret_cast<uintptr_t>(copy.data()) % 64) % 64 + offset) / 2;
+      const CeilingSpan s{p.data(), eight_bit ? static_cast<void*>(mc.data()) : m.data(),
+                          eight_bit ? static_cast<void*>(vc.data()) : v.data(), g16.data(), out, n};
+      EXPECT_EQ(stream_ceiling(AdamFormats{FloatFormat::bf16, CopyOut::bf16}, eight_bit, s, level), level);
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = bf16_to_float(float_to_bf16(g[i]));
+        ASSERT_EQ(p[i], p0[i] + gi) << i;
+        ASSERT_EQ(out[i], float_to_bf16(p[i])) << i;
+        if (eight_bit) {
+          ASSERT_EQ(mc[i], 8) << i;
+          ASSERT_EQ(vc[i], 255) << i;
+        } else {
+          ASSERT_EQ(m[i], 3.0f) << i;
+          ASSERT_EQ(v[i], 3.0f + gi) << i;
+        }
       }
     }
   }
