@@ -38,13 +38,6 @@ std::vector<float> all_masters(const TrainRun& r) {
   return out;
 }
 
-TrainOptions precision_rule(DType dtype) {
-  TrainOptions o = golden_rule();
-  o.dtype = dtype;
-  o.loss_scaler.initial_scale = 1024.0;  // no overflow on the golden problem: the trajectory is unbroken
-  return o;
-}
-
 // Golden trajectory tolerances, relative per loss (the reference is float64 AdamW). The masters
 // and the update are fp32, so the trajectory drifts only by the forward's rounding (the loss
 // itself lands within ~2e-5 bf16 / ~1e-6 fp16, model_golden_test) and by each update computed
@@ -64,24 +57,10 @@ class HalfPrecisionTrajectoryTest : public ::testing::TestWithParam<TrajectoryCa
 TEST_P(HalfPrecisionTrajectoryTest, TenAdamWStepsFollowTheTorchTrajectory) {
   const TrajectoryCase& tc = GetParam();
   const Golden g = open_golden(tc.preset);
-  const std::vector<double> want = g.f64("adamw.losses");
-  TrainRun r = make_run(tc.preset, g, precision_rule(tc.dtype));
-  double worst = 0.0;
-  for (size_t i = 0; i < 10; ++i) {
-    const StepResult s = expect_value(r.trainer->step(same_batch(g)));
-    EXPECT_FALSE(s.skipped) << "step " << s.step;
-    EXPECT_EQ(s.loss_scale.has_value(), tc.dtype == DType::f16);
-    const double rel = std::fabs(s.loss - want[i]) / want[i];
-    EXPECT_LE(rel, tc.tolerance) << "loss before update " << i + 1;
-    worst = std::max(worst, rel);
-  }
-  const double last = expect_value(r.trainer->evaluate(same_batch(g), 1));
-  const double rel = std::fabs(last - want[10]) / want[10];
-  EXPECT_LE(rel, tc.tolerance) << "loss after 10 updates";
-  worst = std::max(worst, rel);
-  EXPECT_EQ(r.trainer->updates_done(), 10u);
-  std::printf("%s %s: losses %.6f -> %.6f, worst relative error %.3g\n", tc.preset.c_str(),
-              std::string(dtype_name(tc.dtype)).c_str(), want[0], last, worst);
+  TrainRun r = make_run(tc.preset, g, golden_rule(tc.dtype));
+  const double worst = testing::check_golden_trajectory(r, g, tc.tolerance);
+  std::printf("%s %s: worst relative error %.3g\n", tc.preset.c_str(), std::string(dtype_name(tc.dtype)).c_str(),
+              worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, HalfPrecisionTrajectoryTest,
@@ -99,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, HalfPrecisionTrajectoryTest,
 // the moments untouched and do not count as Adam updates.
 TEST(Fp16LossScaling, OverflowSkipsTheUpdateAndBacksOff) {
   const Golden g = open_golden("gpt2-tiny");
-  TrainOptions o = precision_rule(DType::f16);
+  TrainOptions o = golden_rule(DType::f16);
   o.loss_scaler.initial_scale = 16777216.0;  // 2^24
   TrainRun r = make_run("gpt2-tiny", g, o);
   const std::vector<float> before = all_masters(r);
@@ -128,7 +107,7 @@ TEST(Fp16LossScaling, OverflowSkipsTheUpdateAndBacksOff) {
 // step (interval 1) multiplies the scale once per step, not K times.
 TEST(Fp16LossScaling, ScaleIsUpdatedOncePerOptimizerStep) {
   const Golden g = open_golden("llama-tiny");
-  TrainOptions o = precision_rule(DType::f16);
+  TrainOptions o = golden_rule(DType::f16);
   o.grad_accum = 2;
   o.loss_scaler.initial_scale = 4.0;
   o.loss_scaler.growth_interval = 1;
@@ -153,7 +132,7 @@ TEST(Fp16LossScaling, TheScaleIsDividedOutOfNormAndUpdate) {
   std::vector<StepResult> runs[2];
   const double scales[2] = {16.0, 1024.0};
   for (int k = 0; k < 2; ++k) {
-    TrainOptions o = precision_rule(DType::f16);
+    TrainOptions o = golden_rule(DType::f16);
     o.loss_scaler.dynamic = false;
     o.loss_scaler.initial_scale = scales[k];
     TrainRun r = make_run("gpt2-tiny", g, o);
@@ -214,7 +193,7 @@ class DeviceOptimizerTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DeviceOptimizerTest, StepsEqualTheCpuOptimizerBitForBit) {
   const Golden g = open_golden("llama-tiny");
-  TrainOptions cpu = precision_rule(GetParam());
+  TrainOptions cpu = golden_rule(GetParam());
   cpu.clip_grad_norm = 0.5;  // the clip multiplier reaches both paths
   TrainOptions device = cpu;
   device.optimizer_device = TrainOptions::OptimizerDevice::device;
