@@ -136,7 +136,7 @@ TEST(CheckpointErrors, MomentFormatMismatchIsRefusedWithTheFlagToPass) {
   TempDir dir;
   TrainRun a = make_run("gpt2-tiny", g, schedule_rule(), /*seed=*/7);
   ASSERT_TRUE(a.trainer->step(batch_of_step(g, *a.trainer)).is_ok());
-  ASSERT_TRUE(save_checkpoint(dir.path(), *a.model, *a.trainer, {.preset = "gpt2-tiny"}).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), *a.model, *a.trainer, {.step = 1, .loader = {}, .seed = 7, .preset = "gpt2-tiny"}).is_ok());
   TrainRun b = make_run("gpt2-tiny", g, schedule_rule({.preset = "gpt2-tiny", .states = AdamStates::q8}), 7);
   const Status s = load_checkpoint_optimizer(dir.path(), *b.trainer);
   EXPECT_EQ(s.code(), Code::invalid_argument);
