@@ -21,6 +21,12 @@ void add_train_config_keys(ConfigSchema& schema) {
   schema.add({.name = "text",
               .type = ValueType::path,
               .help = "A plain text file to train on, one token per byte (instead of --data)"});
+  schema.add({.name = "random_tokens",
+              .type = ValueType::size,
+              .default_text = "0",
+              .help = "Train on this many uniformly random tokens (seeded by --seed; k/M/G count in 1024s) instead "
+                      "of data, to measure throughput without a dataset, e.g. --random-tokens 16M; 0: off",
+              .max = 1ull << 34});
   schema.add({.name = "data_format",
               .type = ValueType::choice,
               .default_text = "auto",

@@ -71,6 +71,10 @@ Status read_data(const Config& config, TrainOptions& o) {
     return error(Code::invalid_argument,
                  "{} and {} are both given; train on token files (--data) or on a text file (--text), not both",
                  describe(config, "data"), describe(config, "text"));
+  o.random_tokens = config.get_size("random_tokens");
+  if (o.random_tokens > 0 && (!o.data.empty() || !o.text.empty()))
+    return error(Code::invalid_argument, "{} replaces the data, but {} is given too; pass one of them",
+                 describe(config, "random_tokens"), describe(config, o.text.empty() ? "data" : "text"));
   const std::string& format = config.get_text("data_format");
   if (format != "auto") {
     STRATA_ASSIGN_OR_RETURN(o.data_format, parse_token_file_kind(format));

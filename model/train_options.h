@@ -28,6 +28,7 @@ struct TrainOptions {
   // Data. Neither data nor text: the built-in corpus (builtin_corpus.h), one byte per token.
   std::vector<std::string> data;             // token file specs as given (may hold globs)
   std::string text;                          // a plain text file, one byte per token ("" = none)
+  uint64_t random_tokens = 0;                // > 0: that many seeded uniform tokens instead of data
   std::optional<TokenFileKind> data_format;  // of data and val_data; nullopt = auto (data_format_for)
   std::vector<std::string> val_data;         // held-out token file specs; empty = hold out val_fraction
   double val_fraction = 0.05;                // in [0, 0.5); 0 when val_data is given
@@ -70,13 +71,14 @@ struct TrainOptions {
   // Returned, not logged: the caller logs each with spdlog::warn.
   std::vector<std::string> warnings;
 
-  bool uses_builtin_corpus() const { return data.empty() && text.empty(); }
+  bool uses_builtin_corpus() const { return data.empty() && text.empty() && random_tokens == 0; }
   bool evaluates() const { return eval_every > 0 && (!val_data.empty() || val_fraction > 0.0); }
 };
 
 // Reads the train keys of `config` (its schema must have them: add_train_config_keys). Errors are
 // invalid_argument naming each key involved and where its value came from:
-//   data and text both given; with text, a data_format other than auto or text;
+//   data and text both given, or random_tokens with either; with text, a data_format other than
+//   auto or text;
 //   val_data and an explicit val_fraction > 0 both given; val_fraction of 0.5;
 //   train_batch_size not micro_batch x grad_accum when all three are given, or, when one of those
 //   two is not given, not a multiple of the other (the missing one is derived as the quotient);

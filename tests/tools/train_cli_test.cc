@@ -1,6 +1,7 @@
 // `strata train` end to end on the CPU backend: a short run prints one progress line per step
 // and writes one --metrics JSON line per step with the required fields; a text file trains too;
 // a checkpointed run resumes bit-identically; unsupported precision, an unknown preset, a too-long sequence and a missing file exit 2.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,25 @@ TEST(TrainCli, Bf16AndFp16Train) {
     EXPECT_LT(lines.back().at("loss").get<double>(), lines.front().at("loss").get<double>() - 0.5) << r.err;
     EXPECT_EQ(lines.front().contains("loss_scale"), extra[1] == "fp16");
   }
+}
+
+// Random tokens stand in for data (throughput runs): uniform over the preset's vocabulary, so the
+// first loss is about ln(V); the same seed gives the same losses. Not together with --text.
+TEST(TrainCli, RandomTokensTrainWithoutData) {
+  const std::vector<std::string> args = {"train", "--device", "cpu", "--preset", "llama-tiny", "--random-tokens",
+                                         "64K", "--steps", "2", "--eval-every", "0"};
+  CliResult a = run_cli(args), b = run_cli(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("65536 random tokens"), std::string::npos) << a.err;
+  const size_t at = a.err.find("/2 | loss ");
+  ASSERT_NE(at, std::string::npos) << a.err;
+  EXPECT_NEAR(std::stod(a.err.substr(at + 10)), std::log(256.0), 0.3) << a.err;  // llama-tiny: V = 256
+  EXPECT_EQ(count_lines_with(b.err, "/2 | loss "), 2) << b.err;
+  EXPECT_EQ(a.err.substr(at, 20), b.err.substr(b.err.find("/2 | loss "), 20));
+  CliResult both = run_cli({"train", "--random-tokens", "1M", "--text", "/etc/hostname"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("random_tokens"), std::string::npos) << both.err;
+  EXPECT_NE(both.err.find("pass one of them"), std::string::npos) << both.err;
 }
 
 TEST(TrainCli, AnIntegerDtypeIsRefused) {

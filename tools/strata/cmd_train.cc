@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <spdlog/spdlog.h>
@@ -80,11 +81,31 @@ StatusOr<TokenDataset> open_token_files(const TrainOptions& o, const std::vector
 struct Datasets {
   TokenDataset train;
   std::optional<TokenDataset> val;
+  std::shared_ptr<const std::vector<uint32_t>> random;  // the tokens of --random-tokens, which the datasets use
 };
 
-StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab) {
+// `count` tokens uniform over [0, vocab), from splitmix64 seeded with `seed`: the same for a seed.
+std::shared_ptr<const std::vector<uint32_t>> random_tokens(uint64_t count, uint32_t vocab, uint64_t seed) {
+  auto tokens = std::make_shared<std::vector<uint32_t>>(count);
+  uint64_t state = seed ^ 0x5eed5eed5eed5eedull;
+  for (uint32_t& t : *tokens) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    t = uint32_t((z ^ (z >> 31)) % vocab);
+  }
+  return tokens;
+}
+
+StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab, uint64_t seed) {
   std::optional<TokenDataset> all;
-  if (o.uses_builtin_corpus()) {
+  std::shared_ptr<const std::vector<uint32_t>> random;
+  if (o.random_tokens > 0) {
+    random = random_tokens(o.random_tokens, vocab, seed);
+    STRATA_ASSIGN_OR_RETURN(all, TokenDataset::from_memory("random tokens", std::as_bytes(std::span(*random)),
+                                                           {.kind = model::TokenFileKind::raw_u32, .vocab_size = vocab}));
+    spdlog::info("data: {} random tokens, uniform over the vocabulary of {} (seed {})", all->size(), vocab, seed);
+  } else if (o.uses_builtin_corpus()) {
     STRATA_ASSIGN_OR_RETURN(all, open_builtin_corpus(vocab));
     spdlog::info("data: the built-in corpus, {} ({} byte tokens)", model::builtin_corpus_name(), all->size());
   } else if (!o.text.empty()) {
@@ -96,13 +117,13 @@ StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab) {
   }
   if (!o.val_data.empty()) {
     STRATA_ASSIGN_OR_RETURN(TokenDataset val, open_token_files(o, o.val_data, vocab));
-    return Datasets{std::move(*all), std::move(val)};
+    return Datasets{std::move(*all), std::move(val), random};
   }
   if (o.val_fraction > 0.0) {
     STRATA_ASSIGN_OR_RETURN(auto split, all->split_tail(o.val_fraction));
-    return Datasets{std::move(split.first), std::move(split.second)};
+    return Datasets{std::move(split.first), std::move(split.second), random};
   }
-  return Datasets{std::move(*all), std::nullopt};
+  return Datasets{std::move(*all), std::nullopt, random};
 }
 
 StatusOr<std::unique_ptr<Backend>> make_train_backend(const Config& config, const TrainOptions& o) {
@@ -162,7 +183,7 @@ int train(const Config& config) {
                    o.resume_path, st->seed, seed);
     resumed = *st;
   }
-  StatusOr<Datasets> data = open_datasets(o, uint32_t(mc->vocab));
+  StatusOr<Datasets> data = open_datasets(o, uint32_t(mc->vocab), seed);
   if (!data.is_ok()) return fail(data.status());
   StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config, o);
   if (!backend.is_ok()) return fail(backend.status());
