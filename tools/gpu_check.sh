@@ -8,7 +8,7 @@
 # Usage: tools/gpu_check.sh [LOG_DIR]   Environment: BUILD_DIR (default build-gpu),
 # STRATA_CMAKE_ARGS (extra cmake args), GPU_CHECK_STEPS (default 30), GPU_CHECK_BATCH (default 16).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 LOG_DIR=${1:-gpu-check-logs}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 STEPS=${GPU_CHECK_STEPS:-30}
