@@ -98,8 +98,9 @@ StatusOr<CheckpointState> read_checkpoint_state(const std::string& dir, std::str
   const auto it = opt.metadata().find("strata_preset");
   s.preset = it == opt.metadata().end() ? "" : it->second;
   if (s.preset != preset)
-    return error(Code::invalid_argument, "{} was trained as preset '{}', not '{}'; pass --preset {}", dir, s.preset,
-                 preset, s.preset);
+    return error(Code::invalid_argument,
+                 "{} was trained as model '{}', not '{}'; pass the preset (and dimension flags) it was trained with",
+                 dir, s.preset, preset);
   return s;
 }
 

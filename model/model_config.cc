@@ -78,6 +78,36 @@ StatusOr<ModelConfig> model_preset(std::string_view name) {
                fmt::join(names, ", "));
 }
 
+StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOverrides& o) {
+  STRATA_ASSIGN_OR_RETURN(ModelConfig c, model_preset(preset));
+  if (!o.any()) return c;
+  std::vector<std::string> changed;
+  const auto set = [&changed](int64_t& field, int64_t value, const char* name) {
+    if (value <= 0) return;
+    field = value;
+    changed.push_back(fmt::format("{}={}", name, value));
+  };
+  if (o.arch && *o.arch != c.arch) {
+    c.arch = *o.arch;
+    c.tied_head = c.arch == Arch::gpt2;
+    changed.push_back(fmt::format("arch={}", arch_name(c.arch)));
+  }
+  set(c.vocab, o.vocab, "vocab");
+  set(c.max_seq, o.max_seq, "max_seq");
+  set(c.dim, o.dim, "dim");
+  set(c.n_layer, o.n_layer, "n_layer");
+  set(c.n_head, o.n_head, "n_head");
+  set(c.n_kv_head, o.n_kv_head, "n_kv_head");
+  set(c.ffn_hidden, o.ffn_hidden, "ffn_hidden");
+  if (o.n_kv_head <= 0 && (c.arch == Arch::gpt2 || c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0))
+    c.n_kv_head = c.n_head;
+  if (o.dim > 0 && o.ffn_hidden <= 0)
+    c.ffn_hidden = c.arch == Arch::gpt2 ? 4 * c.dim : (8 * c.dim / 3 + 255) / 256 * 256;
+  c.name = fmt::format("{}[{}]", preset, fmt::join(changed, ","));
+  STRATA_RETURN_IF_ERROR(validate(c));
+  return c;
+}
+
 Status validate(const ModelConfig& c) {
   const std::array<std::pair<const char*, int64_t>, 7> dims = {{{"vocab", c.vocab},
                                                                 {"max_seq", c.max_seq},

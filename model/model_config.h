@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,24 @@ struct ModelConfig {
 // test models gpt2-tiny and llama-tiny (tests/data/golden). not_found lists the known names.
 StatusOr<ModelConfig> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
+
+// Explicit dimensions over a preset (`strata train --preset llama-7b --n-layer 4`): each field
+// that is set (> 0, or arch given) replaces the preset's. Fields that follow from others follow
+// them unless given too: a changed arch sets the head's tying (GPT-2 tied, LLaMA untied); GPT-2's
+// n_kv_head is n_head, as is LLaMA's when the preset's no longer divides n_head; a changed dim
+// gives GPT-2 ffn_hidden 4 * dim and LLaMA 8/3 * dim rounded up to a multiple of 256.
+struct ModelOverrides {
+  std::optional<Arch> arch;
+  int64_t vocab = 0, max_seq = 0, dim = 0, n_layer = 0, n_head = 0, n_kv_head = 0, ffn_hidden = 0;
+  bool any() const {
+    return arch || vocab > 0 || max_seq > 0 || dim > 0 || n_layer > 0 || n_head > 0 || n_kv_head > 0 || ffn_hidden > 0;
+  }
+};
+
+// The preset `preset` with `overrides` applied, validated. With overrides its name records them,
+// e.g. "llama-7b[n_layer=4]": checkpoints compare names, so a resume with other dimensions is
+// refused. Errors: model_preset's, validate's.
+StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOverrides& overrides);
 
 // invalid_argument naming the first problem and how to fix it: a dimension < 1, dim not a
 // multiple of n_head, n_head not a multiple of n_kv_head, GPT-2 with n_kv_head != n_head, an odd

@@ -3,7 +3,9 @@
 // (1.02M tokens), about 30 s on 2 CPU cores, the loss falling from ~5.5 to ~2.4 (val ~2.35).
 #include "model/train_config_keys.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace strata::model {
 
@@ -14,6 +16,25 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::text,
               .default_text = std::string(kDefaultTrainPreset),
               .help = "Model to train, by preset name (gpt2-tiny, gpt2-124m, llama-1b, ...; an unknown name lists them)"});
+  schema.add({.name = "arch",
+              .type = ValueType::choice,
+              .default_text = "preset",
+              .help = "Model architecture over the preset's: gpt2 (LayerNorm, GELU, learned positions, tied head) "
+                      "or llama (RMSNorm, SwiGLU, RoPE, GQA, untied head); preset: the preset's",
+              .choices = {"preset", "gpt2", "llama"}});
+  // Explicit dimensions: each replaces the preset's when above 0 (model_config.h: ModelOverrides).
+  constexpr int64_t kMaxDim = 1LL << 31;
+  for (const auto& [name, help] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"n_layer", "Transformer layers (L) instead of the preset's; 0: the preset's"},
+           {"dim", "Residual width (C) instead of the preset's (ffn_hidden follows unless given); 0: the preset's"},
+           {"n_head", "Query heads (NH, dividing dim) instead of the preset's; 0: the preset's"},
+           {"n_kv_head", "Key/value heads (NKV, dividing n_head; GPT-2: = n_head) instead of the preset's; 0: the "
+                         "preset's"},
+           {"ffn_hidden", "MLP width (H) instead of the preset's; 0: the preset's (or the one dim implies)"},
+           {"vocab", "Vocabulary size (V) instead of the preset's; 0: the preset's"},
+           {"max_seq", "Longest sequence (GPT-2: position rows) instead of the preset's; 0: the preset's"}}) {
+    schema.add({.name = name, .type = ValueType::integer, .default_text = "0", .help = help, .min = 0, .max = kMaxDim});
+  }
   schema.add({.name = "data",
               .type = ValueType::path_list,
               .help = "Training token files (comma list; globs such as data/train_*.bin); neither this nor --text: "

@@ -64,6 +64,18 @@ Status read_batch(const Config& config, TrainOptions& o) {
   return Status::ok();
 }
 
+void read_model_overrides(const Config& config, TrainOptions& o) {
+  const std::string& arch = config.get_text("arch");
+  if (arch != "preset") o.model.arch = arch == "llama" ? Arch::llama : Arch::gpt2;
+  o.model.n_layer = config.get_int("n_layer");
+  o.model.dim = config.get_int("dim");
+  o.model.n_head = config.get_int("n_head");
+  o.model.n_kv_head = config.get_int("n_kv_head");
+  o.model.ffn_hidden = config.get_int("ffn_hidden");
+  o.model.vocab = config.get_int("vocab");
+  o.model.max_seq = config.get_int("max_seq");
+}
+
 Status read_data(const Config& config, TrainOptions& o) {
   o.data = config.get_list("data");
   o.text = config.get_text("text");
@@ -268,6 +280,7 @@ Status read_loss_scaling(const Config& config, TrainOptions& o) {
 StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   TrainOptions o;
   o.preset = config.get_text("preset");
+  read_model_overrides(config, o);
   STRATA_RETURN_IF_ERROR(read_data(config, o));
   // A DeepSpeed file gives the schedule's length (total_num_steps) but not the run's: then the run
   // is as long as the schedule.

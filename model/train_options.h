@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/adam.h"
 #include "model/loss_scaler.h"
+#include "model/model_config.h"
 #include "model/lr_schedule.h"
 #include "model/token_dataset.h"
 #include "offload/cpu_adam.h"
@@ -23,7 +24,8 @@
 namespace strata::model {
 
 struct TrainOptions {
-  std::string preset;  // model preset name, e.g. "gpt2-tiny" (resolved by model_preset())
+  std::string preset;     // model preset name, e.g. "gpt2-tiny"
+  ModelOverrides model;   // explicit dimensions over the preset (model_config_with() resolves both)
 
   // Data. Neither data nor text: the built-in corpus (builtin_corpus.h), one byte per token.
   std::vector<std::string> data;             // token file specs as given (may hold globs)

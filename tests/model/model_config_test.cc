@@ -200,5 +200,41 @@ TEST(ParamLayoutTest, SlotNamesFollowTheStruct) {
   EXPECT_EQ(gp.lm_head, &value);
 }
 
+// Explicit dimensions over a preset: the given fields replace the preset's, the dependent ones
+// follow, and the name records what changed.
+TEST(ModelConfigWithTest, OverridesReplaceThePresetsDimensions) {
+  const ModelConfig base = expect_value(model_preset("llama-7b"));
+  const ModelConfig same = expect_value(model_config_with("llama-7b", {}));
+  EXPECT_EQ(same.name, "llama-7b");
+  EXPECT_EQ(same.n_layer, base.n_layer);
+  const ModelConfig shallow = expect_value(model_config_with("llama-7b", {.n_layer = 2}));
+  EXPECT_EQ(shallow.name, "llama-7b[n_layer=2]");
+  EXPECT_EQ(shallow.n_layer, 2);
+  EXPECT_EQ(shallow.dim, base.dim);
+  EXPECT_EQ(shallow.ffn_hidden, base.ffn_hidden);
+  // A new width: GPT-2's MLP follows at 4C; LLaMA's at 8C/3 rounded up to 256 (768 -> 2048).
+  const ModelConfig wide = expect_value(model_config_with("gpt2-124m", {.dim = 1024, .n_head = 16}));
+  EXPECT_EQ(wide.ffn_hidden, 4096);
+  EXPECT_EQ(wide.n_kv_head, 16);
+  EXPECT_EQ(wide.name, "gpt2-124m[dim=1024,n_head=16]");
+  const ModelConfig narrow = expect_value(model_config_with("llama-1b", {.dim = 768, .n_head = 12}));
+  EXPECT_EQ(narrow.ffn_hidden, 2048);
+  EXPECT_EQ(narrow.n_head % narrow.n_kv_head, 0);
+  // Another architecture brings its head tying.
+  const ModelConfig as_llama = expect_value(model_config_with("gpt2-tiny", {.arch = Arch::llama}));
+  EXPECT_FALSE(as_llama.tied_head);
+  EXPECT_EQ(as_llama.name, "gpt2-tiny[arch=llama]");
+  EXPECT_GT(parameter_count(as_llama), 0u);
+}
+
+TEST(ModelConfigWithTest, ImpossibleDimensionsAreRefusedWithTheFix) {
+  const auto bad = model_config_with("gpt2-124m", {.n_head = 7});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), Code::invalid_argument);
+  EXPECT_NE(bad.status().message().find("gpt2-124m[n_head=7]"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("not a multiple of n_head 7"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(model_config_with("gpt2-125m", {.n_layer = 1}).status().code(), Code::not_found);
+}
+
 }  // namespace
 }  // namespace strata::model

@@ -151,6 +151,17 @@ TEST(TrainCli, RandomTokensTrainWithoutData) {
   EXPECT_NE(both.err.find("pass one of them"), std::string::npos) << both.err;
 }
 
+// Explicit dimensions over a preset: the run trains the changed model and names it.
+TEST(TrainCli, DimensionFlagsChangeThePreset) {
+  CliResult r = run_cli({"train", "--device", "cpu", "--preset", "llama-tiny", "--n-layer", "1", "--dim", "32",
+                         "--n-head", "4", "--steps", "2", "--eval-every", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("model: llama-tiny[dim=32,n_layer=1,n_head=4]"), std::string::npos) << r.err;
+  CliResult bad = run_cli({"train", "--preset", "llama-tiny", "--n-head", "5"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("not a multiple of n_head 5"), std::string::npos) << bad.err;
+}
+
 TEST(TrainCli, AnIntegerDtypeIsRefused) {
   CliResult r = run_cli({"train", "--dtype", "u8"});
   EXPECT_EQ(r.exit_code, 2);

@@ -162,17 +162,17 @@ int train(const Config& config) {
   const TrainOptions& o = *parsed;
   for (const std::string& w : o.warnings) spdlog::warn("{}", w);
   if (Status s = model::check_trainer_options(o); !s.is_ok()) return report_error(s.message(), kExitUsage);
-  StatusOr<model::ModelConfig> mc = model::model_preset(o.preset);
+  StatusOr<model::ModelConfig> mc = model::model_config_with(o.preset, o.model);
   if (!mc.is_ok()) return report_error(mc.status().message(), kExitUsage);
   if (int64_t(o.seq) > mc->max_seq)
     return report_error(fmt::format("--seq {} is longer than {}'s {} positions; pass --seq {} or less", o.seq,
-                                    o.preset, mc->max_seq, mc->max_seq),
+                                    mc->name, mc->max_seq, mc->max_seq),
                         kExitUsage);
   auto fail = [](const Status& s) { return report_error(s.message(), exit_code_for(s)); };
   const uint64_t seed = uint64_t(config.get_int("seed"));
   std::optional<model::CheckpointState> resumed;
   if (!o.resume_path.empty()) {
-    StatusOr<model::CheckpointState> st = model::read_checkpoint_state(o.resume_path, o.preset);
+    StatusOr<model::CheckpointState> st = model::read_checkpoint_state(o.resume_path, mc->name);
     if (!st.is_ok()) return fail(st.status());
     if (st->step >= o.steps)
       return report_error(fmt::format("{} has already trained {} steps; pass --steps above {} to continue",
@@ -230,7 +230,7 @@ int train(const Config& config) {
     if (!m.is_ok()) return fail(m.status());
     metrics.emplace(std::move(*m));
   }
-  spdlog::info("model: {} ({} parameters, {}{}), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", o.preset,
+  spdlog::info("model: {} ({} parameters, {}{}), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", mc->name,
                model::parameter_count(*mc), dtype_name(o.dtype), o.dtype == DType::f32 && o.tf32 ? " with TF32" : "",
                o.steps, o.grad_accum, o.micro_batch, o.seq, o.optimizer, o.lr_schedule.peak_lr,
                model::lr_decay_name(o.lr_schedule.decay));
@@ -275,7 +275,7 @@ int train(const Config& config) {
                           (m.step == o.steps || (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0));
     if (save_now) {
       const model::CheckpointState state{
-          .step = m.step, .loader = (*train_loader)->position(), .seed = seed, .preset = o.preset};
+          .step = m.step, .loader = (*train_loader)->position(), .seed = seed, .preset = mc->name};
       if (Status s = model::save_checkpoint(o.checkpoint_dir, **net, **trainer, state); !s.is_ok())
         return report_error(fmt::format("checkpoint at step {}: {}", m.step, s.message()));
       spdlog::info("checkpoint: step {} written to {}", m.step, o.checkpoint_dir);
