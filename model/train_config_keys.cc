@@ -333,6 +333,19 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 1e-30,
               .max = 16777216.0,
               .file_aliases = {"fp16.min_loss_scale"}});
+  // DeepSpeed fixes these at 2 and 0.5 (no config keys there); PyTorch's GradScaler exposes them.
+  schema.add({.name = "loss_scale_growth",
+              .type = ValueType::real,
+              .default_text = "2",
+              .help = "fp16: the dynamic loss scale is multiplied by this after loss_scale_window good steps",
+              .min = 1.0001,
+              .max = 1024});
+  schema.add({.name = "loss_scale_backoff",
+              .type = ValueType::real,
+              .default_text = "0.5",
+              .help = "fp16: the dynamic loss scale is multiplied by this on an overflow (after the hysteresis)",
+              .min = 1e-6,
+              .max = 0.9999});
 
   add_ignored_deepspeed_paths(schema);
 }

@@ -245,7 +245,8 @@ Status read_schedule(const Config& config, TrainOptions& o) {
 Status read_loss_scaling(const Config& config, TrainOptions& o) {
   static constexpr std::string_view kFp16Keys[] = {"loss_scale", "loss_scale_initial_power",
                                                    "loss_scale_window", "loss_scale_hysteresis",
-                                                   "loss_scale_min", "loss_scale_consecutive_hysteresis"};
+                                                   "loss_scale_min", "loss_scale_consecutive_hysteresis",
+                                                   "loss_scale_growth", "loss_scale_backoff"};
   LossScalerOptions& l = o.loss_scaler;
   const double fixed = config.get_real("loss_scale");
   l.dynamic = fixed == 0.0;
@@ -254,6 +255,8 @@ Status read_loss_scaling(const Config& config, TrainOptions& o) {
   l.hysteresis = static_cast<uint32_t>(config.get_int("loss_scale_hysteresis"));
   l.consecutive_hysteresis = config.get_bool("loss_scale_consecutive_hysteresis");
   l.min_scale = config.get_real("loss_scale_min");
+  l.growth_factor = config.get_real("loss_scale_growth");
+  l.backoff_factor = config.get_real("loss_scale_backoff");
 
   if (o.dtype != DType::f16) {
     std::string set_keys;

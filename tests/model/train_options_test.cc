@@ -196,6 +196,18 @@ TEST(TrainOptionsTest, Fp16KeysWithoutFp16AreAWarningNotAnError) {
   EXPECT_EQ(fp16.loss_scaler.growth_interval, 500u);
 }
 
+TEST(TrainOptionsTest, Fp16GrowthAndBackoffFactorsAreSettable) {
+  const TrainOptions d = expect_value(options_from({{"--dtype", "fp16"}}));
+  EXPECT_EQ(d.loss_scaler.growth_factor, 2.0);
+  EXPECT_EQ(d.loss_scaler.backoff_factor, 0.5);
+  const TrainOptions o = expect_value(
+      options_from({{"--dtype", "fp16"}, {"--loss-scale-growth", "4"}, {"--loss-scale-backoff", "0.25"}}));
+  EXPECT_EQ(o.loss_scaler.growth_factor, 4.0);
+  EXPECT_EQ(o.loss_scaler.backoff_factor, 0.25);
+  expect_error(options_from({{"--dtype", "fp16"}, {"--loss-scale-backoff", "1"}}), Code::out_of_range,
+               {"loss_scale_backoff"});
+}
+
 TEST(TrainOptionsTest, Fp16MinimumScaleAboveTheInitialScaleIsAnError) {
   expect_error(options_from({{"--dtype", "fp16"}, {"--loss-scale-initial-power", "4"}, {"--loss-scale-min", "32"}}),
                Code::invalid_argument, {"loss_scale_min 32", "2^4 = 16", "flag --loss-scale-initial-power"});
