@@ -146,6 +146,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
   loss_copied_ = backend_.create_event();
   grads_ready_ = backend_.create_event();
   params_sent_ = backend_.create_event();
+  for (size_t c = 0; c < layout.chunks.size(); ++c) chunk_arrived_.push_back(backend_.create_event());
   return Status();
 }
 
@@ -320,7 +321,7 @@ StatusOr<double> Trainer::grad_norm_squared() {
 // AdamW over every tensor: fp32 masters and moments (or 8-bit codes), the gradient in the working
 // precision times `grad_multiplier` (clipping / loss scale), and for 16-bit training the rounded
 // weights written in the same pass into weights_out_ (the next h2d copy's source).
-Status Trainer::adam_update(double lr, double grad_multiplier) {
+Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
   const bool q8 = options_.adam_states == AdamStates::q8;
@@ -329,6 +330,7 @@ Status Trainer::adam_update(double lr, double grad_multiplier) {
   std::vector<CpuAdamTensor> decay, no_decay;
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
+    if (size_t(p.chunk) != chunk) continue;
     const uint64_t work_at = chunk_offsets_[p.chunk] + p.offset;
     const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
     CpuAdamTensor t;
@@ -395,6 +397,31 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
   return Status::ok();
 }
 
+// The CPU optimizer's update as a chunk pipeline: every chunk's gradients are queued D2H at once;
+// the host updates chunk c as soon as it has arrived (while later chunks are still in flight) and
+// queues its weights H2D at once (while it updates chunk c + 1). The same arithmetic per tensor as
+// one pass over everything: the order of the chunks does not change a bit.
+Status Trainer::cpu_update(double lr, double grad_multiplier) {
+  const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
+  const std::byte* weights = options_.dtype == DType::f32 ? masters_.data() : weights_out_.data();
+  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *computed_));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    STRATA_RETURN_IF_ERROR(
+        backend_.copy_to_host(grads_.data() + chunk_offsets_[c], device_grads_[c], chunks[c].bytes, Stream::d2h));
+    STRATA_RETURN_IF_ERROR(backend_.record(*chunk_arrived_[c], Stream::d2h));
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*chunk_arrived_[c]));
+    STRATA_RETURN_IF_ERROR(adam_update(lr, grad_multiplier, c));
+    STRATA_RETURN_IF_ERROR(
+        backend_.copy_to_device(device_params_[c], weights + chunk_offsets_[c], chunks[c].bytes, Stream::h2d));
+  }
+  STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, Stream::h2d));
+  return backend_.wait(Stream::compute, *params_sent_);  // the next forward reads them
+}
+
 StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   StepResult r;
   r.step = steps_done_ + 1;
@@ -433,11 +460,8 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     ++updates_done_;
     return r;
   }
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, grads_.data(), ParamState::gradients));
-  STRATA_RETURN_IF_ERROR(adam_update(r.lr, r.clip_scale / loss_scale));
+  STRATA_RETURN_IF_ERROR(cpu_update(r.lr, r.clip_scale / loss_scale));
   ++updates_done_;
-  const bool f32 = options_.dtype == DType::f32;
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/true, f32 ? masters_.data() : weights_out_.data(), ParamState::weights));
   return r;
 }
 

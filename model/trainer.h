@@ -118,7 +118,9 @@ class Trainer {
   StatusOr<double> grad_norm_squared();
   // Device chunks <-> pinned host buffer laid out like model().layout() (the working precision).
   Status copy_chunks(bool to_device, std::byte* host, ParamState state);
-  Status adam_update(double lr, double grad_multiplier);
+  // AdamW over the tensors of chunk `chunk` on the CPU (thread pool).
+  Status adam_update(double lr, double grad_multiplier, size_t chunk);
+  Status cpu_update(double lr, double grad_multiplier);
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
   Status copy_device_state(bool to_device);
@@ -148,6 +150,7 @@ class Trainer {
   std::byte* device_m_ = nullptr;
   std::byte* device_v_ = nullptr;
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_, grads_ready_, params_sent_;
+  std::vector<std::unique_ptr<Event>> chunk_arrived_;  // per chunk: its gradients are on the host
   uint64_t steps_done_ = 0;
   uint64_t updates_done_ = 0;
 };
