@@ -14,18 +14,9 @@
 namespace strata::model {
 namespace {
 
-// The device address of `spec` in the weights or gradients of `model`: the slot pointer the
-// model exposes, moved from the slot's start to the tensor's (fused q|k|v rows, gate|up).
+// The device address of `spec` in the weights or gradients of `model`.
 std::byte* device_tensor(const Transformer& model, const ParamSpec& spec, ParamState state) {
-  std::byte* slot = nullptr;
-  if (spec.layer >= 0) {
-    LayerParams p = state == ParamState::weights ? model.layer_params(spec.layer) : model.layer_grads(spec.layer);
-    slot = slot_field(p, LayerSlot(spec.slot));
-  } else {
-    GlobalParams p = state == ParamState::weights ? model.params() : model.grads();
-    slot = slot_field(p, GlobalSlot(spec.slot));
-  }
-  return slot + (spec.offset - spec.slot_offset);
+  return model.chunk(spec.chunk, state) + spec.offset;
 }
 
 // Targets that count toward the loss (not kernels::kIgnoreTarget), from the host copy of the batch.
@@ -97,13 +88,6 @@ Status Trainer::allocate(PinnedPool& pinned) {
   chunk_offsets_ = chunk_starts(layout);
   master_offsets_ = chunk_starts(masters);
   const uint64_t total = chunk_offsets_.back(), master_total = master_offsets_.back();
-  device_params_.assign(layout.chunks.size(), nullptr);
-  device_grads_.assign(layout.chunks.size(), nullptr);
-  for (const ParamSpec& p : layout.params) {
-    if (device_params_[p.chunk] != nullptr) continue;
-    device_params_[p.chunk] = device_tensor(model_, p, ParamState::weights) - p.offset;
-    device_grads_[p.chunk] = device_tensor(model_, p, ParamState::gradients) - p.offset;
-  }
   const bool q8 = options_.adam_states == AdamStates::q8;
   scale_offsets_ = {0};
   for (const ParamSpec& p : layout.params) scale_offsets_.push_back(scale_offsets_.back() + kernels::adam8bit_blocks(p.elements));
@@ -131,6 +115,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
     STRATA_ASSIGN_OR_RETURN(*buffer, pinned.acquire(bytes));
     std::memset(buffer->data(), 0, bytes);
   }
+  if (!on_device) build_cpu_tensors();
   STRATA_ASSIGN_OR_RETURN(scalars_, pinned.acquire(sizeof(float)));
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
@@ -254,18 +239,16 @@ uint64_t Trainer::host_bytes() const {
 
 Status Trainer::copy_chunks(bool to_device, std::byte* host, ParamState state) {
   const ParamLayout& layout = model_.layout();
-  const std::vector<std::byte*>& device = state == ParamState::weights ? device_params_ : device_grads_;
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   Event& done = to_device ? *params_sent_ : *grads_ready_;
   // The copy starts after the compute work queued so far (backward, or the last forward).
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
   for (size_t c = 0; c < layout.chunks.size(); ++c) {
-    if (device[c] == nullptr) continue;
     std::byte* h = host + chunk_offsets_[c];
     const uint64_t bytes = layout.chunks[c].bytes;
-    STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device[c], h, bytes, stream)
-                                     : backend_.copy_to_host(h, device[c], bytes, stream));
+    STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(model_.chunk(c, state), h, bytes, stream)
+                                     : backend_.copy_to_host(h, model_.chunk(c, state), bytes, stream));
   }
   STRATA_RETURN_IF_ERROR(backend_.record(done, stream));
   if (to_device) return backend_.wait(Stream::compute, done);  // the next forward reads them
@@ -318,19 +301,17 @@ StatusOr<double> Trainer::grad_norm_squared() {
   return double(*scalars_.as<float>());
 }
 
-// AdamW over every tensor: fp32 masters and moments (or 8-bit codes), the gradient in the working
-// precision times `grad_multiplier` (clipping / loss scale), and for 16-bit training the rounded
-// weights written in the same pass into weights_out_ (the next h2d copy's source).
-Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
+// The CPU optimizer's tensors, per chunk and decay group: pointers into the pinned buffers, which
+// never move, so they are built once. fp32 masters and moments (or 8-bit codes), the gradient in
+// the working precision and, for 16-bit training, the rounded weights written into weights_out_.
+void Trainer::build_cpu_tensors() {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
   const bool q8 = options_.adam_states == AdamStates::q8;
   const bool copy = options_.dtype != DType::f32;
-  // Two groups: tensors that decay (>= 2 dims) and those that do not (norms, biases).
-  std::vector<CpuAdamTensor> decay, no_decay;
+  cpu_tensors_.assign(layout.chunks.size(), {});
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    if (size_t(p.chunk) != chunk) continue;
     const uint64_t work_at = chunk_offsets_[p.chunk] + p.offset;
     const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
     CpuAdamTensor t;
@@ -347,8 +328,14 @@ Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
     t.grad = grads_.data() + work_at;
     t.copy_out = copy ? weights_out_.data() + work_at : nullptr;
     t.n = p.elements;
-    (p.weight_decay ? decay : no_decay).push_back(t);
+    CpuChunkTensors& chunk = cpu_tensors_[p.chunk];
+    (p.weight_decay ? chunk.decay : chunk.no_decay).push_back(t);
   }
+}
+
+// AdamW over the tensors of chunk `chunk` on the CPU: decaying tensors (>= 2 dims) and the others
+// (norms, biases) in two calls.
+Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
   o.hyper.lr = float(lr);
@@ -357,9 +344,9 @@ Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
   o.formats = kernels::AdamFormats{.grad = float_format_of(options_.dtype, "gradients").value(),
                                    .copy = copy_out_for(options_.dtype)};
   o.states = options_.adam_states;
-  STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, decay, o).status());
+  STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, cpu_tensors_[chunk].decay, o).status());
   o.hyper.weight_decay = 0.0f;
-  return cpu_adam_step(pool_, no_decay, o).status();
+  return cpu_adam_step(pool_, cpu_tensors_[chunk].no_decay, o).status();
 }
 
 // The same update with the backend's adam_update op, queued on the compute stream: fp32 masters
@@ -409,14 +396,16 @@ Status Trainer::cpu_update(double lr, double grad_multiplier) {
   STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *computed_));
   for (size_t c = 0; c < chunks.size(); ++c) {
     STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_host(grads_.data() + chunk_offsets_[c], device_grads_[c], chunks[c].bytes, Stream::d2h));
+        backend_.copy_to_host(grads_.data() + chunk_offsets_[c], model_.chunk(c, ParamState::gradients), chunks[c].bytes,
+                               Stream::d2h));
     STRATA_RETURN_IF_ERROR(backend_.record(*chunk_arrived_[c], Stream::d2h));
   }
   for (size_t c = 0; c < chunks.size(); ++c) {
     STRATA_RETURN_IF_ERROR(backend_.synchronize(*chunk_arrived_[c]));
     STRATA_RETURN_IF_ERROR(adam_update(lr, grad_multiplier, c));
     STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_device(device_params_[c], weights + chunk_offsets_[c], chunks[c].bytes, Stream::h2d));
+        backend_.copy_to_device(model_.chunk(c, ParamState::weights), weights + chunk_offsets_[c], chunks[c].bytes,
+                                Stream::h2d));
   }
   STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, Stream::h2d));
   return backend_.wait(Stream::compute, *params_sent_);  // the next forward reads them

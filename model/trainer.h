@@ -24,6 +24,7 @@
 #include "model/safetensors.h"
 #include "model/train_options.h"
 #include "model/transformer.h"
+#include "offload/cpu_adam.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/thread_pool.h"
@@ -118,6 +119,7 @@ class Trainer {
   StatusOr<double> grad_norm_squared();
   // Device chunks <-> pinned host buffer laid out like model().layout() (the working precision).
   Status copy_chunks(bool to_device, std::byte* host, ParamState state);
+  void build_cpu_tensors();
   // AdamW over the tensors of chunk `chunk` on the CPU (thread pool).
   Status adam_update(double lr, double grad_multiplier, size_t chunk);
   Status cpu_update(double lr, double grad_multiplier);
@@ -134,8 +136,10 @@ class Trainer {
   std::vector<uint64_t> chunk_offsets_;      // host byte offset of each chunk, working precision
   std::vector<uint64_t> master_offsets_;     // host byte offset of each chunk, fp32 (masters, moments)
   std::vector<uint64_t> scale_offsets_;      // 8-bit: first block scale of each parameter (+ total)
-  std::vector<std::byte*> device_params_;    // each chunk's device base (weights)
-  std::vector<std::byte*> device_grads_;     // each chunk's device base (gradients)
+  struct CpuChunkTensors {
+    std::vector<CpuAdamTensor> decay, no_decay;  // >= 2-D tensors; norms and biases
+  };
+  std::vector<CpuChunkTensors> cpu_tensors_;  // per chunk, the CPU optimizer's (built once)
   PinnedBuffer masters_, grads_, weights_out_;  // weights_out_: the 16-bit copy-out (not for fp32)
   PinnedBuffer m_, v_;                       // fp32 moments, or the 8-bit codes (1 byte per slot)
   PinnedBuffer m_scale_, v_scale_;           // 8-bit block scales

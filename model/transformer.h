@@ -132,6 +132,10 @@ class Transformer {
   const ParamLayout& layout() const { return layout_; }
   const ParamLayout& master_layout() const { return master_layout_; }
   const TransformerOptions& options() const { return options_; }
+  // The device base of layout chunk `c` (weights or gradients); tensor p is at chunk(p.chunk) + p.offset.
+  std::byte* chunk(size_t c, ParamState state) const {
+    return (state == ParamState::weights ? param_chunks_ : grad_chunks_).at(c);
+  }
   const GlobalParams& params() const { return params_; }
   const GlobalParams& grads() const { return grads_; }
   const LayerParams& layer_params(int l) const { return layer_params_[l]; }

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/half.h"
 #include "model/transformer.h"
+#include "runtime/splitmix64.h"
 
 namespace strata::model {
 namespace {
@@ -18,21 +19,15 @@ namespace {
 // std::normal_distribution.
 class NormalRng {
  public:
-  explicit NormalRng(uint64_t seed) : state_(seed) {}
+  explicit NormalRng(uint64_t seed) : bits_(seed) {}
   float next(float stddev) {
-    const double u1 = (double(next_u64() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = double(next_u64() >> 11) * 0x1.0p-53;
+    const double u1 = (double(bits_.next() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = double(bits_.next() >> 11) * 0x1.0p-53;
     return float(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
   }
 
  private:
-  uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint64_t state_;
+  SplitMix64 bits_;
 };
 
 std::vector<uint64_t> as_u64(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }

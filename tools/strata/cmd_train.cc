@@ -29,6 +29,7 @@
 #include "runtime/backend.h"
 #include "runtime/log.h"
 #include "runtime/pinned_pool.h"
+#include "runtime/splitmix64.h"
 #include "runtime/thread_pool.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
@@ -84,16 +85,11 @@ struct Datasets {
   std::shared_ptr<const std::vector<uint32_t>> random;  // the tokens of --random-tokens, which the datasets use
 };
 
-// `count` tokens uniform over [0, vocab), from splitmix64 seeded with `seed`: the same for a seed.
+// `count` tokens uniform over [0, vocab), from SplitMix64 seeded with `seed`: the same for a seed.
 std::shared_ptr<const std::vector<uint32_t>> random_tokens(uint64_t count, uint32_t vocab, uint64_t seed) {
   auto tokens = std::make_shared<std::vector<uint32_t>>(count);
-  uint64_t state = seed ^ 0x5eed5eed5eed5eedull;
-  for (uint32_t& t : *tokens) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    t = uint32_t((z ^ (z >> 31)) % vocab);
-  }
+  SplitMix64 bits(seed ^ 0x5eed5eed5eed5eedull);
+  for (uint32_t& t : *tokens) t = uint32_t(bits.next() % vocab);
   return tokens;
 }
 
@@ -255,7 +251,7 @@ int train(const Config& config) {
     m.grad_norm = r->grad_norm;
     m.loss_scale = r->loss_scale;
     m.skipped = r->skipped;
-    rates.fill(m, o.tokens_per_step(), step_s);
+    rates.fill(m, step_s);
     if (val_loader && (m.step % o.eval_every == 0 || m.step == o.steps)) {
       if (Status s = val_loader->seek({}); !s.is_ok()) return fail(s);  // the same val batches each time
       StatusOr<double> val = (*trainer)->evaluate(next_val, o.eval_batches);
@@ -288,7 +284,7 @@ int train(const Config& config) {
     summary.peak_bytes = m.peak_bytes;
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  summary.mean_mfu = rates.run_mfu(summary.steps * o.tokens_per_step(), summary.seconds);
+  summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
   return kExitOk;
 }

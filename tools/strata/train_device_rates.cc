@@ -12,7 +12,7 @@ TrainDeviceRates::TrainDeviceRates(const Backend& backend, const model::ModelCon
   gpu_ = backend.kind() == BackendKind::cuda;
   if (!gpu_) return;
   const DeviceDescription device = backend.device();
-  flops_per_token_ = double(model::token_flops(config, int64_t(options.seq)).training());
+  flops_per_step_ = model::training_flops_per_step(config, options);
   std::string why;
   const StatusOr<PeakPrecision> precision = peak_precision_for(options.dtype, options.tf32);
   if (precision.is_ok()) peak_ = device_peak(device, *precision, peak_tflops_override, &why);
@@ -30,10 +30,10 @@ TrainDeviceRates::TrainDeviceRates(const Backend& backend, const model::ModelCon
   }
 }
 
-void TrainDeviceRates::fill(model::StepMetrics& metrics, uint64_t step_tokens, double step_s) const {
+void TrainDeviceRates::fill(model::StepMetrics& metrics, double step_s) const {
   if (!gpu_) return;
-  const model::ComputeRates rates = model::step_compute_rates(
-      flops_per_token_ * double(step_tokens), step_s, peak_ ? std::optional(peak_->tflops) : std::nullopt);
+  const model::ComputeRates rates =
+      model::step_compute_rates(flops_per_step_, step_s, peak_ ? std::optional(peak_->tflops) : std::nullopt);
   metrics.tflops = rates.tflops;
   metrics.mfu = rates.mfu;
   if (probe_) {
@@ -42,9 +42,9 @@ void TrainDeviceRates::fill(model::StepMetrics& metrics, uint64_t step_tokens, d
   }
 }
 
-std::optional<double> TrainDeviceRates::run_mfu(uint64_t tokens, double seconds) const {
+std::optional<double> TrainDeviceRates::run_mfu(uint64_t steps, double seconds) const {
   if (!gpu_ || !peak_) return std::nullopt;
-  return model::step_compute_rates(flops_per_token_ * double(tokens), seconds, peak_->tflops).mfu;
+  return model::step_compute_rates(flops_per_step_ * double(steps), seconds, peak_->tflops).mfu;
 }
 
 }  // namespace strata::cli

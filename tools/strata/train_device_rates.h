@@ -25,15 +25,15 @@ class TrainDeviceRates {
   TrainDeviceRates(const Backend& backend, const model::ModelConfig& config, const model::TrainOptions& options,
                    double peak_tflops_override);
 
-  // Fills metrics.tflops / mfu / device_used_bytes for a step of `step_tokens` tokens that took
-  // `step_s` seconds (CUDA backend only; the CPU backend leaves them unset).
-  void fill(model::StepMetrics& metrics, uint64_t step_tokens, double step_s) const;
-  // The run's MFU: all the run's model FLOPs over its seconds and the peak; nullopt without one.
-  std::optional<double> run_mfu(uint64_t tokens, double seconds) const;
+  // Fills metrics.tflops / mfu / device_used_bytes for one optimizer step that took `step_s`
+  // seconds (CUDA backend only; the CPU backend leaves them unset).
+  void fill(model::StepMetrics& metrics, double step_s) const;
+  // The run's MFU: `steps` steps' model FLOPs over their seconds and the peak; nullopt without one.
+  std::optional<double> run_mfu(uint64_t steps, double seconds) const;
 
  private:
   bool gpu_ = false;
-  double flops_per_token_ = 0;
+  double flops_per_step_ = 0;  // model FLOPs of one optimizer step (model/flops.h)
   std::optional<DevicePeak> peak_;
   std::unique_ptr<DeviceMemoryProbe> probe_;
 };
