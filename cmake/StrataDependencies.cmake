@@ -1,5 +1,5 @@
 # Finds every dependency strata builds against, all from Debian's packages (the CUDA toolkit and
-# NCCL from /usr/local/cuda). A missing required dependency stops configure with the package to
+# NCCL, optional, from /usr/local/cuda). A missing required dependency stops configure with the package to
 # install. Sets STRATA_HAVE_CUDA and imported targets used by the libraries.
 include(CheckLanguage)
 find_package(PkgConfig REQUIRED)
@@ -72,14 +72,22 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-    if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
-      strata_missing("NCCL (with the CUDA backend)" "libnccl-dev (or NCCL from the CUDA toolkit)")
+    # NCCL is optional: today strata reports its version (`strata info`); multi-GPU will need it.
+    # Looked for in the toolkit, then under NCCL_ROOT (e.g. a Python wheel's nvidia/nccl folder).
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
+              PATHS ${NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
+                 PATHS ${NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES lib lib64)
+    set(STRATA_HAVE_NCCL OFF)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      add_library(strata::nccl UNKNOWN IMPORTED)
+      set_target_properties(strata::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                                                    INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+      set(STRATA_HAVE_NCCL ON)
+    else()
+      message(STATUS "strata: NCCL not found (install libnccl-dev or set NCCL_ROOT); "
+                     "building without it: `strata info` reports NCCL as not built in")
     endif()
-    add_library(strata::nccl UNKNOWN IMPORTED)
-    set_target_properties(strata::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
-                                                  INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
     set(STRATA_HAVE_CUDA ON)
   elseif(STRATA_CUDA STREQUAL "ON")
     message(FATAL_ERROR "STRATA_CUDA=ON but no CUDA compiler (nvcc) was found. Install the CUDA "

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <utility>
 
 #include <fmt/format.h>
@@ -72,6 +73,19 @@ bool bind(void* library, const char* name, Fn& fn) {
   return fn != nullptr;
 }
 
+// "DDDD:BB:DD.F" (domain of 4 or 8 hex digits, as CUDA and NVML print them): the shape NVML parses.
+bool well_formed_pci_bus_id(std::string_view id) {
+  auto hex_run = [&](size_t& i, size_t min, size_t max) {
+    size_t n = 0;
+    while (i < id.size() && n < max && std::isxdigit(static_cast<unsigned char>(id[i]))) ++i, ++n;
+    return n >= min;
+  };
+  auto sep = [&](size_t& i, char c) { return i < id.size() && id[i++] == c; };
+  size_t i = 0;
+  return hex_run(i, 4, 8) && sep(i, ':') && hex_run(i, 2, 2) && sep(i, ':') && hex_run(i, 2, 2) && sep(i, '.') &&
+         hex_run(i, 1, 1) && i == id.size();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<DeviceMemoryProbe>> DeviceMemoryProbe::open(std::string_view pci_bus_id,
@@ -120,6 +134,13 @@ StatusOr<std::unique_ptr<DeviceMemoryProbe>> DeviceMemoryProbe::open(std::string
                      "NVML has no GPU at PCI bus id {} ({}); nvidia-smi --query-gpu=pci.bus_id --format=csv lists them",
                      bus_id, what);
       case kNvmlErrorInvalidArgument:
+        // Some drivers (seen: 580.159 in a VM) answer a well-formed id with no GPU behind it so.
+        if (well_formed_pci_bus_id(bus_id)) {
+          return error(Code::not_found,
+                       "NVML has no GPU at PCI bus id {} ({}); nvidia-smi --query-gpu=pci.bus_id --format=csv lists "
+                       "them",
+                       bus_id, what);
+        }
         return error(Code::invalid_argument,
                      "NVML cannot parse PCI bus id '{}' ({}); it takes domain:bus:device.function", bus_id, what);
       case kNvmlErrorNoPermission:

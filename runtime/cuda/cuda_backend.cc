@@ -153,7 +153,12 @@ bool CudaBackend::query(const Event& event) {
   const auto* e = dynamic_cast<const CudaEvent*>(&event);
   if (e == nullptr || e->event_ == nullptr) return true;
   const cudaError_t err = cudaEventQuery(e->event_);
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    // Not an error, but the runtime may keep it as the last error: clear it, or the next launch's
+    // cudaGetLastError() check would report a stale "device not ready".
+    (void)cudaGetLastError();
+    return false;
+  }
   if (err != cudaSuccess) {
     // Reported as complete so the caller's synchronize() surfaces the error as a Status.
     warn_once("cuda-event-query", fmt::format("cudaEventQuery failed: {}", cudaGetErrorString(err)));

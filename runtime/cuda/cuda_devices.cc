@@ -6,7 +6,9 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#if STRATA_HAVE_NCCL
 #include <nccl.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -91,6 +93,7 @@ std::vector<std::pair<std::string, std::string>> cuda_library_versions() {
                            cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
                            cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
   versions.emplace_back("cuBLAS", have_cublas ? fmt::format("{}.{}.{}", major, minor, patch) : "unknown");
+#if STRATA_HAVE_NCCL
   int nccl = 0;
   std::string nccl_text = "unknown";
   if (ncclGetVersion(&nccl) == ncclSuccess) {
@@ -98,6 +101,9 @@ std::vector<std::pair<std::string, std::string>> cuda_library_versions() {
     nccl_text = nccl >= 10000 ? fmt::format("{}.{}.{}", nccl / 10000, (nccl % 10000) / 100, nccl % 100)
                               : fmt::format("{}.{}.{}", nccl / 1000, (nccl % 1000) / 100, nccl % 100);
   }
+#else
+  const std::string nccl_text = "not built in";
+#endif
   versions.emplace_back("NCCL", nccl_text);
   (void)cudaGetLastError();
   return versions;

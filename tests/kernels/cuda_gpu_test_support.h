@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -33,7 +35,7 @@ inline std::string cuda_unavailable_reason() {
 #define STRATA_SKIP_WITHOUT_CUDA()                                                          \
   do {                                                                                      \
     const std::string strata_cuda_reason = ::strata::kernels::cuda::testing::cuda_unavailable_reason(); \
-    if (!strata_cuda_reason.empty()) GTEST_SKIP() << strata_cuda_reason;                    \
+    if (!strata_cuda_reason.empty()) STRATA_GPU_SKIP(strata_cuda_reason);                  \
   } while (0)
 
 inline constexpr size_t kGuardBytes = 256;

@@ -5,6 +5,8 @@
 // the CUDA error string when no device is usable.
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #if defined(STRATA_HAVE_CUDA)
 
 #include <cmath>
@@ -302,6 +304,6 @@ TEST(CudaModelOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
 
 #else
 
-TEST(CudaModelOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "strata was built without the CUDA backend"; }
+TEST(CudaModelOps, SkippedWithoutCudaBuild) { STRATA_GPU_SKIP("strata was built without the CUDA backend"); }
 
 #endif

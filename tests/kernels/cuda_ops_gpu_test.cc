@@ -4,6 +4,8 @@
 // Every test skips with the CUDA error string when no device is usable.
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #if defined(STRATA_HAVE_CUDA)
 
 #include "kernels/cpu/ops_elementwise.h"
@@ -226,6 +228,6 @@ TEST(CudaOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
 
 #else
 
-TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "strata was built without the CUDA backend"; }
+TEST(CudaOps, SkippedWithoutCudaBuild) { STRATA_GPU_SKIP("strata was built without the CUDA backend"); }
 
 #endif

@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #include "kernels/cpu/half.h"
 #include "model/transformer.h"
 #include "runtime/backend.h"
@@ -42,7 +44,7 @@ class CudaParamTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     std::string why;
-    if (!cuda_available(&why)) GTEST_SKIP() << why;
+    if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   }
 };
 

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #include "kernels/cpu/half.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -95,7 +97,7 @@ std::vector<double> matmul_reference(const std::vector<float>& inp, const std::v
 
 TEST(CudaBackend, RoundTripOf64MiBAcrossTheThreeStreams) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   auto b = make_cuda(256 * kMiB);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->kind(), BackendKind::cuda);
@@ -139,7 +141,7 @@ TEST(CudaBackend, RoundTripOf64MiBAcrossTheThreeStreams) {
 
 TEST(CudaBackend, AllocationOverBudgetIsOutOfMemory) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   auto b = make_cuda(64 * kMiB);
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(b->allocate(48 * kMiB, "weights").is_ok());
@@ -153,7 +155,7 @@ TEST(CudaBackend, AllocationOverBudgetIsOutOfMemory) {
 
 TEST(CudaBackend, PinnedPoolUsesCudaHostMemory) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   PinnedPoolOptions options;
   options.slab_bytes = 4 * kMiB;
   auto pool = std::move(PinnedPool::create(options)).value();
@@ -165,7 +167,7 @@ TEST(CudaBackend, PinnedPoolUsesCudaHostMemory) {
 
 TEST(CudaBackend, DevicesAndVersionsAreListed) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   auto devices = list_cuda_devices(&why);
   ASSERT_FALSE(devices.empty()) << why;
   EXPECT_GT(devices[0].total_memory, 0u);
@@ -200,7 +202,7 @@ std::vector<float> cuda_fp32_matmul(bool tf32, const std::vector<float>& inp, co
 
 TEST(CudaBackend, Tf32OptionSetsFp32GemmPrecision) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   const int64_t N = 256, C = 2048, OC = 256;
   const std::vector<float> inp = uniform(N * C, 1), weight = uniform(OC * C, 2);
   const std::vector<double> want = matmul_reference(inp, weight, nullptr, N, C, OC);
@@ -228,7 +230,7 @@ TEST(CudaBackend, Tf32OptionSetsFp32GemmPrecision) {
 
 TEST(CudaBackend, RunsFp16Activations) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   auto b = make_cuda(16 * kMiB);
   ASSERT_NE(b, nullptr);
   const int64_t N = 33, C = 64, OC = 17;
@@ -262,7 +264,7 @@ TEST(CudaBackend, RunsFp16Activations) {
 
 TEST(CudaBackend, RefusesIntegerActivations) {
   std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  if (!cuda_available(&why)) STRATA_GPU_SKIP(why);
   auto b = make_cuda(16 * kMiB);
   ASSERT_NE(b, nullptr);
   void* x = *b->allocate(64, "x");

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #include "kernels/cpu/half.h"
 #include "runtime/backend.h"
 
@@ -88,7 +90,7 @@ class BackendOpsTest : public ::testing::TestWithParam<OpsParam> {
  protected:
   void SetUp() override {
     std::string why;
-    if (GetParam().kind == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << why;
+    if (GetParam().kind == BackendKind::cuda && !cuda_available(&why)) STRATA_GPU_SKIP(why);
     BackendOptions options;
     options.kind = GetParam().kind;
     options.memory_budget = 64ull << 20;

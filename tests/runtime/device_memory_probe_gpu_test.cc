@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_required.h"
+
 #include "runtime/backend.h"
 
 namespace strata {
@@ -27,7 +29,7 @@ bool first_gpu(DeviceDescription* device, std::string* why) {
 TEST(DeviceMemoryProbeGpu, ReadsUsedAndTotalOfTheBackendsDevice) {
   DeviceDescription device;
   std::string why;
-  if (!first_gpu(&device, &why)) GTEST_SKIP() << why;
+  if (!first_gpu(&device, &why)) STRATA_GPU_SKIP(why);
   ASSERT_FALSE(device.pci_bus_id.empty());
   auto probe = DeviceMemoryProbe::open(device.pci_bus_id);
   ASSERT_TRUE(probe.is_ok()) << probe.status().to_string();
@@ -57,7 +59,7 @@ TEST(DeviceMemoryProbeGpu, ReadsUsedAndTotalOfTheBackendsDevice) {
 TEST(DeviceMemoryProbeGpu, ABusIdWithNoGpuIsNotFound) {
   DeviceDescription device;
   std::string why;
-  if (!first_gpu(&device, &why)) GTEST_SKIP() << why;
+  if (!first_gpu(&device, &why)) STRATA_GPU_SKIP(why);
   const auto probe = DeviceMemoryProbe::open("0000:fe:1f.7");
   ASSERT_FALSE(probe.is_ok());
   EXPECT_EQ(probe.status().code(), Code::not_found) << probe.status().to_string();
@@ -67,7 +69,7 @@ TEST(DeviceMemoryProbeGpu, ABusIdWithNoGpuIsNotFound) {
 TEST(DeviceMemoryProbeGpu, TwoProbesOfOneGpuCoexist) {
   DeviceDescription device;
   std::string why;
-  if (!first_gpu(&device, &why)) GTEST_SKIP() << why;
+  if (!first_gpu(&device, &why)) STRATA_GPU_SKIP(why);
   auto first = DeviceMemoryProbe::open(device.pci_bus_id);
   ASSERT_TRUE(first.is_ok()) << first.status().to_string();
   {
