@@ -1,4 +1,5 @@
-// Attention kernels (contract in attention.cuh). A warp owns one row; lane l holds the elements
+// Attention kernels (contract in attention.cuh). 16-bit activations with head size 64 or 128 go to
+// the tiled tensor-core kernels (flash_attention.cuh); everything else runs here. A warp owns one row; lane l holds the elements
 // i = l + 32 e (e < kSlots) of each HS-vector in registers, so a dot product is a per-lane partial
 // plus a butterfly warp sum (the same bits in every lane). Three kernels:
 //   forward : per query row, online softmax over j <= t (running max, sum, weighted v), lse saved
@@ -6,6 +7,7 @@
 //   dk, dv  : per key row (b, kv head, j), over the group's heads h and t >= j (D recomputed)
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -164,6 +166,7 @@ cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const 
   const int64_t rows = B * NH * T_len;
   if (!rows_fit(rows)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
+  if (flash::supported<T>(HS, {out, q, k, v})) return flash::forward(out, lse, q, k, v, B, T_len, NH, NKV, HS, stream);
   const Shape s{B, T_len, NH, NKV, HS};
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   forward_kernel<<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, stream>>>(out, lse, q, k, v, s, scale);
@@ -179,6 +182,9 @@ cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
   const int64_t q_rows = B * NH * T_len, kv_rows = B * NKV * T_len;
   if (!rows_fit(q_rows)) return cudaErrorInvalidValue;
   if (q_rows == 0) return cudaSuccess;
+  if (flash::supported<T>(HS, {dq, dk, dv, dout, q, k, v, out})) {
+    return flash::backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_len, NH, NKV, HS, stream);
+  }
   const Shape s{B, T_len, NH, NKV, HS};
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   dq_kernel<<<blocks_for_rows(q_rows), 32 * kWarpsPerBlock, 0, stream>>>(dq, dout, q, k, v, out, lse, s, scale);

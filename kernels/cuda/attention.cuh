@@ -3,9 +3,11 @@
 // kernels/cpu/ops_attention.h: same layouts, lse (B, NH, T) saved instead of probabilities,
 // backward recomputing them from q, k and lse, and ACCUMULATING (+=) into dq, dk, dv.
 // Tensors are T (float, __nv_bfloat16 or __half); scores, softmax and sums are fp32.
-// Not flash attention: one warp per query row (forward, dq) or key row (dk, dv), online softmax,
-// k/v read through the cache. Simple and deterministic (each output element has one owner that
-// sums in a fixed order); O(T^2 HS) work per head as any exact attention.
+// bf16/fp16 with HS 64 or 128 (and 16-byte aligned pointers) run tiled on the tensor cores
+// (flash_attention.cuh: P and dS rounded to the element type before their products, as
+// FlashAttention does); everything else one warp per query row (forward, dq) or key row (dk, dv),
+// online softmax, k/v read through the cache. Both deterministic (each output element has one
+// owner that sums in a fixed order); O(T^2 HS) work per head as any exact attention.
 // Limits: 1 <= HS <= kAttentionMaxHeadSize, NH % NKV == 0 (else cudaErrorInvalidValue).
 #pragma once
 

@@ -1,0 +1,30 @@
+// Tiled ("flash") causal attention on the tensor cores for 16-bit activations: the fast path behind
+// attention_forward / attention_backward (attention.cuh) when the element type is bf16 or fp16, the
+// head size is 64 or 128 and every pointer is 16-byte aligned. Same contract and layouts as
+// attention.cuh: q, out, dout (B, T, NH, HS); k, v (B, T, NKV, HS); lse (B, NH, T) fp32;
+// dq, dk, dv accumulated (+=, formed in fp32 and rounded once).
+// INTERNAL: called by attention.cu only. Deterministic: every output element has one owner that
+// sums in a fixed order (no atomics), so results are bit-identical run to run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace strata::kernels::cuda::flash {
+
+// True when the tiled kernels handle this element type, head size and these pointers.
+template <typename T>
+bool supported(int64_t HS, std::initializer_list<const void*> pointers);
+
+template <typename T>
+cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len, int64_t NH,
+                    int64_t NKV, int64_t HS, cudaStream_t stream);
+
+template <typename T>
+cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                     const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
+                     cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda::flash
