@@ -112,32 +112,80 @@ __device__ __forceinline__ float block_max(float v, float* scratch) { return blo
 // --- dst (C) += sum over rows n of value(n, c), rows summed in a fixed order ---------------------
 // Block (32, kColumnRows): threadIdx.x picks a column of a 32-wide tile, threadIdx.y a residue of
 // the rows mod kColumnRows; each thread sums its rows in order, then row 0 adds the kColumnRows
-// partials in order and does the single += into dst.
+// partials in order. One pass (grid: column tiles): the block does the single += into dst. Two
+// passes (grid: column tiles x row blocks, for few columns and many rows): each block writes its
+// row block's fp32 sum to partials[row_block][c], then one thread per column adds the row blocks'
+// partials in row-block order and does the single += into dst. The row-block count depends only on
+// (N, C), so the order -- and every bit -- is fixed by the shape.
 inline constexpr int kColumnRows = 16;
+inline constexpr int64_t kColumnSumTargetBlocks = 1024;  // enough blocks to fill a large GPU
+inline constexpr int64_t kColumnSumMinRows = 64;          // rows per row block, at least
 
+// Row blocks the two-pass sum uses for an (N, C) input (1: one pass is as parallel).
+inline int64_t column_sum_row_blocks(int64_t N, int64_t C) {
+  const int64_t tiles = (C + 31) / 32;
+  const int64_t wanted = (kColumnSumTargetBlocks + tiles - 1) / tiles;
+  const int64_t most = (N + kColumnSumMinRows - 1) / kColumnSumMinRows;
+  const int64_t blocks = wanted < most ? wanted : most;
+  return blocks > 1 ? blocks : 1;
+}
+
+// partials == null: the one-pass form (adds into dst). Otherwise rows [blockIdx.y * rows_per,
+// +rows_per) of the input, written to partials[blockIdx.y * C + c].
 template <typename T, typename Value>
-__global__ void add_column_sums_kernel(T* dst, int64_t N, int64_t C, Value value) {
+__global__ void add_column_sums_kernel(T* dst, float* partials, int64_t N, int64_t C, int64_t rows_per,
+                                       Value value) {
   __shared__ float partial[kColumnRows][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * rows_per;
+  const int64_t n1 = n0 + rows_per < N ? n0 + rows_per : N;
   float acc = 0.0f;
   if (c < C) {
-    for (int64_t n = threadIdx.y; n < N; n += kColumnRows) acc += value(n, c);
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += kColumnRows) acc += value(n, c);
   }
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     float total = 0.0f;
     for (int r = 0; r < kColumnRows; ++r) total += partial[r][threadIdx.x];
-    add_to(dst + c, total);
+    if (partials == nullptr) {
+      add_to(dst + c, total);
+    } else {
+      partials[static_cast<int64_t>(blockIdx.y) * C + c] = total;
+    }
   }
 }
 
+template <typename T>
+__global__ void add_column_partials_kernel(T* dst, const float* partials, int64_t row_blocks, int64_t C) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float total = 0.0f;
+  for (int64_t r = 0; r < row_blocks; ++r) total += partials[r * C + c];
+  add_to(dst + c, total);
+}
+
+// partials (partial_floats fp32, device scratch, stream-ordered) enables the two-pass form when
+// it holds column_sum_row_blocks(N, C) * C floats; null or smaller: one pass.
 template <typename T, typename Value>
-cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStream_t stream) {
+cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStream_t stream,
+                            float* partials = nullptr, size_t partial_floats = 0) {
   if (N <= 0 || C <= 0) return cudaSuccess;
   const int64_t tiles = (C + 31) / 32;
   if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  add_column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(32, kColumnRows), 0, stream>>>(dst, N, C, value);
+  const int64_t row_blocks = column_sum_row_blocks(N, C);
+  const bool two_pass = partials != nullptr && row_blocks > 1 &&
+                        static_cast<uint64_t>(row_blocks) * static_cast<uint64_t>(C) <= partial_floats;
+  if (!two_pass) {
+    add_column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(32, kColumnRows), 0, stream>>>(
+        dst, static_cast<float*>(nullptr), N, C, N, value);
+    return cudaGetLastError();
+  }
+  const int64_t rows_per = (N + row_blocks - 1) / row_blocks;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((N + rows_per - 1) / rows_per));
+  add_column_sums_kernel<<<grid, dim3(32, kColumnRows), 0, stream>>>(dst, partials, N, C, rows_per, value);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  add_column_partials_kernel<<<grid_for(C), kBlock, 0, stream>>>(dst, partials, static_cast<int64_t>(grid.y), C);
   return cudaGetLastError();
 }
 

@@ -72,30 +72,57 @@ __global__ void residual_backward_kernel(T* da, T* db, const T* dout, int64_t n)
   }
 }
 
-// One thread per (t, i) pair index: builds cos/sin of that angle once (double, as the CPU op) and
-// rotates that pair in every batch row and head. Forward: (x1 c - x2 s, x2 c + x1 s); inverse
-// (accumulating): (x1 c + x2 s, x2 c - x1 s).
+// RoPE: block (t = blockIdx.x, row slice blockIdx.y) over the B * NH rows at position t. The
+// block first builds cos/sin of its position's half angles in shared memory (double, as the CPU op,
+// rounded to float), when they fit; then one thread per rotated pair (i fastest, so the x1 and x2
+// loads of a warp are coalesced runs of a row). Products are explicit round-to-nearest operations
+// (no FMA contraction), the same operations as the CPU loop. Forward: (x1 c - x2 s, x2 c + x1 s);
+// inverse (accumulating): (x1 c + x2 s, x2 c - x1 s).
+inline constexpr int64_t kRopeTableMax = 1024;  // half head sizes with a shared cos/sin table
+inline constexpr int64_t kRopePairsPerThread = 4;
+
+__device__ __forceinline__ void rope_angle(int64_t t, int64_t i, int64_t HS, float theta, int64_t pos_offset,
+                                           float* c, float* s) {
+  const double freq = pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+  const double angle = static_cast<double>(pos_offset + t) * freq;
+  *c = static_cast<float>(cos(angle));
+  *s = static_cast<float>(sin(angle));
+}
+
 template <typename T, bool kInverse>
-__global__ void rope_kernel(T* dst, const T* src, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                            int64_t pos_offset) {
-  const int64_t half = HS / 2;
-  for (int64_t idx = first_index(); idx < T_len * half; idx += grid_stride()) {
-    const int64_t t = idx / half, i = idx % half;
-    const double freq = pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(HS));
-    const double angle = static_cast<double>(pos_offset + t) * freq;
-    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < NH; ++h) {
-        const int64_t offset = ((b * T_len + t) * NH + h) * HS;
-        const float x1 = load(src + offset + i), x2 = load(src + offset + i + half);
-        if constexpr (kInverse) {
-          add_to(dst + offset + i, x1 * c + x2 * s);
-          add_to(dst + offset + i + half, x2 * c - x1 * s);
-        } else {
-          store(dst + offset + i, x1 * c - x2 * s);
-          store(dst + offset + i + half, x2 * c + x1 * s);
-        }
-      }
+__global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int64_t HS, int64_t rows,
+                            int64_t rows_per_block, float theta, int64_t pos_offset) {
+  __shared__ float cos_table[kRopeTableMax], sin_table[kRopeTableMax];
+  const int64_t half = HS / 2, t = blockIdx.x;
+  const bool table = half <= kRopeTableMax;
+  if (table) {
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+      rope_angle(t, i, HS, theta, pos_offset, &cos_table[i], &sin_table[i]);
+    }
+    __syncthreads();
+  }
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  // 32-bit index math (launch_rope checks the ranges): the divisions are per pair.
+  const uint32_t pairs = static_cast<uint32_t>((r1 - r0) * half), half32 = static_cast<uint32_t>(half);
+  for (uint32_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+    const uint32_t r = static_cast<uint32_t>(r0) + idx / half32, i = idx % half32;
+    const int64_t b = r / static_cast<uint32_t>(NH), h = r % static_cast<uint32_t>(NH);
+    const int64_t offset = ((b * T_len + t) * NH + h) * HS;
+    float c, s;
+    if (table) {
+      c = cos_table[i];
+      s = sin_table[i];
+    } else {
+      rope_angle(t, i, HS, theta, pos_offset, &c, &s);
+    }
+    const float x1 = load(src + offset + i), x2 = load(src + offset + i + half);
+    if constexpr (kInverse) {
+      add_to(dst + offset + i, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+      add_to(dst + offset + i + half, __fsub_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+    } else {
+      store(dst + offset + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+      store(dst + offset + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
     }
   }
 }
@@ -103,10 +130,17 @@ __global__ void rope_kernel(T* dst, const T* src, int64_t B, int64_t T_len, int6
 template <bool kInverse, typename T>
 cudaError_t launch_rope(T* dst, const T* src, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
                         int64_t pos_offset, cudaStream_t stream) {
-  if (B < 0 || T_len < 0 || NH < 0 || HS < 0 || HS % 2 != 0) return cudaErrorInvalidValue;
-  const int64_t pairs = T_len * (HS / 2);
-  if (B == 0 || NH == 0 || pairs == 0) return cudaSuccess;
-  rope_kernel<T, kInverse><<<grid_for(pairs), kBlock, 0, stream>>>(dst, src, B, T_len, NH, HS, theta, pos_offset);
+  if (B < 0 || T_len < 0 || NH < 0 || HS < 0 || HS % 2 != 0 || T_len > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t rows = B * NH, half = HS / 2;
+  if (rows == 0 || T_len == 0 || half == 0) return cudaSuccess;
+  // Row slices so that each thread rotates about kRopePairsPerThread pairs (at most 65535 slices).
+  int64_t slices = (rows * half + kBlock * kRopePairsPerThread - 1) / (kBlock * kRopePairsPerThread);
+  slices = slices < 1 ? 1 : (slices > 65535 ? 65535 : slices);
+  const int64_t rows_per_block = (rows + slices - 1) / slices;
+  if (rows > 0x7fffffffll || rows_per_block * half > 0x7fffffffll) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(T_len), static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  rope_kernel<T, kInverse><<<grid, kBlock, 0, stream>>>(dst, src, T_len, NH, HS, rows, rows_per_block, theta,
+                                                        pos_offset);
   return cudaGetLastError();
 }
 

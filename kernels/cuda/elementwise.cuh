@@ -38,7 +38,9 @@ template <typename T>
 cudaError_t residual_backward(T* da, T* db, const T* dout, int64_t n, cudaStream_t stream);
 
 // out (B, T, NH, HS) = rotate(inp): pair (x[i], x[i + HS/2]) turned by (pos_offset + t) *
-// theta^(-2i/HS), i in [0, HS/2). HS must be even. out may equal inp.
+// theta^(-2i/HS), i in [0, HS/2). HS must be even. out may equal inp. cos/sin are computed in
+// double and rounded to float, the rotation's products and sums are single fp32 operations (no
+// FMA contraction), as in kernels/cpu/ops_rope.cc. One thread per rotated pair.
 template <typename T>
 cudaError_t rope_forward(T* out, const T* inp, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
                          int64_t pos_offset, cudaStream_t stream);

@@ -1,7 +1,12 @@
 // Encoder / token embedding kernels (contract in embedding.cuh). Forward: a grid-stride copy (plus
-// the position row). Backward: one block per row n; it returns unless n is its token's first row,
-// otherwise it walks the rows n..N-1 in order (token ids staged in shared memory, one column per
-// thread) and adds the token's summed gradient to its table row once.
+// the position row). Backward, sorted path: CUB's stable radix sort of (token id, row) pairs puts
+// each token's rows together in row order; a block per (sorted index, column chunk) returns unless
+// its index starts a token's run, otherwise it sums the run's rows in order (fp32) and adds to the
+// table row once. Slow path (no workspace): one block per row n; it returns unless n is its token's
+// first row, otherwise it walks the rows n..N-1 in order (token ids staged in shared memory, one
+// column per thread). Both add the same fp32 sums in the same order: the same bits.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/embedding.cuh"
 
@@ -53,6 +58,88 @@ __global__ void token_backward_kernel(T* dwte, const T* dout, const int32_t* tok
   }
 }
 
+// rows[i] = i.
+__global__ void iota_kernel(int32_t* rows, int64_t N) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N; i += stride) {
+    rows[i] = static_cast<int32_t>(i);
+  }
+}
+
+// Block (kBlock) at sorted index s = blockIdx.x, columns [blockIdx.y * kBlock, +kBlock): if s
+// starts a run of equal ids in `sorted_tokens`, sums dout over the run's rows (`sorted_rows`,
+// increasing within the run) in order, one column per thread, and adds once. The run is walked in
+// chunks of kBlock entries staged in shared memory; within a chunk the run is a prefix, so its
+// length is a count and the row loads of a chunk are independent (unrolled, several in flight).
+template <typename T>
+__global__ void sorted_token_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
+                                             const int32_t* sorted_rows, int64_t N, int64_t C) {
+  __shared__ int32_t rows[kBlock];
+  const int64_t s = blockIdx.x;
+  const int32_t token = sorted_tokens[s];
+  if (s > 0 && sorted_tokens[s - 1] == token) return;  // the run's first index owns it
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kBlock + threadIdx.x;
+  float acc = 0.0f;
+  for (int64_t j0 = s; j0 < N; j0 += kBlock) {
+    const int64_t j = j0 + threadIdx.x;
+    const bool in_run = j < N && sorted_tokens[j] == token;
+    __syncthreads();  // the previous chunk's rows are read
+    if (in_run) rows[threadIdx.x] = sorted_rows[j];
+    const int count = __syncthreads_count(in_run);  // sorted: the run is a prefix of the chunk
+    if (c < C) {
+#pragma unroll 4
+      for (int i = 0; i < count; ++i) acc += load(dout + static_cast<int64_t>(rows[i]) * C + c);
+    }
+    if (count < kBlock) break;
+  }
+  if (c < C) add_to(dwte + static_cast<int64_t>(token) * C + c, acc);
+}
+
+// The sorted path's workspace: sorted ids, row indices in and sorted, then CUB's temporary storage.
+struct SortedLayout {
+  size_t tokens = 0, rows_in = 0, rows_out = 0, temp = 0, temp_bytes = 0, total = 0;
+};
+
+constexpr size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+cudaError_t sorted_layout(int64_t N, SortedLayout* layout) {
+  size_t temp_bytes = 0;
+  const cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
+                                                        static_cast<int32_t*>(nullptr),
+                                                        static_cast<const int32_t*>(nullptr),
+                                                        static_cast<int32_t*>(nullptr), static_cast<int>(N));
+  if (e != cudaSuccess) return e;
+  const size_t ids = align_up(sizeof(int32_t) * static_cast<size_t>(N));
+  layout->tokens = 0;
+  layout->rows_in = ids;
+  layout->rows_out = 2 * ids;
+  layout->temp = 3 * ids;
+  layout->temp_bytes = temp_bytes;
+  layout->total = 3 * ids + align_up(temp_bytes);
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t sorted_token_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C,
+                                  std::byte* workspace, const SortedLayout& layout, cudaStream_t stream) {
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(workspace + layout.tokens);
+  auto* rows_in = reinterpret_cast<int32_t*>(workspace + layout.rows_in);
+  auto* sorted_rows = reinterpret_cast<int32_t*>(workspace + layout.rows_out);
+  iota_kernel<<<grid_for(N), kBlock, 0, stream>>>(rows_in, N);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  size_t temp_bytes = layout.temp_bytes;
+  // All 32 key bits: ids are non-negative, and V is not known here. LSD radix sort is stable.
+  if (const cudaError_t e = cub::DeviceRadixSort::SortPairs(workspace + layout.temp, temp_bytes, tokens,
+                                                             sorted_tokens, rows_in, sorted_rows,
+                                                             static_cast<int>(N), 0, 32, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>((C + kBlock - 1) / kBlock));
+  sorted_token_backward_kernel<<<grid, kBlock, 0, stream>>>(dwte, dout, sorted_tokens, sorted_rows, N, C);
+  return cudaGetLastError();
+}
+
 template <typename T>
 __global__ void position_backward_kernel(T* dwpe, const T* dout, int64_t B, int64_t T_len, int64_t C) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -87,21 +174,35 @@ cudaError_t token_embedding_forward(T* out, const int32_t* tokens, const T* wte,
   return launch_forward(out, tokens, wte, static_cast<const T*>(nullptr), N, 1, C, stream);
 }
 
+size_t token_embedding_backward_workspace_bytes(int64_t N) {
+  if (N <= 0 || !detail::valid_rows(N)) return 0;
+  SortedLayout layout;
+  return sorted_layout(N, &layout) == cudaSuccess ? layout.total : 0;
+}
+
 template <typename T>
 cudaError_t token_embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C,
-                                     cudaStream_t stream) {
-  if (!detail::valid_rows(N) || C < 0) return cudaErrorInvalidValue;
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!detail::valid_rows(N) || C < 0 || (C + kBlock - 1) / kBlock > 65535) return cudaErrorInvalidValue;
   if (N == 0 || C == 0) return cudaSuccess;
+  if (workspace != nullptr) {
+    SortedLayout layout;
+    if (const cudaError_t e = sorted_layout(N, &layout); e != cudaSuccess) return e;
+    if (layout.total <= workspace_bytes) {
+      return sorted_token_backward(dwte, dout, tokens, N, C, static_cast<std::byte*>(workspace), layout, stream);
+    }
+  }
   token_backward_kernel<<<static_cast<unsigned>(N), kBlock, 0, stream>>>(dwte, dout, tokens, N, C);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
-                             int64_t C, cudaStream_t stream) {
+                             int64_t C, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (B < 0 || T_len < 0 || C < 0) return cudaErrorInvalidValue;
   if (dwte != nullptr) {
-    const cudaError_t e = token_embedding_backward(dwte, dout, tokens, B * T_len, C, stream);
+    const cudaError_t e =
+        token_embedding_backward(dwte, dout, tokens, B * T_len, C, workspace, workspace_bytes, stream);
     if (e != cudaSuccess) return e;
   }
   if (dwpe == nullptr || B * T_len * C == 0) return cudaSuccess;
@@ -112,10 +213,11 @@ cudaError_t encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok
 #define STRATA_INSTANTIATE_EMBEDDING(T)                                                                           \
   template cudaError_t encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, int64_t,      \
                                           cudaStream_t);                                                          \
-  template cudaError_t encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t,           \
-                                           cudaStream_t);                                                         \
+  template cudaError_t encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, void*,    \
+                                           size_t, cudaStream_t);                                                 \
   template cudaError_t token_embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, cudaStream_t);  \
-  template cudaError_t token_embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, cudaStream_t);
+  template cudaError_t token_embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, void*, size_t,  \
+                                                   cudaStream_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_EMBEDDING)
 #undef STRATA_INSTANTIATE_EMBEDDING
 

@@ -3,14 +3,55 @@
 //   forward  out^T (OC, N)  = weight^T^T (OC, C) . inp^T (C, N)   -> gemm(T, N, m=OC, n=N, k=C)
 //   dinp     dinp^T (C, N) += weight^T (C, OC) . dout^T (OC, N)   -> gemm(N, N, m=C,  n=N, k=OC)
 //   dweight  dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)     -> gemm(N, T, m=C,  n=OC, k=N)
-// The bias is broadcast into out first and the forward GEMM adds onto it (beta = 1), so out is
-// rounded once; dbias is a fixed-order column sum.
+// The biased forward is one cuBLASLt matmul with the bias epilogue (planned once per shape). A
+// 16-bit accumulating GEMM writes its fp32 product, tile by tile, to ctx.product (beta = 0) and
+// finish_tile_kernel forms round(old + product) in place; the Lt-less biased forward uses the same
+// tiles with round(bias + product). dbias is a fixed-order (two-pass when it pays) column sum.
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
 namespace strata::kernels::cuda {
+
+// --- the cuBLASLt plan cache -----------------------------------------------------------------------
+struct LtPlanKey {
+  cudaDataType_t type;
+  bool tf32;
+  int64_t m, n, k;
+  uint32_t align_a, align_b, align_d, align_bias;
+  bool operator==(const LtPlanKey&) const = default;
+};
+
+// Descriptors of one biased-forward shape and the algorithm the heuristic picked for it. The bias
+// pointer is set on `desc` at each call.
+struct LtPlan {
+  LtPlanKey key{};
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool has_algo = false;
+
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    // Destroy failures are not reportable from here; they only leak host memory.
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct LtPlanCache::Impl {
+  std::vector<std::unique_ptr<LtPlan>> plans;  // at most kLtPlanCacheEntries
+};
+
+LtPlanCache::LtPlanCache() : impl_(std::make_unique<Impl>()) {}
+LtPlanCache::~LtPlanCache() = default;
+
 namespace {
 
 template <typename T>
@@ -21,6 +62,11 @@ constexpr cudaDataType_t data_type() {
 }
 
 template <typename T>
+constexpr bool is_16bit() {
+  return !std::is_same_v<T, float>;
+}
+
+template <typename T>
 cublasComputeType_t compute_type(const GemmOptions& options) {
   if constexpr (std::is_same_v<T, float>) {
     if (options.allow_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -28,32 +74,16 @@ cublasComputeType_t compute_type(const GemmOptions& options) {
   return CUBLAS_COMPUTE_32F;
 }
 
-// C (m, n) = alpha op(A) op(B) + beta C, all column-major.
+// C (m, n) = alpha op(A) op(B) + beta C, all column-major; A and B in T, C in `c_type` (T, or
+// CUDA_R_32F for a product tile).
 template <typename T>
 cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n,
-                    int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* Cm, int64_t ldc,
-                    const GemmOptions& options) {
+                    int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, float beta, void* Cm,
+                    cudaDataType_t c_type, int64_t ldc, const GemmOptions& options) {
   const float alpha = 1.0f;
   return cublasGemmEx_64(handle, op_a, op_b, m, n, k, &alpha, A, data_type<T>(), lda, B, data_type<T>(), ldb, &beta,
-                         Cm, data_type<T>(), ldc, compute_type<T>(options), CUBLAS_GEMM_DEFAULT);
+                         Cm, c_type, ldc, compute_type<T>(options), CUBLAS_GEMM_DEFAULT);
 }
-
-// out (N, OC) = bias in every row: the forward GEMM then adds its product with beta = 1, so the
-// biased output is formed in fp32 and rounded to T once.
-template <typename T>
-__global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * OC; i += stride) {
-    out[i] = bias[i % OC];
-  }
-}
-
-template <typename T>
-struct RowValue {
-  const T* data;
-  int64_t C;
-  __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * C + c); }
-};
 
 // TF32 only when asked for an fp32 GEMM; reductions always in the fp32 accumulator, never in a
 // 16-bit output type (the contract's "fp32 inside, round once").
@@ -73,10 +103,224 @@ cublasStatus_t bind(cublasHandle_t handle, const GemmOptions& options, cudaStrea
 
 bool valid_shape(int64_t N, int64_t C, int64_t OC) { return N >= 0 && C >= 0 && OC >= 0; }
 
+// --- fp32 product tiles --------------------------------------------------------------------------
+// A tile (rows, cols) of a column-major output `out` (leading dimension ldc) whose fp32 product
+// sits in `product` (leading dimension ldp >= rows). kAccumulate: out = round(out + product);
+// otherwise out = round(bias[row] + product), or round(product) when bias is null (bias indexed by
+// the tile's row). Grid: x strides over rows (coalesced), y over columns; no index divisions.
+template <typename T, bool kAccumulate>
+__global__ void finish_tile_kernel(T* out, int64_t ldc, const float* product, int64_t ldp, int64_t rows,
+                                   int64_t cols, const T* bias) {
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = blockIdx.y; c < cols; c += gridDim.y) {
+    T* out_col = out + c * ldc;
+    const float* product_col = product + c * ldp;
+    for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += row_stride) {
+      const float p = product_col[r];
+      if constexpr (kAccumulate) {
+        detail::store(out_col + r, detail::load(out_col + r) + p);
+      } else {
+        detail::store(out_col + r, bias != nullptr ? detail::load(bias + r) + p : p);
+      }
+    }
+  }
+}
+
+inline constexpr int64_t kFinishMaxGridY = 65535;
+
+// Cm (m, n, ldc) = round(Cm + op(A) op(B)) for kAccumulate, or round(bias + op(A) op(B)) otherwise
+// (bias may be null), through product tiles of at most ctx.product_floats: columns [c0, c0 + cols)
+// and, only when one column is larger than the workspace, rows [r0, r0 + rows). A tile's columns
+// are padded to a multiple of 4 floats (16 bytes), so the product's leading dimension never limits
+// cuBLAS to unvectorized kernels. Each tile: one GEMM with beta = 0 into fp32, then one
+// finish_tile_kernel.
+template <typename T, bool kAccumulate>
+GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
+                            int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
+                            const T* bias, const GemmOptions& options, cudaStream_t stream) {
+  GemmStatus status;
+  if (ctx.product == nullptr || ctx.product_floats == 0) {
+    status.cublas = CUBLAS_STATUS_NOT_INITIALIZED;
+    return status;
+  }
+  const int64_t capacity = static_cast<int64_t>(ctx.product_floats);
+  const int64_t tile_rows = m < capacity ? m : capacity;
+  const int64_t padded = (tile_rows + 3) / 4 * 4;
+  const int64_t ldp = padded <= capacity ? padded : tile_rows;
+  const int64_t max_cols = capacity / ldp;
+  const int64_t tile_cols = n < max_cols ? n : max_cols;
+  for (int64_t c0 = 0; c0 < n; c0 += tile_cols) {
+    const int64_t cols = n - c0 < tile_cols ? n - c0 : tile_cols;
+    // Column c of op(B) starts at B + c * ldb (op N) or B + c (op T).
+    const T* b_tile = op_b == CUBLAS_OP_N ? B + c0 * ldb : B + c0;
+    for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
+      const int64_t rows = m - r0 < tile_rows ? m - r0 : tile_rows;
+      // Row r of op(A) starts at A + r (op N) or A + r * lda (op T).
+      const T* a_tile = op_a == CUBLAS_OP_N ? A + r0 : A + r0 * lda;
+      status.cublas = gemm<T>(ctx.cublas, op_a, op_b, rows, cols, k, a_tile, lda, b_tile, ldb, 0.0f, ctx.product,
+                              CUDA_R_32F, ldp, options);
+      if (!status.ok()) return status;
+      const int64_t row_blocks = (rows + detail::kBlock - 1) / detail::kBlock;
+      const dim3 grid(static_cast<unsigned>(row_blocks < detail::kMaxGridX ? row_blocks : detail::kMaxGridX),
+                      static_cast<unsigned>(cols < kFinishMaxGridY ? cols : kFinishMaxGridY));
+      finish_tile_kernel<T, kAccumulate><<<grid, detail::kBlock, 0, stream>>>(
+          Cm + c0 * ldc + r0, ldc, ctx.product, ldp, rows, cols, bias != nullptr ? bias + r0 : nullptr);
+      if (status.cuda = cudaGetLastError(); !status.ok()) return status;
+    }
+  }
+  return status;
+}
+
+// Cm (m, n) += op(A) op(B), rounded once to T: beta = 1 in cuBLAS for fp32, product tiles for
+// 16-bit T.
+template <typename T>
+GemmStatus gemm_accumulate(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
+                           int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
+                           const GemmOptions& options, cudaStream_t stream) {
+  if constexpr (!is_16bit<T>()) {
+    GemmStatus status;
+    status.cublas = gemm<T>(ctx.cublas, op_a, op_b, m, n, k, A, lda, B, ldb, 1.0f, Cm, CUDA_R_32F, ldc, options);
+    return status;
+  } else {
+    return gemm_via_product<T, true>(ctx, op_a, op_b, m, n, k, A, lda, B, ldb, Cm, ldc, nullptr, options, stream);
+  }
+}
+
+// --- the biased forward through cuBLASLt -----------------------------------------------------------
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 16;  // the largest alignment cuBLASLt asks about
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+#define STRATA_LT_TRY(call)                                       \
+  do {                                                            \
+    if (const cublasStatus_t st_ = (call); st_ != CUBLAS_STATUS_SUCCESS) return st_; \
+  } while (0)
+
+template <typename T>
+cublasStatus_t set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value));
+}
+
+// Builds the descriptors of `key` (out^T (m, n) = weight^T^T . inp^T + bias, see the top of this
+// file) and asks the heuristic for one algorithm that reduces in fp32 (no reduction in the output
+// type, none "in place" in the output buffer) and fits the workspace. plan.has_algo stays false
+// when none does.
+cublasStatus_t build_plan(const GemmContext& ctx, const LtPlanKey& key, cublasComputeType_t compute, LtPlan& plan) {
+  plan.key = key;
+  STRATA_LT_TRY(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(key.type)));
+  // weight^T as stored: (k, m) with ld k, transposed; inp^T: (k, n) with ld k; out^T: (m, n), ld m.
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.a, key.type, key.k, key.m, key.k));
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.b, key.type, key.k, key.n, key.k));
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.d, key.type, key.m, key.n, key.m));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  STRATA_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t workspace = ctx.lt_workspace != nullptr ? ctx.lt_workspace_bytes : 0;
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // NONE (0) is always allowed
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
+  };
+  set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+  set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  // No algorithm for this shape is not an error: the caller takes the product-tile path.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return CUBLAS_STATUS_SUCCESS;
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  if (found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan.algo = result.algo;
+    plan.has_algo = true;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The plan for `key`: from ctx.plans, else built (and kept there while it has room) in `scratch`.
+cublasStatus_t find_plan(const GemmContext& ctx, const LtPlanKey& key, cublasComputeType_t compute,
+                         std::unique_ptr<LtPlan>& scratch, LtPlan** plan) {
+  std::vector<std::unique_ptr<LtPlan>>* cached = ctx.plans != nullptr ? &ctx.plans->impl().plans : nullptr;
+  if (cached != nullptr) {
+    for (const std::unique_ptr<LtPlan>& p : *cached) {
+      if (p->key == key) {
+        *plan = p.get();
+        return CUBLAS_STATUS_SUCCESS;
+      }
+    }
+  }
+  auto fresh = std::make_unique<LtPlan>();
+  STRATA_LT_TRY(build_plan(ctx, key, compute, *fresh));
+  *plan = fresh.get();
+  if (cached != nullptr && cached->size() < static_cast<size_t>(kLtPlanCacheEntries)) {
+    cached->push_back(std::move(fresh));
+  } else {
+    scratch = std::move(fresh);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// out = weight . inp + bias through cuBLASLt; *done = false (and success) when cuBLASLt has no
+// algorithm for the shape, so the caller falls back.
+template <typename T>
+cublasStatus_t lt_biased_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias,
+                                 int64_t N, int64_t C, int64_t OC, const GemmOptions& options, cudaStream_t stream,
+                                 bool* done) {
+  *done = false;
+  const LtPlanKey key{data_type<T>(),       std::is_same_v<T, float> && options.allow_tf32,
+                      OC,                   N,
+                      C,                    alignment_of(weight),
+                      alignment_of(inp),    alignment_of(out),
+                      alignment_of(bias)};
+  std::unique_ptr<LtPlan> uncached;
+  LtPlan* plan = nullptr;
+  STRATA_LT_TRY(find_plan(ctx, key, compute_type<T>(options), uncached, &plan));
+  if (!plan->has_algo) return CUBLAS_STATUS_SUCCESS;
+  STRATA_LT_TRY(set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias)));
+  const float alpha = 1.0f, beta = 0.0f;
+  const uint64_t workspace = ctx.lt_workspace != nullptr ? ctx.lt_workspace_bytes : 0;
+  const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, out,
+                                           plan->d, out, plan->d, &plan->algo, ctx.lt_workspace, workspace, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return CUBLAS_STATUS_SUCCESS;  // e.g. a bias alignment it rejects
+  if (st == CUBLAS_STATUS_SUCCESS) *done = true;
+  return st;
+}
+
+#undef STRATA_LT_TRY
+
+// out (N, OC) = bias in every row: the value of a biased GEMM with an empty sum (C == 0).
+template <typename T>
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * OC; i += stride) {
+    out[i] = bias[i % OC];
+  }
+}
+
+template <typename T>
+struct RowValue {
+  const T* data;
+  int64_t C;
+  __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * C + c); }
+};
+
 }  // namespace
 
 template <typename T>
-GemmStatus matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
                           int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream) {
   GemmStatus status;
   if (!valid_shape(N, C, OC)) {
@@ -84,21 +328,32 @@ GemmStatus matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* 
     return status;
   }
   if (N == 0 || OC == 0) return status;
-  if (status.cublas = bind<T>(handle, options, stream); !status.ok()) return status;
-  if (bias != nullptr) {
-    broadcast_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC);
-    status.cuda = cudaGetLastError();
-  } else if (C == 0) {  // an empty sum without bias: out = 0
-    status.cuda = cudaMemsetAsync(out, 0, sizeof(T) * N * OC, stream);
+  if (C == 0) {  // an empty sum: out = bias, or 0
+    if (bias != nullptr) {
+      broadcast_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC);
+      status.cuda = cudaGetLastError();
+    } else {
+      status.cuda = cudaMemsetAsync(out, 0, sizeof(T) * N * OC, stream);
+    }
+    return status;
   }
-  if (!status.ok() || C == 0) return status;
-  const float beta = bias != nullptr ? 1.0f : 0.0f;
-  status.cublas = gemm<T>(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, OC, options);
-  return status;
+  if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
+  if (bias == nullptr) {
+    status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out,
+                            data_type<T>(), OC, options);
+    return status;
+  }
+  if (ctx.lt != nullptr) {
+    bool done = false;
+    status.cublas = lt_biased_forward(ctx, out, inp, weight, bias, N, C, OC, options, stream, &done);
+    if (!status.ok() || done) return status;
+  }
+  return gemm_via_product<T, false>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, options,
+                                    stream);
 }
 
 template <typename T>
-GemmStatus matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
                            cudaStream_t stream) {
   GemmStatus status;
@@ -107,23 +362,26 @@ GemmStatus matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias,
     return status;
   }
   if (N == 0 || OC == 0) return status;  // every gradient term is an empty sum
-  if (status.cublas = bind<T>(handle, options, stream); !status.ok()) return status;
+  if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
   if (dinp != nullptr && C > 0) {
-    status.cublas = gemm<T>(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C, options);
+    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, options, stream);
     if (!status.ok()) return status;
   }
   if (dweight != nullptr && C > 0) {
-    status.cublas = gemm<T>(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C, options);
+    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, options, stream);
     if (!status.ok()) return status;
   }
-  if (dbias != nullptr) status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, OC}, stream);
+  // The product tiles are free again (stream order): they hold the column sums' partials.
+  if (dbias != nullptr) {
+    status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, OC}, stream, ctx.product, ctx.product_floats);
+  }
   return status;
 }
 
 #define STRATA_INSTANTIATE_GEMM(T)                                                                                \
-  template GemmStatus matmul_forward<T>(cublasHandle_t, T*, const T*, const T*, const T*, int64_t, int64_t,        \
+  template GemmStatus matmul_forward<T>(const GemmContext&, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                         int64_t, GemmOptions, cudaStream_t);                                      \
-  template GemmStatus matmul_backward<T>(cublasHandle_t, T*, T*, T*, const T*, const T*, const T*, int64_t,        \
+  template GemmStatus matmul_backward<T>(const GemmContext&, T*, T*, T*, const T*, const T*, const T*, int64_t,    \
                                          int64_t, int64_t, GemmOptions, cudaStream_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM

@@ -1,25 +1,34 @@
-// Linear layer GEMMs on the GPU through cuBLAS (cublasGemmEx_64, fp32 accumulation), with the
-// semantics of kernels/cpu/ops_matmul.h: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, and a
-// backward that ACCUMULATES (+=) into dinp, dweight and dbias. T is float, __nv_bfloat16 or __half
-// (inputs and outputs in T, CUBLAS_COMPUTE_32F: a 16-bit result is formed in fp32, including any
-// split-K partial sums, and rounded to T once; fp32 may opt into TF32 tensor cores).
-// The caller owns the cuBLAS handle; each call binds it to `stream`, to host pointer mode (the
-// alpha/beta scalars live on the host) and to the math mode GemmOptions implies, so a mode left on
-// the handle by someone else never changes the arithmetic. Not thread-safe per handle (as cuBLAS).
-// dbias is a fixed-order column sum (deterministic); the GEMMs are as deterministic as cuBLAS on
-// one GPU. Asynchronous; returns the first failure of either library.
+// Linear layer GEMMs on the GPU through cuBLAS / cuBLASLt (fp32 accumulation), with the semantics
+// of kernels/cpu/ops_matmul.h: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, and a backward
+// that ACCUMULATES (+=) into dinp, dweight and dbias. T is float, __nv_bfloat16 or __half (inputs
+// and outputs in T, CUBLAS_COMPUTE_32F). "fp32 inside, round once": every output element is formed
+// in fp32 -- split-K partial sums, the bias, and for the accumulating GEMMs the old value -- and
+// rounded to T once. (cuBLAS and cuBLASLt with beta = 1 and a 16-bit C round the product to 16
+// bits BEFORE adding C -- measured on an H100 with cuBLAS 13, every Lt algorithm the heuristic
+// offered: up to 254 ulp off where the sum cancels -- so neither is used for 16-bit accumulation:
+// the product goes to an fp32 workspace tile and one kernel forms round(old + product). fp32 T
+// keeps cuBLAS's beta = 1.) fp32 may opt into TF32 tensor cores.
+// The caller owns every handle and buffer in GemmContext; each call binds the cuBLAS handle to
+// `stream`, host pointer mode and the math mode GemmOptions implies, so a mode left on the handle
+// by someone else never changes the arithmetic. Not thread-safe per context (as cuBLAS), and the
+// workspaces are stream-ordered scratch: one stream at a time. dbias is a fixed-order column sum;
+// everything is deterministic run to run on one GPU. Asynchronous; returns the first failure.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace strata::kernels::cuda {
 
-// The outcome of a GEMM call: a cuBLAS failure, a CUDA launch failure (bias kernels), or success.
+// The outcome of a GEMM call: a cuBLAS(Lt) failure, a CUDA launch failure (bias / add kernels),
+// or success.
 struct GemmStatus {
   cublasStatus_t cublas = CUBLAS_STATUS_SUCCESS;
   cudaError_t cuda = cudaSuccess;
@@ -35,16 +44,63 @@ struct GemmOptions {
   bool allow_tf32 = false;
 };
 
+// Cached cuBLASLt descriptors and heuristic choices of the biased forward, one entry per (type,
+// math, shape, pointer alignments), at most kLtPlanCacheEntries (later shapes are planned per call).
+// Owned by the caller beside its cublasLtHandle_t; destroy it before that handle. Not thread-safe.
+inline constexpr int kLtPlanCacheEntries = 64;
+class LtPlanCache {
+ public:
+  LtPlanCache();
+  ~LtPlanCache();
+  LtPlanCache(const LtPlanCache&) = delete;
+  LtPlanCache& operator=(const LtPlanCache&) = delete;
+
+  struct Impl;  // defined in gemm.cu
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sizes a long-lived owner (runtime/cuda/cuda_compute_ops) gives the workspaces: cuBLASLt's
+// recommended 32 MiB for Hopper, and 16 Mi floats (64 MiB) of fp32 product tiles.
+inline constexpr size_t kGemmLtWorkspaceBytes = size_t{32} << 20;
+inline constexpr size_t kGemmProductFloats = size_t{16} << 20;
+
+// Everything a GEMM call uses beyond its operands; the caller creates it once (never per step).
+struct GemmContext {
+  cublasHandle_t cublas = nullptr;  // every GEMM without a bias epilogue
+  cublasLtHandle_t lt = nullptr;    // the biased forward (CUBLASLT_EPILOGUE_BIAS); null: see below
+  void* lt_workspace = nullptr;     // cuBLASLt scratch (256-byte aligned), lt_workspace_bytes of it
+  size_t lt_workspace_bytes = 0;
+  // fp32 product tiles: 16-bit accumulating GEMMs whose output (m x n) exceeds product_floats run
+  // as several GEMMs over column (and if need be row) tiles that fit. Also holds the per-row-block
+  // partials of the two-pass dbias sum. Required (non-null, >= 1 float) for 16-bit backward and
+  // for a biased forward without cuBLASLt; 256-byte aligned.
+  float* product = nullptr;
+  size_t product_floats = 0;
+  LtPlanCache* plans = nullptr;  // may be null: every biased forward plans afresh
+};
+
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null. out is overwritten
-// and must not alias inp or weight.
+// and must not alias inp or weight. With a bias: one cuBLASLt matmul whose epilogue adds the bias
+// in fp32 before the single rounding; when cuBLASLt is absent (ctx.lt null) or offers no
+// algorithm for the shape, the product goes through ctx.product tiles and one kernel adds the bias
+// (same single rounding). Without a bias: cublasGemmEx, beta = 0.
+// Speed: an OC whose rows are not 16-byte multiples (GPT-2's V = 50257) leaves cuBLAS only its
+// unvectorized "align1" kernels, forward and backward (measured on an H100, N = 16384, C = 768:
+// forward 13.2 ms, backward 17.5 ms; with V padded to 50304: 1.6 ms and 6.9 ms). Routing such a
+// forward through padded fp32 product tiles here was slower still (20.8 ms); the fix is a padded
+// leading dimension in the caller's layout.
 template <typename T>
-GemmStatus matmul_forward(cublasHandle_t handle, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
                           int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream);
 
 // Given dout (N, OC): dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp;
-// dbias (OC) += sum_n dout[n]. Each gradient may be null (not computed).
+// dbias (OC) += sum_n dout[n]. Each gradient may be null (not computed). Each += is formed in
+// fp32 and rounded once to T.
 template <typename T>
-GemmStatus matmul_backward(cublasHandle_t handle, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
                            cudaStream_t stream);
 

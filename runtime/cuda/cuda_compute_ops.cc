@@ -17,6 +17,7 @@
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/optimizer.cuh"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/units.h"
 
 namespace strata {
 namespace {
@@ -71,14 +72,45 @@ StatusOr<std::unique_ptr<CudaComputeOps>> CudaComputeOps::create(int device, cud
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   std::unique_ptr<CudaComputeOps> ops(new CudaComputeOps(device, compute, cublas, tf32, arena, base));
   STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ops->norm_scratch_, kc::kGradNormScratchFloats * sizeof(float)));
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ops->lt_));
+  ops->lt_plans_ = std::make_unique<kc::LtPlanCache>();
+  constexpr size_t kWorkspace = kc::kGemmLtWorkspaceBytes + kc::kGemmProductFloats * sizeof(float);
+  void* workspace = nullptr;
+  Status malloc_status = STRATA_CUDA_STATUS(cudaMalloc(&workspace, kWorkspace));
+  if (!malloc_status.is_ok()) {
+    return malloc_status.with_context(
+        fmt::format("reserving the {} GEMM / embedding workspace on device {} (outside the --gpu-mem arena); lower "
+                    "--gpu-mem",
+                    format_size(kWorkspace), device));
+  }
+  ops->workspace_ = static_cast<std::byte*>(workspace);
   return ops;
 }
 
 CudaComputeOps::~CudaComputeOps() {
-  if (norm_scratch_ == nullptr) return;
+  lt_plans_.reset();  // its descriptors before the handle (host memory only)
   Status s = STRATA_CUDA_STATUS(cudaSetDevice(device_));
-  if (s.is_ok()) s = STRATA_CUDA_STATUS(cudaFree(norm_scratch_));
+  if (s.is_ok()) {  // each release is tried; the first failure is reported
+    const auto keep_first = [&s](Status t) {
+      if (s.is_ok()) s = std::move(t);
+    };
+    if (lt_ != nullptr) keep_first(STRATA_CUBLAS_STATUS(cublasLtDestroy(lt_)));
+    if (workspace_ != nullptr) keep_first(STRATA_CUDA_STATUS(cudaFree(workspace_)));
+    if (norm_scratch_ != nullptr) keep_first(STRATA_CUDA_STATUS(cudaFree(norm_scratch_)));
+  }
   if (!s.is_ok()) spdlog::warn("CUDA compute ops teardown: {}", s.message());
+}
+
+kc::GemmContext CudaComputeOps::gemm_context() const {
+  kc::GemmContext ctx;
+  ctx.cublas = cublas_;
+  ctx.lt = lt_;
+  ctx.lt_workspace = workspace_;
+  ctx.lt_workspace_bytes = kc::kGemmLtWorkspaceBytes;
+  ctx.product = reinterpret_cast<float*>(workspace_ + kc::kGemmLtWorkspaceBytes);
+  ctx.product_floats = kc::kGemmProductFloats;
+  ctx.plans = lt_plans_.get();
+  return ctx;
 }
 
 Status CudaComputeOps::check_activation_dtype(DType dt, std::string_view op) const {
@@ -101,7 +133,7 @@ Status CudaComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::matmul_forward(cublas_, as<T>(out), as<T>(inp), as<T>(weight), as<T>(bias), N, C, OC,
+    return kc::matmul_forward(gemm_context(), as<T>(out), as<T>(inp), as<T>(weight), as<T>(bias), N, C, OC,
                               kc::GemmOptions{tf32_}, stream_);
   };
   return gemm_status(with_element_type(dt, gemm), "matmul_forward");
@@ -112,8 +144,8 @@ Status CudaComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::matmul_backward(cublas_, as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout), as<T>(inp),
-                               as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_);
+    return kc::matmul_backward(gemm_context(), as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout),
+                               as<T>(inp), as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_);
   };
   return gemm_status(with_element_type(dt, gemm), "matmul_backward");
 }
@@ -208,7 +240,9 @@ Status CudaComputeOps::queue_encoder_backward(DType dt, void* dwte, void* dwpe, 
                                               const int32_t* tokens, int64_t B, int64_t T_len, int64_t C) {
   return launch(dt, "encoder_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::encoder_backward(as<T>(dwte), as<T>(dwpe), as<T>(dout), tokens, B, T_len, C, stream_);
+    const kc::GemmContext ctx = gemm_context();  // the product tiles are the sort's scratch
+    return kc::encoder_backward(as<T>(dwte), as<T>(dwpe), as<T>(dout), tokens, B, T_len, C, ctx.product,
+                                ctx.product_floats * sizeof(float), stream_);
   });
 }
 
@@ -224,7 +258,9 @@ Status CudaComputeOps::queue_token_embedding_backward(DType dt, void* dwte, cons
                                                       int64_t N, int64_t C) {
   return launch(dt, "token_embedding_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::token_embedding_backward(as<T>(dwte), as<T>(dout), tokens, N, C, stream_);
+    const kc::GemmContext ctx = gemm_context();  // the product tiles are the sort's scratch
+    return kc::token_embedding_backward(as<T>(dwte), as<T>(dout), tokens, N, C, ctx.product,
+                                        ctx.product_floats * sizeof(float), stream_);
   });
 }
 

@@ -1,25 +1,43 @@
 // CudaComputeOps: ComputeOps on the CUDA backend. Each op launches the kernels/cuda kernel (GEMMs
-// through the backend's cuBLAS handle) on the compute stream, with fp32, bf16 or fp16 activations
-// (fp32 arithmetic inside, 16-bit stores rounded to nearest even, GEMMs accumulating in fp32), and
+// through the backend's cuBLAS handle and this object's cuBLASLt handle) on the compute stream,
+// with fp32, bf16 or fp16 activations (fp32 arithmetic inside, 16-bit stores rounded to nearest
+// even once, GEMMs accumulating in fp32), and
 // turns the launch's cudaError_t / GemmStatus into a Status (runtime/cuda/cuda_check.h); faults
 // while a kernel runs surface at the next synchronize. Integer activation types are
 // invalid_argument. fp32 GEMMs use TF32 tensor cores only when created with tf32 = true.
+// Device memory outside the arena (carved once at create, never inside a step; the arena is the
+// backend's and const here): kDeviceWorkspaceBytes = the cuBLASLt workspace (32 MiB), the fp32
+// product tiles of 16-bit accumulating GEMMs (64 MiB, also the token-embedding sort scratch and
+// the bias-gradient partials: every user is stream-ordered on the compute stream) and the 1 KiB
+// grad-norm scratch. cuBLAS's own per-handle workspace comes on top (cuBLAS-managed).
 // Not for model/ to include. Thread-safety and lifetime: as ComputeOps; owned by its CudaBackend.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/optimizer.cuh"
 #include "runtime/compute_ops.h"
 
 namespace strata {
 
 class CudaComputeOps final : public ComputeOps {
  public:
-  // Binds `device` and allocates the grad-norm scratch (1 KiB, outside the arena, once). `compute`,
-  // `cublas` (already bound to `compute`), `arena` and `base` are the backend's and outlive this.
+  // Device bytes this object holds outside the backend's arena (see the top of this file): for
+  // memory reports; the --gpu-mem budget does not include them.
+  static constexpr uint64_t kDeviceWorkspaceBytes =
+      kernels::cuda::kGemmLtWorkspaceBytes + kernels::cuda::kGemmProductFloats * sizeof(float) +
+      kernels::cuda::kGradNormScratchFloats * sizeof(float);
+
+  // Binds `device`, creates a cuBLASLt handle and allocates the workspaces above (outside the
+  // arena, once; out_of_memory with context when the device lacks them). `compute`, `cublas`
+  // (already bound to `compute`), `arena` and `base` are the backend's and outlive this.
   // `tf32`: fp32 GEMMs may use TF32 tensor cores (kernels/cuda/gemm.cuh GemmOptions::allow_tf32);
   // every GEMM sets the handle's math mode accordingly, so the handle is not shared with others.
   static StatusOr<std::unique_ptr<CudaComputeOps>> create(int device, cudaStream_t compute, cublasHandle_t cublas,
@@ -86,11 +104,19 @@ class CudaComputeOps final : public ComputeOps {
   template <typename Launch>
   Status launch(DType dt, const char* op, Launch&& fn);
 
+  // The GEMM context of every matmul: cublas_, lt_, and the two workspaces carved from workspace_.
+  kernels::cuda::GemmContext gemm_context() const;
+
   const int device_;
   cudaStream_t const stream_;
   cublasHandle_t const cublas_;
   const bool tf32_;  // fp32 GEMMs may use TF32 tensor cores
   float* norm_scratch_ = nullptr;  // kernels::cuda::kGradNormScratchFloats floats, cudaMalloc'd
+  cublasLtHandle_t lt_ = nullptr;
+  // One cudaMalloc: [cuBLASLt workspace | fp32 product tiles]. Used only on stream_.
+  std::byte* workspace_ = nullptr;
+  // Reset before lt_ is destroyed. Used only by the thread driving stream_.
+  std::unique_ptr<kernels::cuda::LtPlanCache> lt_plans_;
 };
 
 }  // namespace strata

@@ -22,6 +22,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/loss.cuh"
 #include "kernels/cuda/optimizer.cuh"
+#include "tests/kernels/cuda_gemm_test_support.h"
 #include "tests/kernels/cuda_gpu_test_support.h"
 #include "tests/kernels/ops_test_support.h"
 
@@ -226,8 +227,7 @@ TEST(CudaGradChecks, NormSquaredAndFiniteFlag) {
 TYPED_TEST(CudaModelOpsTest, MatmulMatchesCpu) {
   STRATA_SKIP_WITHOUT_CUDA();
   using T = TypeParam;
-  cublasHandle_t handle = nullptr;
-  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  const testing::TestGemmContext gemm;
   struct Case {
     int64_t N, C, OC;
   };
@@ -242,14 +242,15 @@ TYPED_TEST(CudaModelOpsTest, MatmulMatchesCpu) {
     cpu::matmul_backward(din.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), c.N, c.C, c.OC);
     DeviceTensor<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(c.N * c.OC), d_din(g0_in), d_dw(g0_w), d_db(g0_b);
     const GemmOptions strict{};
-    EXPECT_TRUE(matmul_forward(handle, d_out.data(), d_inp.data(), d_w.data(), d_b.data(), c.N, c.C, c.OC, strict,
+    EXPECT_TRUE(matmul_forward(gemm.ctx(), d_out.data(), d_inp.data(), d_w.data(), d_b.data(), c.N, c.C, c.OC, strict,
                                nullptr)
                     .ok());
-    EXPECT_TRUE(matmul_backward(handle, d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(), d_w.data(),
-                                c.N, c.C, c.OC, strict, nullptr)
+    EXPECT_TRUE(matmul_backward(gemm.ctx(), d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(),
+                                d_w.data(), c.N, c.C, c.OC, strict, nullptr)
                     .ok());
     // fp32: K <= 256 products of values in [-1, 1], fp32 accumulation in a different order; 16-bit:
-    // the same, rounded once to T (the bias is added inside the GEMM, beta = 1). dweight sums
+    // the same, rounded once to T (the bias added in fp32 by the cuBLASLt epilogue, the += in fp32
+    // over product tiles). dweight sums
     // N = 64 products onto g0, so |dw| reaches ~12, where T's ulp is larger: a wider atol.
     expect_matches(d_out, out, testing::reduction_tolerance<T>(), "out");
     expect_matches(d_din, din, testing::reduction_tolerance<T>(), "dinp");
@@ -259,28 +260,25 @@ TYPED_TEST(CudaModelOpsTest, MatmulMatchesCpu) {
     expect_matches(d_dw, dw, dw_tol, "dweight");
     expect_matches(d_db, db, testing::reduction_tolerance<T>(), "dbias");
   }
-  EXPECT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
 }
 
 TEST(CudaGemm, StrictFp32IgnoresATf32ModeLeftOnTheHandle) {
   STRATA_SKIP_WITHOUT_CUDA();
-  cublasHandle_t handle = nullptr;
-  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+  const testing::TestGemmContext gemm;
+  ASSERT_EQ(cublasSetMathMode(gemm.cublas(), CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
   const int64_t N = 128, C = 256, OC = 128;
   const auto inp = random_floats(N * C, 121), w = random_floats(OC * C, 122);
   std::vector<float> want(N * OC);
   cpu::matmul_forward(want.data(), inp.data(), w.data(), nullptr, N, C, OC);
   DeviceTensor<float> d_inp(inp), d_w(w), d_out(N * OC);
-  EXPECT_TRUE(matmul_forward<float>(handle, d_out.data(), d_inp.data(), d_w.data(), nullptr, N, C, OC, GemmOptions{},
-                                   nullptr)
+  EXPECT_TRUE(matmul_forward<float>(gemm.ctx(), d_out.data(), d_inp.data(), d_w.data(), nullptr, N, C, OC,
+                                    GemmOptions{}, nullptr)
                   .ok());
   // Outputs are 256-term sums of products in [-1, 1] (rms ~5). Each fp32 GEMM carries ~4e-6 rms
   // absolute round-off (at most ~2e-5), so two of them in different orders stay well under 2e-4.
   // Had the handle's TF32 mode leaked (inputs cut to 10 mantissa bits), typical elements would be
   // off by ~2e-3.
   expect_matches(d_out, want, Tolerance{2e-4, 0.0}, "strict fp32 out");
-  EXPECT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
 }
 
 TEST(CudaModelOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
@@ -294,7 +292,7 @@ TEST(CudaModelOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
   EXPECT_EQ(adam_update(AdamConstants{}, AdamFormats{FloatFormat::f32, CopyOut::bf16},
                         AdamSpan{nullptr, nullptr, nullptr, nullptr, nullptr, 8}, nullptr),
             cudaErrorInvalidValue);  // copy-out requested without a buffer
-  const GemmStatus st = matmul_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, -1, 4, 4, {}, nullptr);
+  const GemmStatus st = matmul_forward<float>(GemmContext{}, nullptr, nullptr, nullptr, nullptr, -1, 4, 4, {}, nullptr);
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.cublas, CUBLAS_STATUS_INVALID_VALUE);
 }

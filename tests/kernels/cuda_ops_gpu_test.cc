@@ -194,10 +194,12 @@ TYPED_TEST(CudaOpsTest, EncoderAndTokenEmbeddingMatchCpu) {
       d_tok_dte(g0_te);
   ASSERT_EQ(encoder_forward(d_out.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T_len, C, nullptr),
             cudaSuccess);
-  ASSERT_EQ(encoder_backward(d_dte.data(), d_dpe.data(), d_dout.data(), d_tokens.data(), B, T_len, C, nullptr),
+  ASSERT_EQ(encoder_backward(d_dte.data(), d_dpe.data(), d_dout.data(), d_tokens.data(), B, T_len, C, nullptr, 0,
+                             nullptr),
             cudaSuccess);
   ASSERT_EQ(token_embedding_forward(d_tok_out.data(), d_tokens.data(), d_wte.data(), N, C, nullptr), cudaSuccess);
-  ASSERT_EQ(token_embedding_backward(d_tok_dte.data(), d_dout.data(), d_tokens.data(), N, C, nullptr), cudaSuccess);
+  ASSERT_EQ(token_embedding_backward(d_tok_dte.data(), d_dout.data(), d_tokens.data(), N, C, nullptr, 0, nullptr),
+            cudaSuccess);
   // The forward is a copy (plus one add): exact in fp32. Backward sums a token's rows in row order,
   // as the CPU does: exact in fp32 too; 16-bit types round the += once.
   const Tolerance tol = std::is_same_v<T, float> ? Tolerance{0.0, 0.0} : testing::elementwise_tolerance<T>();
@@ -218,6 +220,9 @@ TEST(CudaOpsArguments, InvalidShapesAreRejectedBeforeAnyLaunch) {
   EXPECT_EQ(rmsnorm_backward<__half>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, -2, 8, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(encoder_forward<float>(nullptr, nullptr, nullptr, nullptr, -1, 2, 2, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(token_embedding_backward<float>(nullptr, nullptr, nullptr, -1, 4, nullptr, 0, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(token_embedding_backward_workspace_bytes(0), 0u);
   // Empty work is a successful no-op (no launch of a zero-sized grid).
   EXPECT_EQ(gelu_forward<float>(nullptr, nullptr, 0, nullptr), cudaSuccess);
   EXPECT_EQ(rmsnorm_forward<float>(nullptr, nullptr, nullptr, nullptr, 0, 8, 1e-6f, nullptr), cudaSuccess);
