@@ -394,28 +394,19 @@ std::string io_bench_json(const IoBenchReport& r) {
 }
 
 Status io_bench_plot(const std::string& csv_path, const std::string& png_path) {
-  if (!run_command("gnuplot --version >/dev/null 2>&1").is_ok())
-    return Status(Code::unavailable, "gnuplot is not installed (apt-get install gnuplot-nox); the CSV has the data");
-  std::string script = png_path + ".gp";
-  FILE* f = std::fopen(script.c_str(), "w");
-  if (f == nullptr) return errno_status(errno, "write " + script);
   // One line per (mode, QD), its rows picked by awk: strata solid, fio dashed; x = KiB, log scale.
-  fmt::print(f,
-             "set terminal pngcairo size 1000,600 noenhanced\nset output '{}'\nset datafile separator ','\n"
-             "set logscale x 2\nset xlabel 'block size (KiB)'\nset ylabel 'GB/s'\nset key outside right\n"
-             "set title 'strata bench io: sequential O_DIRECT, strata (solid) and fio (dashed)'\n"
-             "csv = '{}'\nmodes = 'read write'\n"
-             "qds = system(\"tail -n +2 '\".csv.\"' | cut -d, -f3 | sort -nu | tr '\\n' ' '\")\n"
-             "series(m, q) = sprintf(\"< awk -F, '$1 == \\\"%s\\\" && $3 == %s' '%s'\", m, q, csv)\n"
-             "plot for [m in modes] for [q in qds] series(m, q) using ($2/1024):4 with linespoints title m.' QD'.q, \\\n"
-             "     for [m in modes] for [q in qds] series(m, q) using ($2/1024):8 with linespoints dt 2 "
-             "title 'fio '.m.' QD'.q\n",
-             png_path, csv_path);
-  std::fclose(f);
-  auto out = run_command(fmt::format("gnuplot '{}' 2>&1", script));
-  ::unlink(script.c_str());
-  if (!out.is_ok()) return out.status().with_context("drawing " + png_path);
-  return Status();
+  const std::string script = fmt::format(
+      "set terminal pngcairo size 1000,600 noenhanced\nset output '{}'\nset datafile separator ','\n"
+      "set logscale x 2\nset xlabel 'block size (KiB)'\nset ylabel 'GB/s'\nset key outside right\n"
+      "set title 'strata bench io: sequential O_DIRECT, strata (solid) and fio (dashed)'\n"
+      "csv = '{}'\nmodes = 'read write'\n"
+      "qds = system(\"tail -n +2 '\".csv.\"' | cut -d, -f3 | sort -nu | tr '\\n' ' '\")\n"
+      "series(m, q) = sprintf(\"< awk -F, '$1 == \\\"%s\\\" && $3 == %s' '%s'\", m, q, csv)\n"
+      "plot for [m in modes] for [q in qds] series(m, q) using ($2/1024):4 with linespoints title m.' QD'.q, \\\n"
+      "     for [m in modes] for [q in qds] series(m, q) using ($2/1024):8 with linespoints dt 2 "
+      "title 'fio '.m.' QD'.q\n",
+      png_path, csv_path);
+  return run_gnuplot(script, png_path);
 }
 
 }  // namespace strata::bench

@@ -3,15 +3,13 @@
 // [--png FILE] [--json]`: sequential O_DIRECT throughput of strata's I/O engine beside fio's on
 // the same file. Only flag parsing, progress and printing live here; the benchmark is
 // bench/io_bench.h.
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <fmt/core.h>
 
+#include "bench/bench_util.h"
 #include "bench/io_bench.h"
 #include "runtime/units.h"
 #include "tools/strata/command.h"
@@ -61,20 +59,6 @@ StatusOr<bench::IoBenchOptions> to_options(const BenchIoFlags& f) {
   return o;
 }
 
-// A bar redrawn in place on a terminal, one line per point otherwise (logs, CI).
-void show_progress(size_t done, size_t total, const std::string& what) {
-  static const bool tty = ::isatty(STDERR_FILENO) != 0;
-  if (tty) {
-    const size_t width = 30, filled = total ? done * width / total : width;
-    fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(filled, '#'), std::string(width - filled, ' '), done,
-               total, what);
-    if (done == total) fmt::print(stderr, "\n");
-  } else if (done < total) {
-    fmt::print(stderr, "bench io: point {}/{}: {}\n", done + 1, total, what);
-  }
-  std::fflush(stderr);
-}
-
 }  // namespace
 
 void add_bench_io_command(CLI::App& bench, CommandRegistry& registry) {
@@ -104,14 +88,18 @@ void add_bench_io_command(CLI::App& bench, CommandRegistry& registry) {
   registry.add(app, [flags]() {
     StatusOr<bench::IoBenchOptions> options = to_options(*flags);
     if (!options.is_ok()) return report_error(options.status().message(), kExitUsage);
-    options->progress = show_progress;
+    options->progress = [](size_t done, size_t total, const std::string& what) {
+      bench::print_progress("bench io", done, total, what);
+    };
     StatusOr<bench::IoBenchReport> report = bench::run_io_bench(*options);
     if (!report.is_ok()) {
       const Code code = report.status().code();
       return report_error(report.status().message(), code == Code::invalid_argument ? kExitUsage : kExitFailure);
     }
     if (!flags->csv.empty()) {
-      std::ofstream(flags->csv) << bench::io_bench_csv(*report);
+      if (Status written = bench::write_text_file(flags->csv, bench::io_bench_csv(*report)); !written.is_ok()) {
+        return report_error(written.message(), kExitFailure);
+      }
       if (!flags->png.empty()) {
         Status plot = bench::io_bench_plot(flags->csv, flags->png);
         if (!plot.is_ok()) fmt::print(stderr, "bench io: no plot: {}\n", plot.message());

@@ -40,5 +40,7 @@ void add_train_command(CLI::App& root, CommandRegistry& registry);
 // `strata bench` groups the benchmarks; each benchmark adds itself to the `bench` app.
 void add_bench_io_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry);
+void add_bench_pcie_command(CLI::App& bench, CommandRegistry& registry);
+void add_bench_device_command(CLI::App& bench, CommandRegistry& registry);
 
 }  // namespace strata::cli

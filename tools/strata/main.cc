@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   add_train_command(app, registry);
   add_bench_io_command(*bench, registry);
   add_bench_adam_command(*bench, registry);
+  add_bench_pcie_command(*bench, registry);
+  add_bench_device_command(*bench, registry);
 
   try {
     app.parse(argc, argv);
