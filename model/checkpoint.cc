@@ -1,5 +1,5 @@
-// Training checkpoints: writing and reading model.safetensors and optimizer.safetensors (see
-// checkpoint.h).
+// Training checkpoints: writing, verifying and reading model.safetensors and
+// optimizer.safetensors (see checkpoint.h).
 #include "model/checkpoint.h"
 
 #include <charconv>
@@ -8,9 +8,12 @@
 #include <map>
 #include <vector>
 
-#include "model/safetensors.h"
-
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "kernels/cpu/crc32c.h"
+#include "model/safetensors.h"
 
 namespace strata::model {
 namespace {
@@ -37,10 +40,69 @@ StatusOr<uint64_t> metadata_number(const SafetensorsFile& f, const std::string& 
   return value;
 }
 
+std::string crc_hex(std::span<const std::byte> bytes) {
+  return fmt::format("{:08x}", kernels::crc32c(0, bytes.data(), bytes.size()));
+}
+
+// The "strata_crc32c" metadata value of `blobs`.
+std::string crc_metadata(std::span<const SafetensorsBlob> blobs) {
+  nlohmann::json crcs = nlohmann::json::object();
+  for (const SafetensorsBlob& b : blobs) crcs[b.spec.name] = crc_hex(b.bytes);
+  return crcs.dump();
+}
+
+// Checks `f`'s recorded checksums (when it has them) and that its F32 tensors are finite; appends
+// one CheckpointTensorInfo per tensor to `out`. Returns whether the file had checksums.
+StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std::vector<CheckpointTensorInfo>& out) {
+  nlohmann::json crcs;
+  const auto it = f.metadata().find(std::string(kCrcMetadataKey));
+  if (it != f.metadata().end()) {
+    crcs = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (!crcs.is_object())
+      return error(Code::corruption, "{}: metadata '{}' is not a JSON object of checksums; the file is damaged",
+                   f.path(), kCrcMetadataKey);
+  }
+  const bool checksummed = it != f.metadata().end();
+  for (const SafetensorsTensor& t : f.tensors()) {
+    const std::span<const std::byte> bytes = f.data(t);
+    CheckpointTensorInfo info{.file = std::string(file), .name = t.name, .dtype = std::string(safe_dtype_name(t.dtype)),
+                              .shape = t.shape, .bytes = t.bytes()};
+    if (checksummed) {
+      const auto want = crcs.find(t.name);
+      if (want == crcs.end() || !want->is_string())
+        return error(Code::corruption, "{}: tensor '{}' has no checksum in '{}'; the file is damaged or was edited",
+                     f.path(), t.name, kCrcMetadataKey);
+      const std::string have = crc_hex(bytes);
+      if (have != want->get<std::string>())
+        return error(Code::corruption,
+                     "{}: tensor '{}' ({} bytes) has CRC-32C {} but {} was recorded when it was saved: the file is "
+                     "damaged (disk or copy error); resume from another checkpoint",
+                     f.path(), t.name, t.bytes(), have, want->get<std::string>());
+      info.crc32c = have;
+    }
+    if (t.dtype == SafeDType::f32) {
+      for (uint64_t i = 0; i < t.elements(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, bytes.data() + 4 * i, 4);
+        if ((u & 0x7f800000u) == 0x7f800000u) {
+          float v;
+          std::memcpy(&v, &u, 4);
+          return error(Code::corruption,
+                       "{}: tensor '{}' element {} is {}: the run had diverged when this checkpoint was saved; "
+                       "resume from an earlier checkpoint (with a lower --lr)",
+                       f.path(), t.name, i, v);
+        }
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  return checksummed;
+}
+
 }  // namespace
 
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
-                       const CheckpointState& state) {
+                       const CheckpointState& state, const CheckpointHook& hook) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return errno_status(ec.value(), "creating checkpoint directory " + dir);
@@ -59,7 +121,11 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     blobs.push_back({.spec = {.name = p.name, .dtype = SafeDType::f32, .shape = shape}, .bytes = bytes_of(weights.back())});
   }
   STRATA_RETURN_IF_ERROR(write_safetensors(path_in(dir, kCheckpointModelFile), blobs,
-                                           {{"format", "pt"}, {"strata_step", step}, {"strata_preset", state.preset}}));
+                                           {{"format", "pt"},
+                                            {"strata_step", step},
+                                            {"strata_preset", state.preset},
+                                            {std::string(kCrcMetadataKey), crc_metadata(blobs)}}));
+  if (hook) STRATA_RETURN_IF_ERROR(hook("model_written"));
 
   blobs.clear();
   for (const OptimizerBuffer& b : trainer.optimizer_buffers()) {
@@ -76,15 +142,21 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       {"dtype", std::string(dtype_name(model.dtype()))},
       {"optimizer_states", std::string(adam_states_name(trainer.options().adam_states))},
       {"moments", kMomentsDescription},
+      {"micro_batch", std::to_string(state.micro_batch)},
+      {"seq", std::to_string(state.seq)},
+      {"grad_accum", std::to_string(state.grad_accum)},
+      {std::string(kCrcMetadataKey), crc_metadata(blobs)},
   };
   if (const LossScaler* scaler = trainer.loss_scaler()) metadata["loss_scaler"] = scaler->serialize();
   return write_safetensors(path_in(dir, kCheckpointOptimizerFile), blobs, metadata);
 }
 
-StatusOr<CheckpointState> read_checkpoint_state(const std::string& dir, std::string_view preset) {
+StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(SafetensorsFile opt, SafetensorsFile::open(path_in(dir, kCheckpointOptimizerFile)));
   STRATA_ASSIGN_OR_RETURN(SafetensorsFile weights, SafetensorsFile::open(path_in(dir, kCheckpointModelFile)));
-  CheckpointState s;
+  CheckpointReport r;
+  r.dir = dir;
+  CheckpointState& s = r.state;
   STRATA_ASSIGN_OR_RETURN(s.step, metadata_number(opt, "strata_step"));
   STRATA_ASSIGN_OR_RETURN(s.loader.epoch, metadata_number(opt, "loader_epoch"));
   STRATA_ASSIGN_OR_RETURN(s.loader.batch, metadata_number(opt, "loader_batch"));
@@ -95,13 +167,58 @@ StatusOr<CheckpointState> read_checkpoint_state(const std::string& dir, std::str
                  "{} is from step {} but {} from step {}: the checkpoint was interrupted while saving; resume from "
                  "an older checkpoint",
                  weights.path(), weights_step, opt.path(), s.step);
-  const auto it = opt.metadata().find("strata_preset");
-  s.preset = it == opt.metadata().end() ? "" : it->second;
-  if (s.preset != preset)
+  for (const char* key : {"micro_batch", "seq", "grad_accum"}) {
+    if (!opt.metadata().contains(key)) continue;  // from before they were recorded
+    STRATA_ASSIGN_OR_RETURN(uint64_t v, metadata_number(opt, key));
+    (std::string_view(key) == "micro_batch" ? s.micro_batch : std::string_view(key) == "seq" ? s.seq : s.grad_accum) = v;
+  }
+  const auto text = [&](const char* key) {
+    const auto it = opt.metadata().find(key);
+    return it == opt.metadata().end() ? std::string() : it->second;
+  };
+  s.preset = text("strata_preset");
+  s.dtype = text("dtype");
+  STRATA_ASSIGN_OR_RETURN(bool model_crc, verify_file(weights, kCheckpointModelFile, r.tensors));
+  STRATA_ASSIGN_OR_RETURN(bool opt_crc, verify_file(opt, kCheckpointOptimizerFile, r.tensors));
+  r.checksummed = model_crc && opt_crc;
+  r.model_metadata = weights.metadata();
+  r.optimizer_metadata = opt.metadata();
+  std::error_code ec;
+  for (std::string_view f : {kCheckpointModelFile, kCheckpointOptimizerFile})
+    r.bytes += std::filesystem::file_size(path_in(dir, f), ec);
+  return r;
+}
+
+StatusOr<CheckpointState> read_checkpoint_state(const std::string& dir, std::string_view preset) {
+  STRATA_ASSIGN_OR_RETURN(CheckpointReport r, verify_checkpoint(dir));
+  if (!r.checksummed)
+    spdlog::warn("{} records no checksums (an older strata wrote it): its tensor bytes cannot be verified", dir);
+  if (r.state.preset != preset)
     return error(Code::invalid_argument,
                  "{} was trained as model '{}', not '{}'; pass the preset (and dimension flags) it was trained with",
-                 dir, s.preset, preset);
-  return s;
+                 dir, r.state.preset, preset);
+  return r.state;
+}
+
+StatusOr<std::vector<std::string>> check_resume_compatible(const CheckpointState& saved, const CheckpointState& run,
+                                                           std::string_view checkpoint) {
+  if ((saved.micro_batch != 0 && saved.micro_batch != run.micro_batch) || (saved.seq != 0 && saved.seq != run.seq))
+    return error(Code::invalid_argument,
+                 "{} was trained with --micro-batch {} --seq {}, this run has --micro-batch {} --seq {}: its data "
+                 "position (epoch {}, batch {}) counts batches of the saved shape, so the data order cannot continue; "
+                 "pass --micro-batch {} --seq {} to resume it (use --grad-accum to change tokens per step)",
+                 checkpoint, saved.micro_batch, saved.seq, run.micro_batch, run.seq, saved.loader.epoch,
+                 saved.loader.batch, saved.micro_batch, saved.seq);
+  std::vector<std::string> warnings;
+  if (saved.grad_accum != 0 && saved.grad_accum != run.grad_accum)
+    warnings.push_back(fmt::format("{} was trained with --grad-accum {}, this run has {}: tokens per step change, so "
+                                   "the run continues but not bit-identically to one that kept {}",
+                                   checkpoint, saved.grad_accum, run.grad_accum, saved.grad_accum));
+  if (!saved.dtype.empty() && saved.dtype != run.dtype)
+    warnings.push_back(fmt::format("{} was trained in {}, this run computes in {}: the fp32 master weights and "
+                                   "moments carry over, but the run does not continue bit-identically",
+                                   checkpoint, saved.dtype, run.dtype));
+  return warnings;
 }
 
 Status load_checkpoint_weights(const std::string& dir, Transformer& model) {

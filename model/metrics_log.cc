@@ -1,7 +1,12 @@
 // The --metrics JSON lines file and the progress/summary text (see metrics_log.h).
 #include "model/metrics_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <string_view>
 
@@ -110,6 +115,40 @@ std::string format_run_summary(const RunSummary& s) {
     out += fmt::format("\nskipped {} update{} (non-finite gradients)", s.skipped_steps, s.skipped_steps == 1 ? "" : "s");
   if (s.mean_mfu) out += fmt::format("\nmean MFU {:.1f}%", *s.mean_mfu * 100.0);
   return out;
+}
+
+StatusOr<uint64_t> truncate_metrics_after(const std::string& path, uint64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return uint64_t{0};
+  std::ifstream in(path);
+  if (!in) return errno_status(errno, fmt::format("reading metrics file {}", path));
+  std::string kept;
+  uint64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = j.is_object() && j.contains("step") && j["step"].is_number_unsigned() &&
+                      j["step"].get<uint64_t>() <= step;
+    if (keep) {
+      kept += line;
+      kept += '\n';
+    } else {
+      ++dropped;
+    }
+  }
+  in.close();
+  if (dropped == 0) return dropped;
+  const std::string temp = fmt::format("{}.tmp.{}", path, getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_status(errno, fmt::format("creating {}", temp));
+  const bool ok = ::write(fd, kept.data(), kept.size()) == ssize_t(kept.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(temp.c_str());
+    return errno_status(e, fmt::format("rewriting metrics file {} without the steps after {}", path, step));
+  }
+  return dropped;
 }
 
 }  // namespace strata::model

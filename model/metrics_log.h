@@ -67,6 +67,13 @@ class MetricsLog {
   std::string path_;
 };
 
+// Before a resumed run appends to `path`: keeps only the lines of steps <= `step` (what the
+// checkpoint it resumes from had done), so steps trained after that checkpoint by the killed run
+// are not repeated; a line cut short by the kill, which does not parse, goes too. The file is
+// rewritten atomically (temporary file, fsync, rename) when anything is dropped; a missing file
+// is left missing. Returns the lines dropped; errno errors name the path.
+StatusOr<uint64_t> truncate_metrics_after(const std::string& path, uint64_t step);
+
 // The JSON object of one line, as a string without the newline.
 std::string metrics_json_line(const StepMetrics& metrics);
 

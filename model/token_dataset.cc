@@ -81,7 +81,7 @@ Status parse_llmc_header(const std::string& name, std::span<const std::byte> byt
   if (size < kLlmcHeaderBytes) {
     return error(Code::invalid_argument,
                  "{} is {} bytes, shorter than the {}-byte llm.c header; it is not an llm.c .bin shard "
-                 "(pass the right file or --data-kind)",
+                 "(pass the right file, or --data-format u16, u32 or text for another layout)",
                  name, size, kLlmcHeaderBytes);
   }
   int32_t header[3];
@@ -94,7 +94,7 @@ Status parse_llmc_header(const std::string& name, std::span<const std::byte> byt
   } else if (magic != kLlmcMagicGpt2 && magic != kLlmcMagicLlama3) {
     return error(Code::invalid_argument,
                  "{}: bad magic {} at byte 0 (an llm.c shard starts with {} or {}); not an llm.c .bin "
-                 "shard, or written by another tool (use --data-kind u16/u32 for raw arrays)",
+                 "shard, or written by another tool (pass --data-format u16 or u32 for bare token arrays)",
                  name, magic, kLlmcMagicGpt2, kLlmcMagicLlama3);
   } else {
     return error(Code::invalid_argument,
@@ -132,7 +132,7 @@ StatusOr<TokenDataset::Shard> shard_over(const std::string& name, std::span<cons
     if (bytes.size() % shard.token_bytes != 0) {
       return error(Code::invalid_argument,
                    "{} is {} bytes, not a whole number of {}-byte tokens (the last token at byte {} is "
-                   "cut); is --data-kind {} right?",
+                   "cut); is --data-format {} right?",
                    name, bytes.size(), shard.token_bytes, bytes.size() - bytes.size() % shard.token_bytes,
                    token_file_kind_name(kind));
     }

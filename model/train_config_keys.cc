@@ -286,10 +286,26 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "--checkpoint-dir",
               .min = 0,
               .max = kMaxSteps});
+  schema.add({.name = "keep_checkpoints",
+              .type = ValueType::integer,
+              .default_text = "2",
+              .help = "Checkpoints (step-N directories) kept in --checkpoint-dir; older ones are removed after each "
+                      "save. 2 or more: a damaged newest one still leaves one to resume from",
+              .min = 1,
+              .max = 1000000});
   schema.add({.name = "resume",
               .type = ValueType::path,
-              .help = "Checkpoint to continue from (its step, weights, optimizer state, data position); the run "
+              .help = "Continue from a checkpoint (its step, weights, optimizer state, data position): a "
+                      "--checkpoint-dir (its latest complete checkpoint) or one of its step-N directories; the run "
                       "continues bit-identically"});
+  // 50: fp16 runs skip a few steps while the loss scale settles; a NaN weight skips every step.
+  schema.add({.name = "max_skipped_steps",
+              .type = ValueType::integer,
+              .default_text = "50",
+              .help = "Stop the run (exit 1) when this many steps in a row were skipped for Inf/NaN gradients "
+                      "(diverged weights or data); 0: never stop",
+              .min = 0,
+              .max = kMaxSteps});
 
   // --- fp16 loss scaling (used only with --dtype fp16) --------------------------------------------
   schema.add({.name = "loss_scale",

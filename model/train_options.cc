@@ -305,6 +305,8 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   o.checkpoint_dir = config.get_text("checkpoint_dir");
   o.checkpoint_every = get_count(config, "checkpoint_every");
   o.resume_path = config.get_text("resume");
+  o.keep_checkpoints = get_count(config, "keep_checkpoints");
+  o.max_skipped_steps = get_count(config, "max_skipped_steps");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     return error(Code::invalid_argument, "{} needs a directory to write to; pass --checkpoint-dir",
                  describe(config, "checkpoint_every"));

@@ -67,7 +67,12 @@ struct TrainOptions {
   std::string metrics_path;
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;  // 0 = only after the last step (when checkpoint_dir is set)
-  std::string resume_path;
+  uint64_t keep_checkpoints = 2;  // step-N/ directories kept in checkpoint_dir (model/checkpoint_store.h)
+  std::string resume_path;        // a run directory (its latest checkpoint) or one checkpoint directory
+
+  // Non-finite numbers: a step whose gradients are Inf/NaN is skipped (no update); this many
+  // skipped in a row stop the run with an error naming the step (0: never stop).
+  uint64_t max_skipped_steps = 50;
 
   // Things worth telling the user that are not errors (e.g. fp16 keys set while dtype is bf16).
   // Returned, not logged: the caller logs each with spdlog::warn.

@@ -20,13 +20,26 @@ constexpr std::string_view kConfigKey = "config";
 constexpr std::string_view kConfigEnv = "STRATA_CONFIG";
 constexpr std::string_view kConfigFlag = "--config";
 
+// A config file is a few KB; anything past this (a wrong path, /dev/zero, a data file) is refused
+// after reading at most this much, never parsed or read to its end.
+constexpr size_t kMaxConfigFileBytes = 4u << 20;
+
 StatusOr<std::string> read_text_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return errno_status(errno, fmt::format("cannot open config file {}", path));
   std::string text;
   char buf[65536];
   size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
+    text.append(buf, n);
+    if (text.size() > kMaxConfigFileBytes) {
+      std::fclose(f);
+      return error(Code::invalid_argument,
+                   "config file {} is larger than {} MiB; a strata or DeepSpeed JSON config is a few KB: pass the "
+                   "right file to --config",
+                   path, kMaxConfigFileBytes >> 20);
+    }
+  }
   const int err = std::ferror(f) ? errno : 0;
   std::fclose(f);
   if (err != 0) return errno_status(err, fmt::format("cannot read config file {}", path));
@@ -141,6 +154,9 @@ Status Config::load_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     return error(Code::invalid_argument, "config file {} is not valid JSON at {}: {}", path,
                  line_and_column(text, e.byte), parse_error_reason(e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number past double's range
+    return error(Code::invalid_argument, "config file {} holds a value JSON cannot represent here ({}); fix the file",
+                 path, parse_error_reason(e.what()));
   }
   if (!doc.is_object())
     return error(Code::invalid_argument, "config file {} must hold a JSON object ({{\"key\": value, ...}}), not {}",

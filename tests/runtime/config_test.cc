@@ -1,8 +1,9 @@
 // Config: precedence defaults < file < env < flags with sources, DeepSpeed-style file aliases,
 // typed getters, and every error path (unknown keys with did-you-mean, wrong JSON types,
-// malformed JSON, missing file, ranges, units, choices).
+// malformed JSON, missing file, an endless or huge file, ranges, units, choices).
 #include "runtime/config.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,30 @@ TEST_F(ConfigTest, ConfigFlagWinsOverStrataConfig) {
   EXPECT_EQ(c->get_int("seed"), 2);
   EXPECT_EQ(c->get_text("config"), b);
   EXPECT_EQ(c->describe_source("config"), "flag --config");
+}
+
+// An endless or huge file is refused after a bounded read, not read to its end or parsed.
+TEST_F(ConfigTest, EndlessOrHugeConfigFileIsRefusedQuickly) {
+  for (const std::string& path : {std::string("/dev/zero"), write_file("huge.json", "{\"seed\": \"" +
+                                                                                       std::string(50u << 20, 'x') +
+                                                                                       "\"}")}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<Config> c = resolve_config(schema_, {{"--config", path}}, Env{}.get());
+    ASSERT_FALSE(c.is_ok()) << path;
+    EXPECT_EQ(c.status().code(), Code::invalid_argument);
+    EXPECT_NE(c.status().message().find("larger than 4 MiB"), std::string::npos) << c.status().message();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0) << path;
+  }
+}
+
+// A number past double's range makes nlohmann throw out_of_range, not parse_error (found by
+// tests/fuzz/fuzz_config.cc): an error naming the file, not an uncaught exception.
+TEST_F(ConfigTest, NumberPastDoubleRangeIsAnError) {
+  const std::string file = write_file("overflow.json", R"({"lr": 1e808})");
+  StatusOr<Config> c = resolve_config(schema_, {{"--config", file}}, Env{}.get());
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), Code::invalid_argument);
+  EXPECT_NE(c.status().message().find("number overflow"), std::string::npos) << c.status().message();
 }
 
 TEST_F(ConfigTest, StrataConfigNamesTheFileEvenWithoutAConfigKey) {

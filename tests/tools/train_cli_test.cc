@@ -94,8 +94,8 @@ TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   CliResult b = with({"--steps", "3", "--metrics", halves, "--checkpoint-dir", dir});
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
-  EXPECT_TRUE(std::filesystem::exists(dir + "/optimizer.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-000003/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-000003/optimizer.safetensors"));
   CliResult done = with({"--steps", "3", "--resume", dir});
   EXPECT_EQ(done.exit_code, 2);
   EXPECT_NE(done.err.find("already trained 3 steps"), std::string::npos) << done.err;
@@ -105,6 +105,12 @@ TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
   EXPECT_EQ(count_lines_with(c.err, "/6 | loss "), 3) << c.err;
   const std::vector<double> want = metric_losses(straight);
   ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(metric_losses(halves), want);
+  // Resuming again from step 3 (the run directory's step-3 checkpoint) rewrites the metrics file's
+  // steps 4-6 instead of repeating them.
+  CliResult again = with({"--steps", "6", "--metrics", halves, "--resume", dir + "/step-000003"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("dropped 3 line(s)"), std::string::npos) << again.err;
   EXPECT_EQ(metric_losses(halves), want);
 }
 

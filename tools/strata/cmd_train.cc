@@ -4,10 +4,16 @@
 // line per log_every steps, the validation loss every eval_every steps, the --metrics JSONL file
 // and an end-of-run summary. Every train key is a flag, a STRATA_* variable or a config-file key
 // (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
-// --checkpoint-dir writes model.safetensors + optimizer.safetensors (model/checkpoint.h) every
-// checkpoint_every steps and after the last; --resume DIR continues such a run bit-identically.
-// Not the offloading trainer: parameters stay on the device.
+// --checkpoint-dir keeps rotated step-N/ checkpoints (model/checkpoint_store.h) written every
+// checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
+// continues such a run bit-identically. Paths and disk room are checked before any work
+// (train_preflight.h). Not the offloading trainer: parameters stay on the device.
+#include <signal.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -20,6 +26,7 @@
 #include "model/batch_loader.h"
 #include "model/builtin_corpus.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_store.h"
 #include "model/metrics_log.h"
 #include "model/model_config.h"
 #include "model/token_dataset.h"
@@ -35,6 +42,8 @@
 #include "tools/strata/config_flags.h"
 #include "tools/strata/schema.h"
 #include "tools/strata/train_device_rates.h"
+#include "tools/strata/train_preflight.h"
+#include "tools/strata/train_signals.h"
 
 namespace strata::cli {
 namespace {
@@ -48,10 +57,37 @@ int exit_code_for(const Status& s) {
     case Code::invalid_argument:
     case Code::not_found:
     case Code::out_of_range:
+    case Code::permission_denied:
+    case Code::no_space:
       return kExitUsage;
     default:
       return kExitFailure;
   }
+}
+
+// The test seam of the kill tests: STRATA_TEST_KILL_AT="<point>[:<n>]" sends this process SIGKILL
+// the n-th time (default 1st) a checkpoint save reaches <point> (CheckpointStore::save's names);
+// "<point>:enospc[:<n>]" fails the save there with an injected ENOSPC instead. Unset: no hook.
+model::CheckpointHook test_checkpoint_hook() {
+  const char* env = std::getenv("STRATA_TEST_KILL_AT");
+  if (env == nullptr || *env == '\0') return {};
+  std::string spec = env;
+  bool enospc = false;
+  uint64_t nth = 1;
+  std::string point = spec.substr(0, spec.find(':'));
+  std::string rest = spec.find(':') == std::string::npos ? "" : spec.substr(spec.find(':') + 1);
+  if (rest.starts_with("enospc")) {
+    enospc = true;
+    rest = rest.size() > 7 ? rest.substr(7) : "";
+  }
+  if (!rest.empty()) nth = std::strtoull(rest.c_str(), nullptr, 10);
+  auto seen = std::make_shared<uint64_t>(0);
+  return [point, nth, enospc, seen](std::string_view at) -> Status {
+    if (at != point || ++*seen != nth) return Status::ok();
+    if (enospc) return errno_status(ENOSPC, fmt::format("injected at '{}' by STRATA_TEST_KILL_AT", at));
+    ::raise(SIGKILL);
+    return Status::ok();
+  };
 }
 
 // The built-in corpus as a text-token dataset over its static bytes (no copy).
@@ -166,18 +202,73 @@ int train(const Config& config) {
                         kExitUsage);
   auto fail = [](const Status& s) { return report_error(s.message(), exit_code_for(s)); };
   const uint64_t seed = uint64_t(config.get_int("seed"));
+
+  // Preflight: every path and the room for a checkpoint, before data, memory or a step.
+  if (Status s = check_nvme_paths(config.get_list("nvme_path")); !s.is_ok()) return fail(s);
+  std::optional<model::CheckpointStore> store;
+  if (!o.checkpoint_dir.empty()) {
+    StatusOr<model::CheckpointStore> st = model::CheckpointStore::open(
+        o.checkpoint_dir, {.keep = uint32_t(o.keep_checkpoints), .hook = test_checkpoint_hook()});
+    if (!st.is_ok()) return fail(st.status());
+    for (const std::string& r : st->removed()) spdlog::info("checkpoint: removed {}, left by a killed save", r);
+    if (Status s = check_checkpoint_room(o.checkpoint_dir, estimate_checkpoint_bytes(*mc, o.adam_states), mc->name);
+        !s.is_ok())
+      return fail(s);
+    store.emplace(std::move(*st));
+  }
+  StatusOr<std::vector<std::string>> memory =
+      check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
+                        config.get_size_or_auto("cpu_mem").value_or(0));
+  if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
+  for (const std::string& w : *memory) spdlog::warn("{}", w);
   std::optional<model::CheckpointState> resumed;
+  std::string resume_dir;
   if (!o.resume_path.empty()) {
-    StatusOr<model::CheckpointState> st = model::read_checkpoint_state(o.resume_path, mc->name);
+    StatusOr<std::string> dir = model::resolve_checkpoint(o.resume_path);
+    if (!dir.is_ok()) return fail(dir.status());
+    resume_dir = *dir;
+    StatusOr<model::CheckpointState> st = model::read_checkpoint_state(resume_dir, mc->name);
+    if (!st.is_ok() && st.status().code() == Code::corruption) {
+      // Name the other checkpoints of the run, newest first, that a resume can use instead.
+      std::string others;
+      const auto all = model::list_checkpoints(std::filesystem::path(resume_dir).parent_path().string());
+      for (auto it = all.rbegin(); it != all.rend(); ++it)
+        if (it->second != resume_dir) others += (others.empty() ? "" : ", ") + it->second;
+      if (!others.empty())
+        return report_error(fmt::format("{}; other checkpoints of this run (pass one to --resume): {}",
+                                        st.status().message(), others));
+    }
     if (!st.is_ok()) return fail(st.status());
     if (st->step >= o.steps)
       return report_error(fmt::format("{} has already trained {} steps; pass --steps above {} to continue",
-                                      o.resume_path, st->step, st->step),
+                                      resume_dir, st->step, st->step),
                           kExitUsage);
     if (st->seed != seed)
       spdlog::warn("{} was trained with --seed {}, this run has {}: the data order changes from here on",
-                   o.resume_path, st->seed, seed);
+                   resume_dir, st->seed, seed);
+    const model::CheckpointState mine{.micro_batch = o.micro_batch, .seq = o.seq, .grad_accum = o.grad_accum,
+                                      .dtype = std::string(dtype_name(o.dtype))};
+    StatusOr<std::vector<std::string>> warnings = model::check_resume_compatible(*st, mine, resume_dir);
+    if (!warnings.is_ok()) return fail(warnings.status());
+    for (const std::string& w : *warnings) spdlog::warn("{}", w);
     resumed = *st;
+  }
+  if (store) {
+    // A fresh run (or one resumed from elsewhere) must not mix its checkpoints with another run's.
+    const std::vector<std::pair<uint64_t, std::string>> held = model::list_checkpoints(o.checkpoint_dir);
+    std::error_code ec;
+    const bool same_run = resumed && (std::filesystem::equivalent(resume_dir, o.checkpoint_dir, ec) ||
+                                      std::filesystem::equivalent(std::filesystem::path(resume_dir).parent_path(),
+                                                                  o.checkpoint_dir, ec));
+    if (!held.empty() && !same_run)
+      return report_error(fmt::format("--checkpoint-dir {} already holds checkpoints of another run (up to step {}); "
+                                      "pass --resume {} to continue that run, or another --checkpoint-dir",
+                                      o.checkpoint_dir, held.back().first, o.checkpoint_dir),
+                          kExitUsage);
+    if (resumed && !held.empty() && held.back().first > resumed->step)
+      spdlog::warn("{} also holds checkpoints after step {} (up to step {}); this run continues from step {} and "
+                   "leaves them until you remove them",
+                   o.checkpoint_dir, resumed->step, held.back().first, resumed->step);
   }
   StatusOr<Datasets> data = open_datasets(o, uint32_t(mc->vocab), seed);
   if (!data.is_ok()) return fail(data.status());
@@ -198,6 +289,7 @@ int train(const Config& config) {
   std::unique_ptr<model::BatchLoader> val_loader;
   if (o.evaluates() && data->val) {
     lo.sampling.shuffle = false;
+    lo.start = {};  // the checkpoint's position is the training loader's; evaluation always starts at batch 0
     StatusOr<std::unique_ptr<model::BatchLoader>> v = model::BatchLoader::create(*data->val, **pinned, lo);
     if (!v.is_ok()) return fail(v.status());
     val_loader = std::move(*v);
@@ -210,17 +302,24 @@ int train(const Config& config) {
        .checkpoint_layers = o.activation_checkpointing,
        .dtype = o.dtype});
   if (!net.is_ok()) return fail(net.status());
-  if (Status s = resumed ? model::load_checkpoint_weights(o.resume_path, **net) : (*net)->init(seed); !s.is_ok())
+  if (Status s = resumed ? model::load_checkpoint_weights(resume_dir, **net) : (*net)->init(seed); !s.is_ok())
     return fail(s);
   StatusOr<std::unique_ptr<model::Trainer>> trainer =
       model::Trainer::create(**backend, **net, **pinned, pool->get(), o);
   if (!trainer.is_ok()) return fail(trainer.status());
   if (resumed) {
-    if (Status s = model::load_checkpoint_optimizer(o.resume_path, **trainer); !s.is_ok()) return fail(s);
-    spdlog::info("resumed from {} at step {}", o.resume_path, resumed->step);
+    if (Status s = model::load_checkpoint_optimizer(resume_dir, **trainer); !s.is_ok()) return fail(s);
+    spdlog::info("resumed from {} at step {}", resume_dir, resumed->step);
   }
   std::optional<model::MetricsLog> metrics;
   if (!o.metrics_path.empty()) {
+    if (resumed) {
+      StatusOr<uint64_t> dropped = model::truncate_metrics_after(o.metrics_path, resumed->step);
+      if (!dropped.is_ok()) return fail(dropped.status());
+      if (*dropped > 0)
+        spdlog::info("metrics: dropped {} line(s) of {} after step {} (trained after the checkpoint, trained again now)",
+                     *dropped, o.metrics_path, resumed->step);
+    }
     StatusOr<model::MetricsLog> m = model::MetricsLog::open(
         o.metrics_path, resumed ? model::MetricsLog::Mode::append : model::MetricsLog::Mode::truncate);
     if (!m.is_ok()) return fail(m.status());
@@ -234,10 +333,47 @@ int train(const Config& config) {
 
   const model::NextBatch next_train = [&]() { return (*train_loader)->next(); };
   const model::NextBatch next_val = [&]() { return val_loader->next(); };
+  uint64_t saved_step = resumed ? resumed->step : ~uint64_t{0};
+  // Writes the checkpoint of the steps done so far (once per step).
+  auto save = [&]() -> Status {
+    const uint64_t step = (*trainer)->steps_done();
+    if (!store || saved_step == step) return Status::ok();
+    const model::CheckpointState state{.step = step,
+                                       .loader = (*train_loader)->position(),
+                                       .seed = seed,
+                                       .preset = mc->name,
+                                       .micro_batch = o.micro_batch,
+                                       .seq = o.seq,
+                                       .grad_accum = o.grad_accum,
+                                       .dtype = std::string(dtype_name(o.dtype))};
+    StatusOr<std::string> dir = store->save(**net, **trainer, state);
+    if (!dir.is_ok()) return dir.status();
+    saved_step = step;
+    spdlog::info("checkpoint: step {} written to {}", step, *dir);
+    return Status::ok();
+  };
+  // A stop signal: the checkpoint, then the command that resumes; exit 128 + signal.
+  auto stop_for_signal = [&](int sig) {
+    const uint64_t step = (*trainer)->steps_done();
+    if (!store) {
+      spdlog::warn("{}: stopped after step {} of {}; no --checkpoint-dir was set, so this run cannot be resumed",
+                   signal_name(sig), step, o.steps);
+      return 128 + sig;
+    }
+    if (Status s = save(); !s.is_ok())
+      return report_error(fmt::format("{}: stopped after step {}, but {}", signal_name(sig), step, s.message()),
+                          128 + sig);
+    spdlog::warn("{}: stopped after step {} of {}; resume with:\n  {}", signal_name(sig), step, o.steps,
+                 resume_command(o.checkpoint_dir));
+    return 128 + sig;
+  };
   model::RunSummary summary;
   const auto run_start = std::chrono::steady_clock::now();
   const uint64_t first_step = (*trainer)->steps_done();
+  uint64_t skipped_in_a_row = 0;
+  install_stop_signals();
   for (uint64_t i = first_step; i < o.steps; ++i) {
+    if (const int sig = stop_signal(); sig != 0) return stop_for_signal(sig);
     const auto t0 = std::chrono::steady_clock::now();
     StatusOr<model::StepResult> r = (*trainer)->step(next_train);
     if (!r.is_ok()) return report_error(fmt::format("step {}: {}", i + 1, r.status().message()), kExitFailure);
@@ -267,14 +403,24 @@ int train(const Config& config) {
     }
     if (m.step % o.log_every == 0 || m.step == o.steps || m.val_loss)
       spdlog::info("{}", model::format_progress_line(m, o.steps));
-    const bool save_now = !o.checkpoint_dir.empty() &&
-                          (m.step == o.steps || (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0));
+    skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
+    if (o.max_skipped_steps > 0 && skipped_in_a_row >= o.max_skipped_steps)
+      return report_error(
+          fmt::format("step {}: {} steps in a row were skipped for Inf/NaN gradients (loss {:.4f}): the weights "
+                      "or the data have diverged (fp16: or a fixed --loss-scale is too high), so no checkpoint is "
+                      "written; resume from an earlier checkpoint with a lower --lr (or raise --max-skipped-steps)",
+                      m.step, skipped_in_a_row, m.loss),
+          kExitFailure);
+    const bool save_now = store && (m.step == o.steps || (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0));
     if (save_now) {
-      const model::CheckpointState state{
-          .step = m.step, .loader = (*train_loader)->position(), .seed = seed, .preset = mc->name};
-      if (Status s = model::save_checkpoint(o.checkpoint_dir, **net, **trainer, state); !s.is_ok())
-        return report_error(fmt::format("checkpoint at step {}: {}", m.step, s.message()));
-      spdlog::info("checkpoint: step {} written to {}", m.step, o.checkpoint_dir);
+      if (Status s = save(); !s.is_ok()) {
+        const std::string next =
+            model::list_checkpoints(o.checkpoint_dir).empty()
+                ? fmt::format("{} holds no earlier checkpoint to resume from", o.checkpoint_dir)
+                : fmt::format("{}resume with:\n  {}", s.code() == Code::no_space ? "free space and " : "",
+                              resume_command(o.checkpoint_dir));
+        return report_error(fmt::format("checkpoint at step {}: {}; {}", m.step, s.message(), next));
+      }
     }
     if (i == first_step) summary.first_loss = m.loss;
     summary.last_loss = m.loss;

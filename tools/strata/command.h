@@ -37,6 +37,7 @@ int report_error(const std::string& message, int exit_code = kExitFailure);
 void add_info_command(CLI::App& root, CommandRegistry& registry);
 void add_config_command(CLI::App& root, CommandRegistry& registry);
 void add_train_command(CLI::App& root, CommandRegistry& registry);
+void add_ckpt_command(CLI::App& root, CommandRegistry& registry);  // `strata ckpt verify|inspect`
 // `strata bench` groups the benchmarks; each benchmark adds itself to the `bench` app.
 void add_bench_io_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry);
