@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/half.h"
+#include "model/transformer.h"
 #include "runtime/units.h"
 
 namespace strata::bench {
@@ -114,11 +115,13 @@ StatusOr<double> check_gemm(Backend& be, const GemmBuffers& b, const GemmInputs&
   const DType dt = dtype_of(p);
   const size_t es = dtype_size(dt);
   STRATA_RETURN_IF_ERROR(
-      be.ops().matmul_forward(dt, b.out, b.inp, b.weight, s.bias ? b.bias : nullptr, s.N, s.C, s.OC));
+      be.ops().matmul_forward(dt, b.out, b.inp, b.weight, s.bias ? b.bias : nullptr, s.N, s.C, s.OC,
+                              s.out_stride));
   std::vector<std::byte> row(static_cast<size_t>(s.OC) * es);
   double worst = 0;
   for (int64_t r : {int64_t{0}, s.N - 1}) {
-    STRATA_RETURN_IF_ERROR(be.copy_to_host(row.data(), static_cast<std::byte*>(b.out) + r * s.OC * es, row.size(),
+    STRATA_RETURN_IF_ERROR(be.copy_to_host(row.data(), static_cast<std::byte*>(b.out) + r * s.out_row() * es,
+                                           row.size(),
                                            Stream::compute));
     STRATA_RETURN_IF_ERROR(be.synchronize(Stream::compute));
     for (int k = 0; k < 8; k++) {
@@ -168,7 +171,7 @@ StatusOr<std::vector<double>> time_op(Backend& be, const std::function<Status()>
 
 void merge_shape(std::vector<GemmShape>& shapes, GemmShape s) {
   for (GemmShape& t : shapes)
-    if (t.N == s.N && t.C == s.C && t.OC == s.OC && t.bias == s.bias) {
+    if (t.N == s.N && t.C == s.C && t.OC == s.OC && t.bias == s.bias && t.out_stride == s.out_stride) {
       t.name += ", " + s.name;
       t.count += s.count;
       return;
@@ -188,7 +191,7 @@ std::vector<GemmShape> model_gemm_shapes(const model::ModelConfig& m, int64_t to
   merge_shape(shapes, {"attn proj", tokens, C, C, bias, L});
   merge_shape(shapes, {"mlp in", tokens, C, m.fc_rows(), bias, L});
   merge_shape(shapes, {"mlp out", tokens, m.ffn_hidden, C, bias, L});
-  merge_shape(shapes, {"head", tokens, C, m.vocab, false, 1});
+  merge_shape(shapes, {"head", tokens, C, m.vocab, false, 1, model::padded_vocab(m.vocab)});
   return shapes;
 }
 
@@ -226,7 +229,7 @@ StatusOr<DeviceBenchReport> run_device_bench(const DeviceBenchOptions& o) {
   for (const GemmShape& s : shapes) {
     max_in = std::max(max_in, s.N * s.C);
     max_w = std::max(max_w, s.OC * s.C);
-    max_out = std::max(max_out, s.N * s.OC);
+    max_out = std::max(max_out, s.N * s.out_row());
     max_oc = std::max(max_oc, s.OC);
   }
   GemmInputs in;
@@ -289,7 +292,8 @@ StatusOr<DeviceBenchReport> run_device_bench(const DeviceBenchOptions& o) {
         if (!err.is_ok()) return err.status();
         g.max_error = *err;
         auto gemm = [&] {
-          return be->ops().matmul_forward(dt, b.out, b.inp, b.weight, s.bias ? b.bias : nullptr, s.N, s.C, s.OC);
+          return be->ops().matmul_forward(dt, b.out, b.inp, b.weight, s.bias ? b.bias : nullptr, s.N, s.C, s.OC,
+                                          s.out_stride);
         };
         StatusOr<std::vector<double>> per_op = time_op(*be, gemm, o.repeat, min_seconds, &g.ops_per_run);
         if (!per_op.is_ok()) return per_op.status().with_context("bench device: " + what);

@@ -48,6 +48,10 @@ struct GemmShape {
   int64_t N = 0, C = 0, OC = 0;
   bool bias = false;
   int64_t count = 1;
+  // Row stride of out in elements (0 = OC): the head writes the logits with the model's padded
+  // rows (model::padded_vocab), so the bench times the GEMM the model runs.
+  int64_t out_stride = 0;
+  int64_t out_row() const { return out_stride > 0 ? out_stride : OC; }
   double flops() const { return 2.0 * static_cast<double>(N) * static_cast<double>(C) * static_cast<double>(OC); }
 };
 
@@ -55,7 +59,8 @@ struct GemmShape {
 // q (C -> C), k and v (C -> NKV x HS each: three GEMMs over row blocks of the fused weight), the
 // attention projection (C -> C), the MLP's first (C -> H, LLaMA's gate|up C -> 2H) and second
 // (H -> C) weights, and the head (C -> V) once. Identical (N, C, OC, bias) shapes are merged, their
-// names joined and counts summed: gpt2-124m has 4 x 12 GEMMs of (N, 768, 768).
+// names joined and counts summed: gpt2-124m has 4 x 12 GEMMs of (N, 768, 768). The head's output
+// rows are padded to model::padded_vocab(V), as the model stores its logits.
 std::vector<GemmShape> model_gemm_shapes(const model::ModelConfig& config, int64_t tokens);
 
 struct GemmResult {

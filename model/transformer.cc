@@ -1,7 +1,7 @@
 // Transformer (transformer.h): allocation, then the forward and backward passes, top to bottom.
 // Notation: B batch, T sequence, N = B * T rows, C dim, NH / NKV query / kv heads, HS head size,
 // KV = NKV * HS, H MLP width, FC rows of the first MLP weight (GPT-2 H, LLaMA 2H [gate | up]),
-// V vocabulary, L layers. Every op is queued on the backend's compute stream; backward ops
+// V vocabulary (Vp = padded_vocab(V), the logits' row stride), L layers. Every op is queued on the backend's compute stream; backward ops
 // accumulate, so each scratch gradient is zeroed right before use. Loading and init live in
 // transformer_io.cc.
 #include "model/transformer.h"
@@ -66,7 +66,7 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
   a.lnf = k.tensor(N * C);
   a.lnf_mean = gpt2 ? k.stats(N) : nullptr;
   a.lnf_rstd = k.stats(N);
-  a.logits = k.tensor(N * V);
+  a.logits = k.tensor(N * uint64_t(padded_vocab(int64_t(V))));  // (N, Vp): aligned rows, see padded_vocab
   a.ce_lse = k.stats(N);
   a.ce_losses = k.stats(N);
   a.loss = reinterpret_cast<kernels::CrossEntropyResult*>(k.take(sizeof(kernels::CrossEntropyResult)));
@@ -202,8 +202,10 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   STRATA_RETURN_IF_ERROR(norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer),
                                       params_.lnf_w, params_.lnf_b));
   const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V));
-  return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V);
+  const int64_t Vp = logits_stride();
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V, Vp));
+  return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V,
+                                   Vp);
 }
 
 // x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
@@ -275,13 +277,16 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
 
   // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
   // d loss / d residual stream from here down.
-  STRATA_RETURN_IF_ERROR(ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V));
+  const int64_t Vp = logits_stride();  // dlogits keep the logits' padded rows
+  STRATA_RETURN_IF_ERROR(
+      ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
   const std::byte* dlogits = acts_.logits;
   const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
   std::byte* dhead = config_.tied_head ? grads_.wte : grads_.lm_head;
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V, Vp));
   STRATA_RETURN_IF_ERROR(norm_backward(dacts_.dres, grads_.lnf_w, grads_.lnf_b, dacts_.dln, residual(L),
                                        params_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
 

@@ -68,6 +68,26 @@ class OpArgs {
     return tensor(name, ptr, dtype_size(dt), dims, nullable);
   }
 
+  // A (rows, cols) tensor of `dt` elements whose rows start `stride` elements apart (stride >= cols,
+  // checked by row_stride): it spans (rows - 1) * stride + cols elements, the last row's padding
+  // excluded. Empty when rows or cols is 0.
+  OpArgs& strided(const char* name, const void* ptr, DType dt, int64_t rows, int64_t cols, int64_t stride) {
+    if (!first_.is_ok() || rows == 0 || cols == 0) return *this;
+    int64_t span = 0;
+    if (__builtin_mul_overflow(rows - 1, stride, &span) || __builtin_add_overflow(span, cols, &span)) {
+      span = -1;  // tensor() reports an unrepresentable size as too large
+    }
+    return tensor(name, ptr, dt, {span});
+  }
+
+  // The row stride argument `name` of rows with `cols` elements: 0 (meaning cols) or >= cols.
+  // Returns the resolved stride (cols when the argument is invalid, after recording the error).
+  int64_t row_stride(const char* name, int64_t stride, const char* cols_name, int64_t cols) {
+    require(stride == 0 || stride >= cols, "{} = {} is less than {} = {}; a row stride is 0 (meaning {}) or >= {}",
+            name, stride, cols_name, cols, cols_name, cols_name);
+    return stride == 0 || stride < cols ? cols : stride;
+  }
+
   Status status() const { return first_; }
 
  private:
@@ -94,25 +114,28 @@ StatusOr<kernels::FloatFormat> float_format_of(DType dt, std::string_view what) 
 }
 
 Status ComputeOps::matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias,
-                                  int64_t N, int64_t C, int64_t OC) {
+                                  int64_t N, int64_t C, int64_t OC, int64_t out_stride) {
   OpArgs a(*this, "matmul_forward");
   a.activations(dt).sizes({{"N", N}, {"C", C}, {"OC", OC}});
-  a.tensor("out", out, dt, {N, OC}).tensor("inp", inp, dt, {N, C}).tensor("weight", weight, dt, {OC, C});
+  const int64_t ldo = a.row_stride("out_stride", out_stride, "OC", OC);
+  a.strided("out", out, dt, N, OC, ldo).tensor("inp", inp, dt, {N, C}).tensor("weight", weight, dt, {OC, C});
   a.tensor("bias", bias, dt, {OC}, true);
   a.require(out != inp && out != weight, "out must not alias inp or weight");
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_matmul_forward(dt, out, inp, weight, bias, N, C, OC);
+  return queue_matmul_forward(dt, out, inp, weight, bias, N, C, OC, ldo);
 }
 
 Status ComputeOps::matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
-                                   const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) {
+                                   const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                   int64_t dout_stride) {
   OpArgs a(*this, "matmul_backward");
   a.activations(dt).sizes({{"N", N}, {"C", C}, {"OC", OC}});
+  const int64_t ldd = a.row_stride("dout_stride", dout_stride, "OC", OC);
   a.tensor("dinp", dinp, dt, {N, C}, true).tensor("dweight", dweight, dt, {OC, C}, true);
-  a.tensor("dbias", dbias, dt, {OC}, true).tensor("dout", dout, dt, {N, OC});
+  a.tensor("dbias", dbias, dt, {OC}, true).strided("dout", dout, dt, N, OC, ldd);
   a.tensor("inp", inp, dt, {N, C}, dweight == nullptr).tensor("weight", weight, dt, {OC, C}, dinp == nullptr);
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_matmul_backward(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  return queue_matmul_backward(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC, ldd);
 }
 
 Status ComputeOps::layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
@@ -310,35 +333,41 @@ Status ComputeOps::attention_backward(DType dt, void* dq, void* dk, void* dv, co
 }
 
 Status ComputeOps::crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
-                                        const void* logits, const int32_t* targets, int64_t N, int64_t V) {
+                                        const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                                        int64_t logits_stride) {
   OpArgs a(*this, "crossentropy_forward");
   a.activations(dt).sizes({{"N", N}, {"V", V}}).require(V >= 1, "vocabulary size V = {} must be at least 1", V);
+  const int64_t ldl = a.row_stride("logits_stride", logits_stride, "V", V);
   a.tensor("lse", lse, 4, {N}).tensor("losses", losses, 4, {N});
   a.tensor("result", result, sizeof(kernels::CrossEntropyResult), {1}, true);
-  a.tensor("logits", logits, dt, {N, V}).tensor("targets", targets, 4, {N});
+  a.strided("logits", logits, dt, N, V, ldl).tensor("targets", targets, 4, {N});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_crossentropy_forward(dt, lse, losses, result, logits, targets, N, V);
+  return queue_crossentropy_forward(dt, lse, losses, result, logits, targets, N, V, ldl);
 }
 
 Status ComputeOps::crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                                         const int32_t* targets, float dloss, int64_t N, int64_t V) {
+                                         const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                         int64_t logits_stride) {
   OpArgs a(*this, "crossentropy_backward");
   a.activations(dt).sizes({{"N", N}, {"V", V}}).require(V >= 1, "vocabulary size V = {} must be at least 1", V);
+  const int64_t ldl = a.row_stride("logits_stride", logits_stride, "V", V);
   a.require(dlogits != logits, "dlogits must not alias logits; use crossentropy_backward_inplace");
-  a.tensor("dlogits", dlogits, dt, {N, V}).tensor("logits", logits, dt, {N, V});
+  a.strided("dlogits", dlogits, dt, N, V, ldl).strided("logits", logits, dt, N, V, ldl);
   a.tensor("lse", lse, 4, {N}).tensor("targets", targets, 4, {N});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_crossentropy_backward(dt, dlogits, logits, lse, targets, dloss, N, V);
+  return queue_crossentropy_backward(dt, dlogits, logits, lse, targets, dloss, N, V, ldl);
 }
 
 Status ComputeOps::crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
-                                                 const int32_t* targets, float dloss, int64_t N, int64_t V) {
+                                                 const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                 int64_t logits_stride) {
   OpArgs a(*this, "crossentropy_backward_inplace");
   a.activations(dt).sizes({{"N", N}, {"V", V}}).require(V >= 1, "vocabulary size V = {} must be at least 1", V);
-  a.tensor("logits_to_dlogits", logits_to_dlogits, dt, {N, V});
+  const int64_t ldl = a.row_stride("logits_stride", logits_stride, "V", V);
+  a.strided("logits_to_dlogits", logits_to_dlogits, dt, N, V, ldl);
   a.tensor("lse", lse, 4, {N}).tensor("targets", targets, 4, {N});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_crossentropy_backward_inplace(dt, logits_to_dlogits, lse, targets, dloss, N, V);
+  return queue_crossentropy_backward_inplace(dt, logits_to_dlogits, lse, targets, dloss, N, V, ldl);
 }
 
 Status ComputeOps::cast(void* dst, DType to, const void* src, DType from, int64_t n) {

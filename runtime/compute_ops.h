@@ -21,6 +21,7 @@ namespace strata {
 // - Pointers are device pointers from the owning backend's allocate(); each tensor's byte range,
 //   computed from the shape, must lie inside one live block (Arena::check_range), else
 //   invalid_argument naming the op and the argument. Empty tensors (0 elements) are not checked.
+//   A tensor (R, M) with a row stride S >= M spans (R - 1) * S + M elements.
 // - `dt` is the element type of the activations, weights and their gradients of the op: fp32,
 //   bf16 or fp16 on every backend. Arithmetic is fp32 inside every op (GEMMs accumulate in fp32);
 //   only the stored tensors are 16-bit, rounded to nearest even on each store, so a backward op
@@ -42,12 +43,18 @@ class ComputeOps {
   ComputeOps& operator=(const ComputeOps&) = delete;
 
   // ---- linear layer: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null --
+  // out_stride: the row stride of out in elements (0 means OC, else >= OC): out is (N, out_stride)
+  // of which columns [0, OC) are written and the rest of each row is left untouched. A stride that
+  // keeps rows 16-byte aligned (GPT-2's V = 50257 padded to 50304) lets the GPU's GEMMs use their
+  // vectorized kernels. The CPU backend writes the same bits for every stride; cuBLAS may pick
+  // another kernel for another stride (fp32 accumulation either way).
   Status matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
-                        int64_t C, int64_t OC);
+                        int64_t C, int64_t OC, int64_t out_stride = 0);
   // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of
-  // dout (N, OC). Each gradient may be null.
+  // dout (N, OC). Each gradient may be null. dout_stride: the row stride of dout (0 means OC, else
+  // >= OC); columns past OC are never read.
   Status matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                         const void* weight, int64_t N, int64_t C, int64_t OC);
+                         const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride = 0);
 
   // ---- norms over rows of (N, C); eps > 0 ------------------------------------------------------
   // out = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N) fp32.
@@ -103,16 +110,20 @@ class ComputeOps {
                             int64_t NKV, int64_t HS);
 
   // ---- fused softmax cross-entropy over logits (N, V), V >= 1, targets (N) ----------------------
+  // logits_stride: the row stride of logits and dlogits in elements (0 means V, else >= V); the
+  // columns past V of each row (padding, see matmul_forward's out_stride) are never read or written.
   // Writes lse (N) and losses (N) (0 for ignored rows) and, if `result` (a device pointer) is not
   // null, the loss sum, the counted rows and their mean.
   Status crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
-                              const void* logits, const int32_t* targets, int64_t N, int64_t V);
+                              const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                              int64_t logits_stride = 0);
   // dlogits (N, V) += dloss * (softmax - onehot) for counted rows; dlogits must not alias logits.
   Status crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                               const int32_t* targets, float dloss, int64_t N, int64_t V);
+                               const int32_t* targets, float dloss, int64_t N, int64_t V, int64_t logits_stride = 0);
   // The same gradient written over the logits (ignored rows become 0): no second (N, V) buffer.
+  // The padding columns keep whatever they held.
   Status crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse, const int32_t* targets,
-                                       float dloss, int64_t N, int64_t V);
+                                       float dloss, int64_t N, int64_t V, int64_t logits_stride = 0);
 
   // ---- casts, gradient checks, optimizer (every backend: fp32, bf16, fp16) ---------------------
   // dst (n elements of `to`) = src (n elements of `from`), round to nearest even, NaN kept quiet
@@ -139,11 +150,13 @@ class ComputeOps {
 
   // The queueing half of each op, called only with validated arguments. May still refuse a shape
   // that only this backend cannot run (before queueing); otherwise queues on the compute stream.
-  // T-typed pointers are `dt` elements. Parameter meanings as in the public methods.
+  // T-typed pointers are `dt` elements. Parameter meanings as in the public methods, except that
+  // every row stride arrives resolved (>= the row's element count, never 0).
   virtual Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias,
-                                      int64_t N, int64_t C, int64_t OC) = 0;
+                                      int64_t N, int64_t C, int64_t OC, int64_t out_stride) = 0;
   virtual Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
-                                       const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) = 0;
+                                       const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                       int64_t dout_stride) = 0;
   virtual Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                          const void* weight, const void* bias, int64_t N, int64_t C, float eps) = 0;
   virtual Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -179,11 +192,14 @@ class ComputeOps {
                                           const void* k, const void* v, const void* out, const float* lse,
                                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) = 0;
   virtual Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
-                                            const void* logits, const int32_t* targets, int64_t N, int64_t V) = 0;
+                                            const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                                            int64_t logits_stride) = 0;
   virtual Status queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                                             const int32_t* targets, float dloss, int64_t N, int64_t V) = 0;
+                                             const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                             int64_t logits_stride) = 0;
   virtual Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
-                                                     const int32_t* targets, float dloss, int64_t N, int64_t V) = 0;
+                                                     const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                     int64_t logits_stride) = 0;
   virtual Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) = 0;
   virtual Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) = 0;
   virtual Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) = 0;

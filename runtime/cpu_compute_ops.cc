@@ -40,13 +40,14 @@ void store_from_float(void* p, kernels::FloatFormat format, int64_t i, float x) 
 // ComputeOps validated the format already; this only converts.
 kernels::FloatFormat format_of(DType dt) { return float_format_of(dt, "").value(); }
 
-// OpenBLAS takes int dimensions.
-Status check_blas_dims(std::string_view op, int64_t N, int64_t C, int64_t OC) {
+// OpenBLAS takes int dimensions and leading dimensions.
+Status check_blas_dims(std::string_view op, int64_t N, int64_t C, int64_t OC, int64_t stride) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  if (N <= kIntMax && C <= kIntMax && OC <= kIntMax) return Status::ok();
+  if (N <= kIntMax && C <= kIntMax && OC <= kIntMax && stride <= kIntMax) return Status::ok();
   return error(Code::invalid_argument,
-               "{}: N = {}, C = {}, OC = {} exceed the BLAS int range of the CPU backend; split the GEMM into tiles",
-               op, N, C, OC);
+               "{}: N = {}, C = {}, OC = {}, row stride {} exceed the BLAS int range of the CPU backend; split the "
+               "GEMM into tiles",
+               op, N, C, OC, stride);
 }
 
 }  // namespace
@@ -67,20 +68,25 @@ Status CpuComputeOps::enqueue_in_fp32(DType dt, Kernel kernel) {
   });
 }
 
+// A strided out/dout is viewed with its own stride: only its OC real columns are widened or
+// narrowed, so the padding columns are never written.
 Status CpuComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias,
-                                           int64_t N, int64_t C, int64_t OC) {
-  STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_forward", N, C, OC));
+                                           int64_t N, int64_t C, int64_t OC, int64_t out_stride) {
+  STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_forward", N, C, OC, out_stride));
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::matmul_forward(a.out(out, N * OC), a.in(inp, N * C), a.in(weight, OC * C), a.in(bias, OC), N, C, OC);
+    kernels::matmul_forward(a.out_rows(out, N, OC, out_stride), a.in(inp, N * C), a.in(weight, OC * C),
+                            a.in(bias, OC), N, C, OC, out_stride);
   });
 }
 
 Status CpuComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
-                                            const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) {
-  STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward", N, C, OC));
+                                            const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                            int64_t dout_stride) {
+  STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward", N, C, OC, dout_stride));
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
     kernels::matmul_backward(a.inout(dinp, N * C), a.inout(dweight, OC * C), a.inout(dbias, OC),
-                             a.in(dout, N * OC), a.in(inp, N * C), a.in(weight, OC * C), N, C, OC);
+                             a.in_rows(dout, N, OC, dout_stride), a.in(inp, N * C), a.in(weight, OC * C), N, C, OC,
+                             dout_stride);
   });
 }
 
@@ -219,26 +225,31 @@ Status CpuComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, voi
 
 Status CpuComputeOps::queue_crossentropy_forward(DType dt, float* lse, float* losses,
                                                  kernels::CrossEntropyResult* result, const void* logits,
-                                                 const int32_t* targets, int64_t N, int64_t V) {
+                                                 const int32_t* targets, int64_t N, int64_t V, int64_t logits_stride) {
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    const kernels::CrossEntropyResult r =
-        kernels::crossentropy_forward(lse, losses, a.in(logits, N * V), targets, N, V);
+    const kernels::CrossEntropyResult r = kernels::crossentropy_forward(
+        lse, losses, a.in_rows(logits, N, V, logits_stride), targets, N, V, logits_stride);
     if (result != nullptr) *result = r;
   });
 }
 
 Status CpuComputeOps::queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                                                  const int32_t* targets, float dloss, int64_t N, int64_t V) {
+                                                  const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                  int64_t logits_stride) {
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::crossentropy_backward(a.inout(dlogits, N * V), a.in(logits, N * V), lse, targets, dloss, N, V);
+    kernels::crossentropy_backward(a.inout_rows(dlogits, N, V, logits_stride), a.in_rows(logits, N, V, logits_stride),
+                                   lse, targets, dloss, N, V, logits_stride);
   });
 }
 
-// The logits are read and overwritten: an inout view, widened, rewritten in fp32, narrowed.
+// The logits are read and overwritten: an inout view, widened, rewritten in fp32, narrowed (the
+// real columns only: the padding keeps its bytes).
 Status CpuComputeOps::queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
-                                                          const int32_t* targets, float dloss, int64_t N, int64_t V) {
+                                                          const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                          int64_t logits_stride) {
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::crossentropy_backward_inplace(a.inout(logits_to_dlogits, N * V), lse, targets, dloss, N, V);
+    kernels::crossentropy_backward_inplace(a.inout_rows(logits_to_dlogits, N, V, logits_stride), lse, targets, dloss,
+                                           N, V, logits_stride);
   });
 }
 

@@ -22,9 +22,9 @@ class CpuComputeOps final : public ComputeOps {
   Status check_activation_dtype(DType dt, std::string_view op) const override;
 
   Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
-                              int64_t C, int64_t OC) override;
+                              int64_t C, int64_t OC, int64_t out_stride) override;
   Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                               const void* weight, int64_t N, int64_t C, int64_t OC) override;
+                               const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride) override;
   Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                  const void* bias, int64_t N, int64_t C, float eps) override;
   Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -58,11 +58,14 @@ class CpuComputeOps final : public ComputeOps {
                                   const void* k, const void* v, const void* out, const float* lse, int64_t B,
                                   int64_t T, int64_t NH, int64_t NKV, int64_t HS) override;
   Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
-                                    const void* logits, const int32_t* targets, int64_t N, int64_t V) override;
+                                    const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                                    int64_t logits_stride) override;
   Status queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                                     const int32_t* targets, float dloss, int64_t N, int64_t V) override;
+                                     const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                     int64_t logits_stride) override;
   Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
-                                             const int32_t* targets, float dloss, int64_t N, int64_t V) override;
+                                             const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                             int64_t logits_stride) override;
   Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) override;
   Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) override;
   Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) override;

@@ -18,7 +18,8 @@ namespace strata {
 // Reusable fp32 buffers for WidenedArgs, numbered by slot (the k-th view an op asks for uses
 // slot k). Each buffer grows to the largest view its slot has held and is kept, so an op costs
 // only its conversions once the shapes have been seen; the memory (at most the fp32 size of the
-// largest op's operands, e.g. 2 N V floats for crossentropy_backward) is freed with the owner.
+// largest op's operands, e.g. about 2 N Vp floats for crossentropy_backward over padded logits)
+// is freed with the owner.
 // Thread-safety: none; the CpuComputeOps that owns it uses it only on its compute stream.
 class Fp32Scratch {
  public:
@@ -52,14 +53,22 @@ class WidenedArgs {
   float* out(void* p, int64_t n);
   // n elements at p that the kernel reads and updates (+= gradients, in-place ops).
   float* inout(void* p, int64_t n);
+
+  // The same three for a (rows, cols) tensor whose rows start `stride` >= cols elements apart (a
+  // padded leading dimension). The view has the tensor's layout (same stride, so the kernel is
+  // given the same stride for every format); only columns [0, cols) are widened and narrowed, so
+  // the padding columns of the tensor are never written and those of the view are never defined.
+  const float* in_rows(const void* p, int64_t rows, int64_t cols, int64_t stride);
+  float* out_rows(void* p, int64_t rows, int64_t cols, int64_t stride);
+  float* inout_rows(void* p, int64_t rows, int64_t cols, int64_t stride);
   // Rounds every out/inout view back into its tensor (nothing for fp32). Call once, after the kernel.
   void narrow();
 
  private:
-  struct Output {
+  struct Output {  // a (rows, cols) tensor with row stride `stride`, and its view
     void* tensor;
     const float* view;
-    int64_t n;
+    int64_t rows, cols, stride;
   };
   float* next_buffer(int64_t n) { return scratch_.buffer(next_slot_++, n); }
 

@@ -25,10 +25,11 @@ void write_row_gradient(float* dst, const float* logits, float lse, int32_t targ
 }  // namespace
 
 CrossEntropyResult crossentropy_forward(float* lse, float* losses, const float* logits, const int32_t* targets,
-                                        int64_t N, int64_t V) {
+                                        int64_t N, int64_t V, int64_t logits_stride) {
+  const int64_t ld = logits_stride == 0 ? V : logits_stride;
   parallel_ranges(N, kRowGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      const float* row = logits + n * V;
+      const float* row = logits + n * ld;
       float max_logit = row[0];
       for (int64_t v = 1; v < V; ++v) max_logit = row[v] > max_logit ? row[v] : max_logit;
       double sum = 0.0;
@@ -40,7 +41,7 @@ CrossEntropyResult crossentropy_forward(float* lse, float* losses, const float* 
   for (int64_t n = 0; n < N; ++n) {
     float loss = 0.0f;
     if (targets[n] != kIgnoreTarget) {
-      loss = lse[n] - logits[n * V + targets[n]];
+      loss = lse[n] - logits[n * ld + targets[n]];
       result.loss_sum += loss;
       ++result.valid_count;
     }
@@ -53,20 +54,22 @@ CrossEntropyResult crossentropy_forward(float* lse, float* losses, const float* 
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                           float dloss, int64_t N, int64_t V) {
+                           float dloss, int64_t N, int64_t V, int64_t logits_stride) {
+  const int64_t ld = logits_stride == 0 ? V : logits_stride;
   parallel_ranges(N, kRowGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       if (targets[n] == kIgnoreTarget) continue;
-      write_row_gradient(dlogits + n * V, logits + n * V, lse[n], targets[n], dloss, V, /*accumulate=*/true);
+      write_row_gradient(dlogits + n * ld, logits + n * ld, lse[n], targets[n], dloss, V, /*accumulate=*/true);
     }
   });
 }
 
 void crossentropy_backward_inplace(float* logits_to_dlogits, const float* lse, const int32_t* targets,
-                                   float dloss, int64_t N, int64_t V) {
+                                   float dloss, int64_t N, int64_t V, int64_t logits_stride) {
+  const int64_t ld = logits_stride == 0 ? V : logits_stride;
   parallel_ranges(N, kRowGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      float* row = logits_to_dlogits + n * V;
+      float* row = logits_to_dlogits + n * ld;
       if (targets[n] == kIgnoreTarget) {
         for (int64_t v = 0; v < V; ++v) row[v] = 0.0f;
         continue;

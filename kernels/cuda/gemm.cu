@@ -1,5 +1,6 @@
 // Linear-layer GEMMs (contract in gemm.cuh). cuBLAS is column-major: a row-major (R, K) matrix is
-// its column-major transpose (K, R) with leading dimension K, so with ^T marking that view:
+// its column-major transpose (K, R) with leading dimension K (or its row stride, for a padded out /
+// dout: ldo / ldd below), so with ^T marking that view:
 //   forward  out^T (OC, N)  = weight^T^T (OC, C) . inp^T (C, N)   -> gemm(T, N, m=OC, n=N, k=C)
 //   dinp     dinp^T (C, N) += weight^T (C, OC) . dout^T (OC, N)   -> gemm(N, N, m=C,  n=N, k=OC)
 //   dweight  dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)     -> gemm(N, T, m=C,  n=OC, k=N)
@@ -20,6 +21,7 @@ struct LtPlanKey {
   cudaDataType_t type;
   bool tf32;
   int64_t m, n, k;
+  int64_t ldd;  // the output's leading dimension (>= m)
   uint32_t align_a, align_b, align_d, align_bias;
   bool operator==(const LtPlanKey&) const = default;
 };
@@ -101,7 +103,10 @@ cublasStatus_t bind(cublasHandle_t handle, const GemmOptions& options, cudaStrea
   return cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
 }
 
-bool valid_shape(int64_t N, int64_t C, int64_t OC) { return N >= 0 && C >= 0 && OC >= 0; }
+bool valid_shape(int64_t N, int64_t C, int64_t OC, int64_t ld) { return N >= 0 && C >= 0 && OC >= 0 && ld >= OC; }
+
+// The row stride of a (rows, OC) row-major operand: `stride`, or OC when it is 0.
+int64_t row_stride(int64_t OC, int64_t stride) { return stride == 0 ? OC : stride; }
 
 // --- fp32 product tiles --------------------------------------------------------------------------
 // A tile (rows, cols) of a column-major output `out` (leading dimension ldc) whose fp32 product
@@ -215,10 +220,11 @@ cublasStatus_t build_plan(const GemmContext& ctx, const LtPlanKey& key, cublasCo
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N)));
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS)));
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(key.type)));
-  // weight^T as stored: (k, m) with ld k, transposed; inp^T: (k, n) with ld k; out^T: (m, n), ld m.
+  // weight^T as stored: (k, m) with ld k, transposed; inp^T: (k, n) with ld k; out^T: (m, n), ld
+  // key.ldd (m, or out's padded row stride).
   STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.a, key.type, key.k, key.m, key.k));
   STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.b, key.type, key.k, key.n, key.k));
-  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.d, key.type, key.m, key.n, key.m));
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.d, key.type, key.m, key.n, key.ldd));
 
   cublasLtMatmulPreference_t pref = nullptr;
   STRATA_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -277,14 +283,14 @@ cublasStatus_t find_plan(const GemmContext& ctx, const LtPlanKey& key, cublasCom
 // algorithm for the shape, so the caller falls back.
 template <typename T>
 cublasStatus_t lt_biased_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias,
-                                 int64_t N, int64_t C, int64_t OC, const GemmOptions& options, cudaStream_t stream,
-                                 bool* done) {
+                                 int64_t N, int64_t C, int64_t OC, int64_t ldo, const GemmOptions& options,
+                                 cudaStream_t stream, bool* done) {
   *done = false;
   const LtPlanKey key{data_type<T>(),       std::is_same_v<T, float> && options.allow_tf32,
                       OC,                   N,
-                      C,                    alignment_of(weight),
-                      alignment_of(inp),    alignment_of(out),
-                      alignment_of(bias)};
+                      C,                    ldo,
+                      alignment_of(weight), alignment_of(inp),
+                      alignment_of(out),    alignment_of(bias)};
   std::unique_ptr<LtPlan> uncached;
   LtPlan* plan = nullptr;
   STRATA_LT_TRY(find_plan(ctx, key, compute_type<T>(options), uncached, &plan));
@@ -301,88 +307,93 @@ cublasStatus_t lt_biased_forward(const GemmContext& ctx, T* out, const T* inp, c
 
 #undef STRATA_LT_TRY
 
-// out (N, OC) = bias in every row: the value of a biased GEMM with an empty sum (C == 0).
+// out (N, OC; row stride ldo) = bias in every row: the value of a biased GEMM with an empty sum
+// (C == 0). The padding columns are not written.
 template <typename T>
-__global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC) {
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t OC, int64_t ldo) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * OC; i += stride) {
-    out[i] = bias[i % OC];
+    out[i / OC * ldo + i % OC] = bias[i % OC];
   }
 }
 
 template <typename T>
 struct RowValue {
   const T* data;
-  int64_t C;
-  __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * C + c); }
+  int64_t ld;  // row stride
+  __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * ld + c); }
 };
 
 }  // namespace
 
 template <typename T>
 GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
-                          int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream) {
+                          int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream, int64_t out_stride) {
   GemmStatus status;
-  if (!valid_shape(N, C, OC)) {
+  const int64_t ldo = row_stride(OC, out_stride);
+  if (!valid_shape(N, C, OC, ldo)) {
     status.cublas = CUBLAS_STATUS_INVALID_VALUE;
     return status;
   }
   if (N == 0 || OC == 0) return status;
   if (C == 0) {  // an empty sum: out = bias, or 0
     if (bias != nullptr) {
-      broadcast_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC);
+      broadcast_bias_kernel<<<detail::grid_for(N * OC), detail::kBlock, 0, stream>>>(out, bias, N, OC, ldo);
       status.cuda = cudaGetLastError();
     } else {
-      status.cuda = cudaMemsetAsync(out, 0, sizeof(T) * N * OC, stream);
+      status.cuda = cudaMemset2DAsync(out, sizeof(T) * ldo, 0, sizeof(T) * OC, N, stream);
     }
     return status;
   }
   if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
   if (bias == nullptr) {
     status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out,
-                            data_type<T>(), OC, options);
+                            data_type<T>(), ldo, options);
     return status;
   }
   if (ctx.lt != nullptr) {
     bool done = false;
-    status.cublas = lt_biased_forward(ctx, out, inp, weight, bias, N, C, OC, options, stream, &done);
+    status.cublas = lt_biased_forward(ctx, out, inp, weight, bias, N, C, OC, ldo, options, stream, &done);
     if (!status.ok() || done) return status;
   }
-  return gemm_via_product<T, false>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, options,
-                                    stream);
+  return gemm_via_product<T, false>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, ldo, bias,
+                                    options, stream);
 }
 
 template <typename T>
 GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, int64_t dout_stride) {
   GemmStatus status;
-  if (!valid_shape(N, C, OC)) {
+  const int64_t ldd = row_stride(OC, dout_stride);
+  if (!valid_shape(N, C, OC, ldd)) {
     status.cublas = CUBLAS_STATUS_INVALID_VALUE;
     return status;
   }
   if (N == 0 || OC == 0) return status;  // every gradient term is an empty sum
   if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
   if (dinp != nullptr && C > 0) {
-    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, options, stream);
+    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, ldd, dinp, C, options,
+                                stream);
     if (!status.ok()) return status;
   }
   if (dweight != nullptr && C > 0) {
-    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, options, stream);
+    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldd, dweight, C, options,
+                                stream);
     if (!status.ok()) return status;
   }
   // The product tiles are free again (stream order): they hold the column sums' partials.
   if (dbias != nullptr) {
-    status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, OC}, stream, ctx.product, ctx.product_floats);
+    status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, ldd}, stream, ctx.product, ctx.product_floats);
   }
   return status;
 }
 
 #define STRATA_INSTANTIATE_GEMM(T)                                                                                \
   template GemmStatus matmul_forward<T>(const GemmContext&, T*, const T*, const T*, const T*, int64_t, int64_t,    \
-                                        int64_t, GemmOptions, cudaStream_t);                                      \
+                                        int64_t, GemmOptions, cudaStream_t, int64_t);                             \
   template GemmStatus matmul_backward<T>(const GemmContext&, T*, T*, T*, const T*, const T*, const T*, int64_t,    \
-                                         int64_t, int64_t, GemmOptions, cudaStream_t);
+                                         int64_t, int64_t, GemmOptions, cudaStream_t, int64_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM
 

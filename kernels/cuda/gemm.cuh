@@ -45,7 +45,8 @@ struct GemmOptions {
 };
 
 // Cached cuBLASLt descriptors and heuristic choices of the biased forward, one entry per (type,
-// math, shape, pointer alignments), at most kLtPlanCacheEntries (later shapes are planned per call).
+// math, shape, output row stride, pointer alignments), at most kLtPlanCacheEntries (later shapes
+// are planned per call).
 // Owned by the caller beside its cublasLtHandle_t; destroy it before that handle. Not thread-safe.
 inline constexpr int kLtPlanCacheEntries = 64;
 class LtPlanCache {
@@ -91,17 +92,21 @@ struct GemmContext {
 // unvectorized "align1" kernels, forward and backward (measured on an H100, N = 16384, C = 768:
 // forward 13.2 ms, backward 17.5 ms; with V padded to 50304: 1.6 ms and 6.9 ms). Routing such a
 // forward through padded fp32 product tiles here was slower still (20.8 ms); the fix is a padded
-// leading dimension in the caller's layout.
+// leading dimension in the caller's layout: out_stride, the row stride of out in elements (0 means
+// OC, else >= OC; columns [OC, out_stride) of each row are never written), passed to cuBLAS(Lt) as
+// the output's leading dimension (cuBLAS may pick another kernel for it: same fp32 accumulation,
+// not necessarily the same bits).
 template <typename T>
 GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
-                          int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream);
+                          int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream, int64_t out_stride = 0);
 
 // Given dout (N, OC): dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp;
 // dbias (OC) += sum_n dout[n]. Each gradient may be null (not computed). Each += is formed in
-// fp32 and rounded once to T.
+// fp32 and rounded once to T. dout_stride: dout's row stride in elements (0 means OC, else >= OC;
+// its padding is never read), dout's leading dimension in both GEMMs.
 template <typename T>
 GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int64_t dout_stride = 0);
 
 }  // namespace strata::kernels::cuda

@@ -4,6 +4,8 @@
 // counted). Logits and dlogits are T (float, __nv_bfloat16 or __half); lse, losses and sums fp32,
 // the final loss sum over rows in double (N values), into the CPU op's CrossEntropyResult.
 // Deterministic (fixed-order block reductions). Device pointers; asynchronous on `stream`.
+// logits_stride (every function): the row stride of logits and dlogits in elements, 0 meaning V,
+// else >= V (a padded row, see gemm.cuh); the columns past V are never read or written.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,17 +23,19 @@ namespace strata::kernels::cuda {
 // pointer) it is overwritten with the loss sum (row order), the counted rows and their mean.
 template <typename T>
 cudaError_t crossentropy_forward(float* lse, float* losses, CrossEntropyResult* result, const T* logits,
-                                 const int32_t* targets, int64_t N, int64_t V, cudaStream_t stream);
+                                 const int32_t* targets, int64_t N, int64_t V, cudaStream_t stream,
+                                 int64_t logits_stride = 0);
 
 // dlogits (N, V) += dloss * (softmax(logits[n]) - onehot(targets[n])) for counted rows; ignored
 // rows untouched. dlogits must not alias logits.
 template <typename T>
 cudaError_t crossentropy_backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
-                                  int64_t N, int64_t V, cudaStream_t stream);
+                                  int64_t N, int64_t V, cudaStream_t stream, int64_t logits_stride = 0);
 
 // The same gradient written over the logits in place; ignored rows become 0.
 template <typename T>
 cudaError_t crossentropy_backward_inplace(T* logits_to_dlogits, const float* lse, const int32_t* targets,
-                                          float dloss, int64_t N, int64_t V, cudaStream_t stream);
+                                          float dloss, int64_t N, int64_t V, cudaStream_t stream,
+                                          int64_t logits_stride = 0);
 
 }  // namespace strata::kernels::cuda

@@ -129,23 +129,24 @@ Status CudaComputeOps::launch(DType dt, const char* op, Launch&& fn) {
 // from dt and converts the error.
 
 Status CudaComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight,
-                                            const void* bias, int64_t N, int64_t C, int64_t OC) {
+                                            const void* bias, int64_t N, int64_t C, int64_t OC, int64_t out_stride) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
     return kc::matmul_forward(gemm_context(), as<T>(out), as<T>(inp), as<T>(weight), as<T>(bias), N, C, OC,
-                              kc::GemmOptions{tf32_}, stream_);
+                              kc::GemmOptions{tf32_}, stream_, out_stride);
   };
   return gemm_status(with_element_type(dt, gemm), "matmul_forward");
 }
 
 Status CudaComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
-                                             const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC) {
+                                             const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                             int64_t dout_stride) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
     return kc::matmul_backward(gemm_context(), as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout),
-                               as<T>(inp), as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_);
+                               as<T>(inp), as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_, dout_stride);
   };
   return gemm_status(with_element_type(dt, gemm), "matmul_backward");
 }
@@ -304,27 +305,31 @@ Status CudaComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, vo
 
 Status CudaComputeOps::queue_crossentropy_forward(DType dt, float* lse, float* losses,
                                                   kernels::CrossEntropyResult* result, const void* logits,
-                                                  const int32_t* targets, int64_t N, int64_t V) {
+                                                  const int32_t* targets, int64_t N, int64_t V,
+                                                  int64_t logits_stride) {
   return launch(dt, "crossentropy_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::crossentropy_forward(lse, losses, result, as<T>(logits), targets, N, V, stream_);
+    return kc::crossentropy_forward(lse, losses, result, as<T>(logits), targets, N, V, stream_, logits_stride);
   });
 }
 
 Status CudaComputeOps::queue_crossentropy_backward(DType dt, void* dlogits, const void* logits, const float* lse,
-                                                   const int32_t* targets, float dloss, int64_t N, int64_t V) {
+                                                   const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                   int64_t logits_stride) {
   return launch(dt, "crossentropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::crossentropy_backward(as<T>(dlogits), as<T>(logits), lse, targets, dloss, N, V, stream_);
+    return kc::crossentropy_backward(as<T>(dlogits), as<T>(logits), lse, targets, dloss, N, V, stream_,
+                                     logits_stride);
   });
 }
 
 Status CudaComputeOps::queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
                                                            const int32_t* targets, float dloss, int64_t N,
-                                                           int64_t V) {
+                                                           int64_t V, int64_t logits_stride) {
   return launch(dt, "crossentropy_backward_inplace", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::crossentropy_backward_inplace(as<T>(logits_to_dlogits), lse, targets, dloss, N, V, stream_);
+    return kc::crossentropy_backward_inplace(as<T>(logits_to_dlogits), lse, targets, dloss, N, V, stream_,
+                                             logits_stride);
   });
 }
 

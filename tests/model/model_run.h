@@ -5,7 +5,9 @@
 // the fixture that skips a test where no CUDA device is visible. Not used outside tests/model.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -105,9 +107,16 @@ struct ModelRun {
     for (size_t i = 0; i < halves.size(); ++i) out[i] = kernels::half_to_float(format, halves[i]);
     return out;
   }
-  // The logits (B*T, V) of the last forward (backward overwrites them).
+  // The logits (B*T, V) of the last forward (backward overwrites them), read row by row from the
+  // device buffer's padded rows (Transformer::logits_stride()) and packed.
   std::vector<float> logits(const Golden& g) {
-    return device_to_host(model->activations().logits, size_t(g.B * g.T * model->config().vocab));
+    const auto rows = size_t(g.B * g.T), V = size_t(model->config().vocab), Vp = size_t(model->logits_stride());
+    const std::vector<float> padded = device_to_host(model->activations().logits, (rows - 1) * Vp + V);
+    std::vector<float> packed(rows * V);
+    for (size_t n = 0; n < rows; ++n) {
+      std::copy_n(padded.begin() + std::ptrdiff_t(n * Vp), V, packed.begin() + std::ptrdiff_t(n * V));
+    }
+    return packed;
   }
   GradientMap gradients() {
     GradientMap all;

@@ -1,6 +1,7 @@
 // The Transformer's error paths and initialisation (model/transformer.h): budgets, batch limits,
-// call order, loading the wrong checkpoint, unknown names, and that init() gives a model whose
-// first loss is ln(V) (near-uniform logits) deterministically in the seed.
+// call order, loading the wrong checkpoint, unknown names, that init() gives a model whose
+// first loss is ln(V) (near-uniform logits) deterministically in the seed, and that the logits'
+// padded rows (padded_vocab) carry the loss exactly while their padding is never written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/ops_loss.h"
 #include "model/transformer.h"
 #include "model_test_files.h"
 
@@ -130,6 +132,82 @@ TEST(TransformerTest, InitIsDeterministicAndGivesUniformLoss) {
   const Status too_many = model->backward(33);  // only 32 targets exist
   EXPECT_EQ(too_many.code(), Code::invalid_argument);
   EXPECT_NE(too_many.message().find("counted_targets 33"), std::string::npos);
+  EXPECT_TRUE(backend->release(dev).is_ok());
+}
+
+
+TEST(TransformerTest, PaddedVocabRoundsUpToSixtyFour) {
+  EXPECT_EQ(padded_vocab(50257), 50304);  // GPT-2: 16-byte rows in bf16 and fp32
+  EXPECT_EQ(padded_vocab(32000), 32000);  // LLaMA: already a multiple
+  EXPECT_EQ(padded_vocab(1), 64);
+  EXPECT_EQ(padded_vocab(256), 256);
+  EXPECT_EQ(padded_vocab(257), 320);
+}
+
+// V = 250 pads each logits row to 256: the loss the model reports is the cross-entropy of the rows'
+// first V columns bit for bit, and neither the forward nor the in-place backward writes a padding
+// column (the CPU arena starts zeroed, so the padding must still be zero bytes).
+TEST(TransformerTest, PaddedLogitsRowsCarryTheLossAndLeaveThePadding) {
+  auto backend = cpu_backend();
+  ModelConfig c = expect_value(model_preset("gpt2-tiny"));
+  c.vocab = 250;
+  const int64_t B = 2, T = 16, N = B * T, V = c.vocab;
+  auto model = expect_value(Transformer::create(*backend, c, {.batch = B, .seq_len = T}));
+  ASSERT_EQ(model->logits_stride(), 256);
+  ASSERT_TRUE(model->init(3).is_ok());
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int64_t i = 0; i < N; ++i) {
+    tokens[i] = int32_t((i * 37) % V);
+    targets[i] = i % 5 == 4 ? kernels::kIgnoreTarget : int32_t((i * 53 + 11) % V);
+  }
+  auto* dev = static_cast<int32_t*>(expect_value(backend->allocate(2 * N * 4, "tokens")));
+  ASSERT_TRUE(backend->copy_to_device(dev, tokens.data(), N * 4, Stream::h2d).is_ok());
+  ASSERT_TRUE(backend->copy_to_device(dev + N, targets.data(), N * 4, Stream::h2d).is_ok());
+  ASSERT_TRUE(backend->synchronize(Stream::h2d).is_ok());
+
+  ASSERT_TRUE(model->forward(dev, dev + N, B, T).is_ok());
+  const auto loss = expect_value(model->read_loss());
+  const int64_t Vp = model->logits_stride();
+  std::vector<float> padded(size_t(N * Vp));
+  const auto read_logits = [&] {
+    ASSERT_TRUE(backend->synchronize(Stream::compute).is_ok());
+    ASSERT_TRUE(backend->copy_to_host(padded.data(), model->activations().logits, padded.size() * 4, Stream::d2h).is_ok());
+    ASSERT_TRUE(backend->synchronize(Stream::d2h).is_ok());
+  };
+  read_logits();
+  std::vector<float> packed(size_t(N * V)), lse(N);
+  for (int64_t n = 0; n < N; ++n) std::memcpy(&packed[n * V], &padded[n * Vp], V * 4);
+  const kernels::CrossEntropyResult want =
+      kernels::crossentropy_forward(lse.data(), nullptr, packed.data(), targets.data(), N, V);
+  EXPECT_EQ(loss.valid_count, want.valid_count);
+  EXPECT_EQ(loss.loss_sum, want.loss_sum);
+  EXPECT_EQ(loss.mean_loss, want.mean_loss);
+  EXPECT_NEAR(loss.mean_loss, std::log(250.0), 0.05);
+  const auto padding_is_zero = [&] {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = V; v < Vp; ++v) {
+        uint32_t bits;
+        std::memcpy(&bits, &padded[n * Vp + v], 4);
+        if (bits != 0) return false;
+      }
+    return true;
+  };
+  EXPECT_TRUE(padding_is_zero()) << "the forward wrote a padding column";
+
+  ASSERT_TRUE(model->zero_grad().is_ok());
+  ASSERT_TRUE(model->backward(want.valid_count).is_ok());
+  read_logits();
+  EXPECT_TRUE(padding_is_zero()) << "the backward wrote a padding column";
+  // dlogits of a counted row sum to 0 (softmax minus one-hot, times dloss); ignored rows are 0.
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) sum += padded[n * Vp + v];
+    EXPECT_NEAR(sum, 0.0, 1e-5) << "row " << n;
+  }
+  const auto dwte = expect_value(model->copy_parameter_to_host("transformer.wte.weight", ParamState::gradients));
+  double norm = 0.0;
+  for (float g : dwte) norm += double(g) * g;
+  EXPECT_TRUE(std::isfinite(norm) && norm > 0.0) << norm;
   EXPECT_TRUE(backend->release(dev).is_ok());
 }
 

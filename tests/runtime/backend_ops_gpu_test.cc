@@ -12,6 +12,12 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackendOpsTest,
                                            OpsParam{BackendKind::cuda, DType::f16}),
                          ops_param_name);
 
+INSTANTIATE_TEST_SUITE_P(Cuda, StridedOpsTest,
+                         ::testing::Values(OpsParam{BackendKind::cuda, DType::f32},
+                                           OpsParam{BackendKind::cuda, DType::bf16},
+                                           OpsParam{BackendKind::cuda, DType::f16}),
+                         ops_param_name);
+
 class CudaBackendOps : public BackendOpsTest {};
 
 TEST_P(CudaBackendOps, RefusesOversizedHeads) {

@@ -2,7 +2,8 @@
 // the backend and the activation dtype: fp32, bf16, fp16) with inputs made on the host and copied
 // in, results copied back and compared with the float64 references of backend_ops_reference.h,
 // outputs guarded (backend_ops_fixture.h); the casts, gradient checks, AdamW, the rounding of
-// accumulated gradients and argument errors are in backend_ops_suite_checks.h. Backward ops start
+// accumulated gradients and argument errors are in backend_ops_suite_checks.h, the padded-row
+// (strided) matmul and cross-entropy in backend_ops_suite_strided.h. Backward ops start
 // from non-zero gradients, so the += contract is checked too. Included by backend_ops_test.cc
 // (CPU) and backend_ops_gpu_test.cc (CUDA, label gpu), each instantiating it for its backend.
 // Tolerances: activation_tol (backend_ops_fixture.h), derived per dtype; fp32 statistics (mean,
@@ -15,6 +16,7 @@
 #include "tests/runtime/backend_ops_fixture.h"
 #include "tests/runtime/backend_ops_reference.h"
 #include "tests/runtime/backend_ops_suite_checks.h"  // casts, gradient checks, AdamW, argument errors
+#include "tests/runtime/backend_ops_suite_strided.h"  // padded rows (matmul, cross-entropy): StridedOpsTest
 
 namespace strata::ops_test {
 

@@ -20,6 +20,12 @@ INSTANTIATE_TEST_SUITE_P(Cpu, BackendOpsTest,
                                            OpsParam{BackendKind::cpu, DType::f16}),
                          ops_param_name);
 
+INSTANTIATE_TEST_SUITE_P(Cpu, StridedOpsTest,
+                         ::testing::Values(OpsParam{BackendKind::cpu, DType::f32},
+                                           OpsParam{BackendKind::cpu, DType::bf16},
+                                           OpsParam{BackendKind::cpu, DType::f16}),
+                         ops_param_name);
+
 class CpuBackendOps : public BackendOpsTest {
  protected:
   // t's fp32 values after all queued compute equal `want` bit for bit.

@@ -1,0 +1,209 @@
+// The conformance suite's padded-row cases (part of backend_ops_suite.h): matmul and cross-entropy
+// on (rows, cols) tensors whose rows start `stride` > cols elements apart, as the transformer keeps
+// its logits (padded_vocab). Input padding holds NaN, so a kernel that read it would poison its
+// result; output padding holds a known bit pattern that must come back unchanged. The data columns
+// must meet the float64 references and, on the CPU backend, equal the packed layout's results bit
+// for bit (the GPU may pick another cuBLAS kernel for the aligned stride). Also the argument checks
+// of a stride below the row length and of a strided span past its block.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tests/runtime/backend_ops_fixture.h"
+#include "tests/runtime/backend_ops_reference.h"
+
+namespace strata::ops_test {
+
+namespace ref = ops_reference;
+
+class StridedOpsTest : public BackendOpsTest {
+ protected:
+  static constexpr double kPadNaN = std::numeric_limits<double>::quiet_NaN();
+
+  // A guarded (rows, stride) tensor: columns [0, cols) of row r hold packed[r * cols ...], the
+  // rest `pad`. Its `host` keeps the padded image (pad included).
+  Tensor padded(int64_t rows, int64_t cols, int64_t stride, const std::vector<double>& packed, double pad) {
+    std::vector<double> image(static_cast<size_t>(rows * stride), pad);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) image[r * stride + c] = packed[r * cols + c];
+    return act(rows * stride, image);
+  }
+
+  // Columns [0, cols) of each of the rows of a (rows, stride) image, packed.
+  template <typename E>
+  static std::vector<E> data_columns(const std::vector<E>& image, int64_t rows, int64_t cols, int64_t stride,
+                                     size_t esize = 1) {
+    std::vector<E> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto at = image.begin() + static_cast<std::ptrdiff_t>(r * stride * esize);
+      out.insert(out.end(), at, at + static_cast<std::ptrdiff_t>(cols * esize));
+    }
+    return out;
+  }
+
+  // The bytes of the padding columns [cols, stride) of every row of a (rows, stride) tensor.
+  std::vector<uint8_t> padding_bytes(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                                     int64_t stride) const {
+    const size_t es = dtype_size(dt());
+    std::vector<uint8_t> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto at = bytes.begin() + static_cast<std::ptrdiff_t>((r * stride + cols) * es);
+      out.insert(out.end(), at, at + static_cast<std::ptrdiff_t>((stride - cols) * es));
+    }
+    return out;
+  }
+
+  // t (rows, stride) after the queued ops: its data columns meet `want` and, on the CPU, equal the
+  // packed tensor's bytes; its padding bytes are those of `before` (read before the op).
+  void expect_strided(const Tensor& t, int64_t rows, int64_t cols, int64_t stride, const std::vector<double>& want,
+                      const Tensor& packed, const std::vector<uint8_t>& before, const std::string& what) {
+    const std::vector<uint8_t> bytes = read_bytes(t);
+    expect_near(data_columns(read(t), rows, cols, stride), want, act_tol(), what);
+    EXPECT_EQ(padding_bytes(bytes, rows, cols, stride), padding_bytes(before, rows, cols, stride))
+        << what << ": a padding column was written";
+    if (GetParam().kind == BackendKind::cpu) {
+      EXPECT_EQ(data_columns(bytes, rows, cols, stride, dtype_size(dt())), read_bytes(packed))
+          << what << ": the strided result differs from the packed one";
+    }
+  }
+};
+
+TEST_P(StridedOpsTest, MatmulWithPaddedRowsLeavesThePaddingAndMatchesPacked) {
+  const int64_t N = 6, C = 40, OC = 25, S = 32;  // OC odd, as GPT-2's V; S a multiple of 8
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C)), bias = act(OC, random(OC));
+  const double kPadValue = -1536.0;  // exact in every dtype; not a result of these inputs
+  for (const bool with_bias : {true, false}) {
+    const void* b = with_bias ? bias.data : nullptr;
+    Tensor out = padded(N, OC, S, std::vector<double>(N * OC, 0.0), kPadValue), packed = act(N * OC);
+    const std::vector<uint8_t> before = read_bytes(out);
+    ASSERT_TRUE(ops().matmul_forward(dt(), out.data, inp.data, w.data, b, N, C, OC, S).is_ok());
+    ASSERT_TRUE(ops().matmul_forward(dt(), packed.data, inp.data, w.data, b, N, C, OC).is_ok());
+    expect_strided(out, N, OC, S, ref::matmul(inp.host, w.host, with_bias ? bias.host : std::vector<double>{}, N, C, OC),
+                   packed, before, with_bias ? "strided out" : "strided out without bias");
+  }
+
+  // Backward from a strided dout whose padding is NaN: any read of it would poison every gradient.
+  const std::vector<double> dout_values = random(N * OC);
+  Tensor dout = padded(N, OC, S, dout_values, kPadNaN), dout_packed = act(N * OC, dout_values);
+  const std::vector<double> dinp0 = random(N * C), dw0 = random(OC * C), db0 = random(OC);
+  Tensor dinp = act(N * C, dinp0), dw = act(OC * C, dw0), db = act(OC, db0);
+  Tensor dinp_p = act(N * C, dinp0), dw_p = act(OC * C, dw0), db_p = act(OC, db0);
+  ASSERT_TRUE(ops()
+                  .matmul_backward(dt(), dinp.data, dw.data, db.data, dout.data, inp.data, w.data, N, C, OC, S)
+                  .is_ok());
+  ASSERT_TRUE(ops()
+                  .matmul_backward(dt(), dinp_p.data, dw_p.data, db_p.data, dout_packed.data, inp.data, w.data, N, C,
+                                   OC)
+                  .is_ok());
+  std::vector<double> want_dinp = dinp.host, want_dw = dw.host, want_db = db.host;
+  ref::matmul_backward(want_dinp, want_dw, want_db, dout_packed.host, inp.host, w.host, N, C, OC);
+  expect_near(read(dinp), want_dinp, act_tol(), "dinp from a strided dout");
+  expect_near(read(dw), want_dw, act_tol(), "dweight from a strided dout");
+  expect_near(read(db), want_db, act_tol(), "dbias from a strided dout");
+  if (GetParam().kind == BackendKind::cpu) {
+    EXPECT_EQ(read_bytes(dinp), read_bytes(dinp_p));
+    EXPECT_EQ(read_bytes(dw), read_bytes(dw_p));
+    EXPECT_EQ(read_bytes(db), read_bytes(db_p));
+  }
+}
+
+TEST_P(StridedOpsTest, CrossEntropyWithPaddedRowsNeverTouchesThePadding) {
+  const int64_t N = 6, V = 50, S = 64;
+  const std::vector<int32_t> ids = {4, -1, 49, 0, -1, 17};
+  const std::vector<double> values = random(N * V, -4.0, 4.0);
+  Tensor logits = padded(N, V, S, values, kPadNaN), logits_p = act(N * V, values), targets = ints(ids);
+  Tensor lse = f32(N), losses = f32(N), lse_p = f32(N), losses_p = f32(N);
+  Tensor result = tensor(DType::u8, sizeof(kernels::CrossEntropyResult));
+  auto* result_ptr = static_cast<kernels::CrossEntropyResult*>(result.data);
+  ASSERT_TRUE(ops()
+                  .crossentropy_forward(dt(), lse.f(), losses.f(), result_ptr, logits.data, targets.i(), N, V, S)
+                  .is_ok());
+  ASSERT_TRUE(ops()
+                  .crossentropy_forward(dt(), lse_p.f(), losses_p.f(), nullptr, logits_p.data, targets.i(), N, V)
+                  .is_ok());
+  std::vector<double> want_lse, want_losses;
+  ref::crossentropy(want_lse, want_losses, logits_p.host, ids, N, V);
+  expect_near(read(lse), want_lse, Tol{1e-5, 1e-5}, "lse of strided logits");
+  expect_near(read(losses), want_losses, Tol{2e-5, 1e-5}, "losses of strided logits");
+  kernels::CrossEntropyResult got;
+  const std::vector<uint8_t> result_bytes = read_bytes(result);
+  std::memcpy(&got, result_bytes.data(), sizeof(got));
+  EXPECT_EQ(got.valid_count, 4);
+  EXPECT_TRUE(std::isfinite(got.loss_sum)) << got.loss_sum;
+  EXPECT_EQ(read_bytes(lse), read_bytes(lse_p)) << "lse differs from the packed layout's";
+  EXPECT_EQ(read_bytes(losses), read_bytes(losses_p)) << "losses differ from the packed layout's";
+
+  // Accumulating backward into a strided dlogits (padding a known value) from NaN-padded logits,
+  // then the in-place backward over the NaN-padded logits: the NaN padding must survive.
+  const float dloss = 0.25f;
+  const std::vector<double> d0 = random(N * V);
+  Tensor dlogits = padded(N, V, S, d0, -1536.0), dlogits_p = act(N * V, d0);
+  std::vector<double> want_d = dlogits_p.host, want_inplace(N * V, 0.0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < V && ids[r] >= 0; ++i) {
+      const double g = dloss * (std::exp(logits_p.host[r * V + i] - want_lse[r]) - (i == ids[r] ? 1.0 : 0.0));
+      want_d[r * V + i] += g;
+      want_inplace[r * V + i] = g;
+    }
+  const std::vector<uint8_t> dlogits_before = read_bytes(dlogits), logits_before = read_bytes(logits);
+  ASSERT_TRUE(ops()
+                  .crossentropy_backward(dt(), dlogits.data, logits.data, lse.f(), targets.i(), dloss, N, V, S)
+                  .is_ok());
+  ASSERT_TRUE(ops()
+                  .crossentropy_backward(dt(), dlogits_p.data, logits_p.data, lse.f(), targets.i(), dloss, N, V)
+                  .is_ok());
+  expect_strided(dlogits, N, V, S, want_d, dlogits_p, dlogits_before, "strided dlogits");
+  ASSERT_TRUE(ops().crossentropy_backward_inplace(dt(), logits.data, lse.f(), targets.i(), dloss, N, V, S).is_ok());
+  ASSERT_TRUE(ops().crossentropy_backward_inplace(dt(), logits_p.data, lse.f(), targets.i(), dloss, N, V).is_ok());
+  expect_strided(logits, N, V, S, want_inplace, logits_p, logits_before, "strided in-place dlogits");
+}
+
+// A row stride below the row length, and a strided span past its block, are invalid_argument
+// naming the argument, and queue nothing.
+TEST_P(StridedOpsTest, BadRowStridesAreInvalidArgument) {
+  const int64_t N = 4, C = 8, OC = 6, S = 8;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C)), out = act(N * S);
+  Tensor stats = f32(N), tokens = ints({0, 1, 2, 3});
+  const std::vector<uint8_t> untouched(out.bytes(), kSentinel);
+  struct Case {
+    Status status;
+    std::vector<const char*> words;
+  };
+  const Case cases[] = {
+      {ops().matmul_forward(dt(), out.data, inp.data, w.data, nullptr, N, C, OC, OC - 1),
+       {"matmul_forward", "out_stride = 5 is less than OC = 6"}},
+      {ops().matmul_backward(dt(), inp.data, nullptr, nullptr, out.data, inp.data, w.data, N, C, OC, -3),
+       {"matmul_backward", "dout_stride = -3"}},
+      {ops().crossentropy_forward(dt(), stats.f(), stats.f(), nullptr, out.data, tokens.i(), N, OC, 2),
+       {"crossentropy_forward", "logits_stride = 2 is less than V = 6"}},
+      {ops().crossentropy_backward_inplace(dt(), out.data, stats.f(), tokens.i(), 1.0f, N, OC, 1),
+       {"crossentropy_backward_inplace", "logits_stride = 1"}},
+      // (N - 1) * 1000 + 6 elements run far past the block (guards included), while N * OC = 24
+      // would fit: the strided span is what is checked.
+      {ops().matmul_forward(dt(), out.data, inp.data, w.data, nullptr, N, C, OC, 1000),
+       {"matmul_forward out", "not inside one live block"}},
+      {ops().matmul_backward(dt(), inp.data, nullptr, nullptr, out.data, inp.data, w.data, N, C, OC, 1000),
+       {"matmul_backward dout", "not inside one live block"}},
+      {ops().crossentropy_backward(dt(), out.data, inp.data, stats.f(), tokens.i(), 1.0f, N, OC, 1000),
+       {"crossentropy_backward dlogits", "not inside one live block"}},
+      {ops().crossentropy_backward_inplace(dt(), out.data, stats.f(), tokens.i(), 1.0f, N, OC, 1000),
+       {"crossentropy_backward_inplace logits_to_dlogits", "not inside one live block"}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), Code::invalid_argument) << c.status.to_string();
+    for (const char* word : c.words) {
+      EXPECT_NE(c.status.message().find(word), std::string::npos) << c.status.to_string();
+    }
+  }
+  // The largest stride that fits is accepted: (N - 1) * 8 + 6 = 30 <= 32 elements.
+  EXPECT_TRUE(ops().matmul_forward(dt(), out.data, inp.data, w.data, nullptr, N, C, OC, S).is_ok());
+  ASSERT_TRUE(backend().synchronize_all().is_ok());
+  const std::vector<uint8_t> after = read_bytes(out);
+  EXPECT_EQ(padding_bytes(after, N, OC, S), padding_bytes(untouched, N, OC, S)) << "padding written";
+}
+
+}  // namespace strata::ops_test
