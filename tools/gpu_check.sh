@@ -14,7 +14,9 @@
 # Usage: tools/gpu_check.sh [LOG_DIR]
 # Environment: BUILD_DIR (default build-gpu), STRATA_CMAKE_ARGS (extra cmake args), DEBS_DIR (default
 # .debs), DEPS_ROOT (default /tmp/strata-deps), GPU_CHECK_STEPS (default 30), GPU_CHECK_BATCH
-# (default 16), GPU_CHECK_ONLY (build|tests: stop after that stage).
+# (default 16), GPU_CHECK_ONLY (build|tests: stop after that stage), GPU_CHECK_PRESETS (more models
+# to time after gpt2-124m, optimizer on the device, 10 steps each: "preset:micro_batch ...", e.g.
+# "gpt2-350m:16 gpt2-1.5b:8 llama-1b:8").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 LOG_DIR=${1:-gpu-check-logs}
@@ -132,7 +134,19 @@ if grep -q "The following tests did not run" "$LOG_DIR/gpu-tests.log"; then
 fi
 # The measured errors the golden and conformance tests print, for the notes.
 grep -hE "worst|error" "$LOG_DIR/gpu-tests.log" | grep -v "^\[" > "$LOG_DIR/gpu-test-errors.txt" || true
-[ "$ONLY" = tests ] && exit $status
+[ "$ONLY" = tests ] && for spec in ${GPU_CHECK_PRESETS:-}; do
+  preset=${spec%%:*} batch=${spec#*:}
+  log="$LOG_DIR/train-$preset-bf16-b$batch.log"
+  if "$BUILD_DIR/bin/strata" train --device cuda --preset "$preset" --dtype bf16 --random-tokens 16M \
+       --micro-batch "$batch" --seq 1024 --steps 10 --eval-every 0 --optimizer-device device > "$log" 2>&1; then
+    say "$preset bf16 B=$batch: $(grep -E "step +10/10" "$log" | sed 's/.*\] //')"
+  else
+    status=1
+    echo "gpu_check: strata train $preset failed; the end of $log:" >&2
+    tail -5 "$log" >&2
+  fi
+done
+exit $status
 
 # --- benchmarks ---------------------------------------------------------------------------------------
 for b in pcie device; do
@@ -147,16 +161,27 @@ for b in pcie device; do
   fi
 done
 
-for placement in cpu device; do
-  log="$LOG_DIR/train-gpt2-124m-bf16-$placement.log"
-  if "$BUILD_DIR/bin/strata" train --device cuda --preset gpt2-124m --dtype bf16 --random-tokens 16M \
-       --micro-batch "$BATCH" --seq 1024 --steps "$STEPS" --eval-every 0 --optimizer-device "$placement" \
-       --metrics "$LOG_DIR/train-gpt2-124m-bf16-$placement.jsonl" > "$log" 2>&1; then
-    say "gpt2-124m bf16, optimizer on the $placement: $(grep -E "step +$STEPS/$STEPS" "$log" | sed 's/.*\] //')"
+# Times `strata train` on random tokens in bf16: train_run LABEL LOG_SUFFIX STEPS ARGS...
+train_run() {
+  local label=$1 suffix=$2 steps=$3
+  shift 3
+  local log="$LOG_DIR/train-$suffix.log"
+  if "$BUILD_DIR/bin/strata" train --device cuda --dtype bf16 --random-tokens 16M --seq 1024 --steps "$steps" \
+       --eval-every 0 --metrics "$LOG_DIR/train-$suffix.jsonl" "$@" > "$log" 2>&1; then
+    say "$label: $(grep -E "step +$steps/$steps" "$log" | sed 's/.*\] //')"
   else
     status=1
-    echo "gpu_check: strata train (optimizer on the $placement) failed; the end of $log:" >&2
+    echo "gpu_check: strata train ($label) failed; the end of $log:" >&2
     tail -5 "$log" >&2
   fi
+}
+for placement in cpu device; do
+  train_run "gpt2-124m bf16, optimizer on the $placement" "gpt2-124m-bf16-$placement" "$STEPS" \
+    --preset gpt2-124m --micro-batch "$BATCH" --optimizer-device "$placement"
+done
+for spec in ${GPU_CHECK_PRESETS:-}; do
+  preset=${spec%%:*} batch=${spec#*:}
+  train_run "$preset bf16 B=$batch" "$preset-bf16-b$batch" 10 --preset "$preset" --micro-batch "$batch" \
+    --optimizer-device device
 done
 exit $status
