@@ -13,6 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/crc32c.h"
+#include "model/hf_config.h"
+#include "model/hf_export.h"
+#include "model/hf_weights.h"
 #include "model/safetensors.h"
 
 namespace strata::model {
@@ -66,7 +69,7 @@ StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std:
   for (const SafetensorsTensor& t : f.tensors()) {
     const std::span<const std::byte> bytes = f.data(t);
     CheckpointTensorInfo info{.file = std::string(file), .name = t.name, .dtype = std::string(safe_dtype_name(t.dtype)),
-                              .shape = t.shape, .bytes = t.bytes()};
+                              .shape = t.shape, .bytes = t.bytes(), .crc32c = {}};
     if (checksummed) {
       const auto want = crcs.find(t.name);
       if (want == crcs.end() || !want->is_string())
@@ -102,7 +105,7 @@ StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std:
 }  // namespace
 
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
-                       const CheckpointState& state, const CheckpointHook& hook) {
+                       const CheckpointState& state, const CheckpointHook& hook, uint64_t shard_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return errno_status(ec.value(), "creating checkpoint directory " + dir);
@@ -120,11 +123,36 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
     blobs.push_back({.spec = {.name = p.name, .dtype = SafeDType::f32, .shape = shape}, .bytes = bytes_of(weights.back())});
   }
-  STRATA_RETURN_IF_ERROR(write_safetensors(path_in(dir, kCheckpointModelFile), blobs,
-                                           {{"format", "pt"},
-                                            {"strata_step", step},
-                                            {"strata_preset", state.preset},
-                                            {std::string(kCrcMetadataKey), crc_metadata(blobs)}}));
+  // One model.safetensors, or shards with an index above shard_bytes (Hugging Face's layout), each
+  // shard carrying the step and the checksums of its own tensors.
+  const std::vector<std::vector<size_t>> shards =
+      plan_hf_shards(layout, {.dtype = SafeDType::f32, .shard_bytes = shard_bytes});
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  uint64_t total = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shards.size() == 1
+                                 ? std::string(kCheckpointModelFile)
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    std::vector<SafetensorsBlob> part;
+    for (size_t i : shards[s]) {
+      part.push_back(blobs[i]);
+      weight_map[blobs[i].spec.name] = name;
+      total += blobs[i].bytes.size();
+    }
+    STRATA_RETURN_IF_ERROR(write_safetensors(path_in(dir, name), part,
+                                             {{"format", "pt"},
+                                              {"strata_step", step},
+                                              {"strata_preset", state.preset},
+                                              {std::string(kCrcMetadataKey), crc_metadata(part)}}));
+  }
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    STRATA_RETURN_IF_ERROR(write_text_atomically(path_in(dir, kHfIndexFile), index.dump(2) + "\n"));
+  }
+  // config.json beside the fp32 weights: transformers' from_pretrained(dir) loads the checkpoint.
+  STRATA_RETURN_IF_ERROR(write_hf_config(path_in(dir, kHfConfigFile), model.config(), SafeDType::f32));
   if (hook) STRATA_RETURN_IF_ERROR(hook("model_written"));
 
   blobs.clear();
@@ -153,7 +181,8 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
 
 StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(SafetensorsFile opt, SafetensorsFile::open(path_in(dir, kCheckpointOptimizerFile)));
-  STRATA_ASSIGN_OR_RETURN(SafetensorsFile weights, SafetensorsFile::open(path_in(dir, kCheckpointModelFile)));
+  STRATA_ASSIGN_OR_RETURN(HfWeights model_files, HfWeights::open(dir));
+  const SafetensorsFile& weights = model_files.files().front();
   CheckpointReport r;
   r.dir = dir;
   CheckpointState& s = r.state;
@@ -161,12 +190,14 @@ StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(s.loader.epoch, metadata_number(opt, "loader_epoch"));
   STRATA_ASSIGN_OR_RETURN(s.loader.batch, metadata_number(opt, "loader_batch"));
   STRATA_ASSIGN_OR_RETURN(s.seed, metadata_number(opt, "seed"));
-  STRATA_ASSIGN_OR_RETURN(uint64_t weights_step, metadata_number(weights, "strata_step"));
-  if (weights_step != s.step)
-    return error(Code::corruption,
-                 "{} is from step {} but {} from step {}: the checkpoint was interrupted while saving; resume from "
-                 "an older checkpoint",
-                 weights.path(), weights_step, opt.path(), s.step);
+  for (const SafetensorsFile& f : model_files.files()) {
+    STRATA_ASSIGN_OR_RETURN(uint64_t weights_step, metadata_number(f, "strata_step"));
+    if (weights_step != s.step)
+      return error(Code::corruption,
+                   "{} is from step {} but {} from step {}: the checkpoint was interrupted while saving; resume from "
+                   "an older checkpoint",
+                   f.path(), weights_step, opt.path(), s.step);
+  }
   for (const char* key : {"micro_batch", "seq", "grad_accum"}) {
     if (!opt.metadata().contains(key)) continue;  // from before they were recorded
     STRATA_ASSIGN_OR_RETURN(uint64_t v, metadata_number(opt, key));
@@ -178,14 +209,19 @@ StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
   };
   s.preset = text("strata_preset");
   s.dtype = text("dtype");
-  STRATA_ASSIGN_OR_RETURN(bool model_crc, verify_file(weights, kCheckpointModelFile, r.tensors));
+  bool model_crc = true;
+  for (const SafetensorsFile& f : model_files.files()) {
+    STRATA_ASSIGN_OR_RETURN(bool crc, verify_file(f, std::filesystem::path(f.path()).filename().string(), r.tensors));
+    model_crc = model_crc && crc;
+    std::error_code ec;
+    r.bytes += std::filesystem::file_size(f.path(), ec);
+  }
   STRATA_ASSIGN_OR_RETURN(bool opt_crc, verify_file(opt, kCheckpointOptimizerFile, r.tensors));
   r.checksummed = model_crc && opt_crc;
   r.model_metadata = weights.metadata();
   r.optimizer_metadata = opt.metadata();
   std::error_code ec;
-  for (std::string_view f : {kCheckpointModelFile, kCheckpointOptimizerFile})
-    r.bytes += std::filesystem::file_size(path_in(dir, f), ec);
+  r.bytes += std::filesystem::file_size(path_in(dir, kCheckpointOptimizerFile), ec);
   return r;
 }
 
@@ -222,7 +258,8 @@ StatusOr<std::vector<std::string>> check_resume_compatible(const CheckpointState
 }
 
 Status load_checkpoint_weights(const std::string& dir, Transformer& model) {
-  return model.load_hf_safetensors(path_in(dir, kCheckpointModelFile));
+  STRATA_ASSIGN_OR_RETURN(HfWeights weights, HfWeights::open(dir));
+  return model.load_hf_weights(weights);
 }
 
 Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {

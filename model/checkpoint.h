@@ -5,10 +5,11 @@
 // with the step, the applied updates, the data loader position, the seed, the precision, the
 // moment format, the batch shape and, for fp16, the loss scaler's state in the metadata). Each
 // file records a CRC-32C per tensor in its metadata ("strata_crc32c") that verification checks.
+// Beside them config.json (hf_config.h), so transformers' from_pretrained(dir) loads the weights.
 // Each file is written atomically (temporary file, fsync, rename); the optimizer file is written
 // last and both carry the step, so an interrupted save is detected on load. The run directory of
-// rotated step-NNNNNN/ checkpoints is model/checkpoint_store.h. Not a sharded or streaming format
-// for offloaded models.
+// rotated step-NNNNNN/ checkpoints is model/checkpoint_store.h. Not a streaming format for
+// offloaded models: a save holds one more copy of the weights in memory.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ namespace strata::model {
 
 inline constexpr std::string_view kCheckpointModelFile = "model.safetensors";
 inline constexpr std::string_view kCheckpointOptimizerFile = "optimizer.safetensors";
+inline constexpr uint64_t kCheckpointShardBytes = 5'000'000'000;  // transformers' "5GB"
 
 // What a run needs besides weights and moments to continue bit-identically. The data order is a
 // pure function of (seed, loader position) and the LR schedule of the step, so this is all the
@@ -56,13 +58,16 @@ using CheckpointHook = std::function<Status(std::string_view point)>;
 // stored is trainer.steps_done() (state.step is not read); loader, seed, preset and the batch
 // shape come from `state`. Errors: the filesystem's (errno_status naming the path: no_space for
 // ENOSPC, with the temporary file removed).
+// The weights go to model.safetensors, or, above `shard_bytes`, to model-0000i-of-0000n.safetensors
+// shards with model.safetensors.index.json (Hugging Face's layout and default size).
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
-                       const CheckpointState& state, const CheckpointHook& hook = {});
+                       const CheckpointState& state, const CheckpointHook& hook = {},
+                       uint64_t shard_bytes = kCheckpointShardBytes);
 
 // What verify_checkpoint found: the state, the two files' metadata and, per tensor, its
 // name, dtype, shape and checksum (as recorded; verified when `checksummed`).
 struct CheckpointTensorInfo {
-  std::string file;  // kCheckpointModelFile or kCheckpointOptimizerFile
+  std::string file;  // kCheckpointModelFile (or a model-0000i-of-0000n shard) or kCheckpointOptimizerFile
   std::string name;
   std::string dtype;
   std::vector<uint64_t> shape;

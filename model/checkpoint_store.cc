@@ -16,6 +16,8 @@
 #include <fmt/core.h>
 #include <spdlog/spdlog.h>
 
+#include "model/hf_weights.h"
+
 namespace strata::model {
 namespace {
 
@@ -58,7 +60,8 @@ bool owner_alive(std::string_view name) {
 bool is_complete(const std::string& dir) {
   std::error_code ec;
   return fs::is_regular_file(join(dir, kCheckpointOptimizerFile), ec) &&
-         fs::is_regular_file(join(dir, kCheckpointModelFile), ec);
+         (fs::is_regular_file(join(dir, kCheckpointModelFile), ec) ||
+          fs::is_regular_file(join(dir, kHfIndexFile), ec));
 }
 
 Status write_small_file(const std::string& path, std::string_view text) {
@@ -218,7 +221,8 @@ StatusOr<std::string> CheckpointStore::save(const Transformer& model, Trainer& t
                                         step, run_dir_, s.message()));
   };
   if (::mkdir(temp.c_str(), 0755) != 0) return fail(errno_status(errno, fmt::format("creating {}", temp)));
-  if (Status s = save_checkpoint(temp, model, trainer, state, options_.hook); !s.is_ok()) return fail(s);
+  if (Status s = save_checkpoint(temp, model, trainer, state, options_.hook, options_.shard_bytes); !s.is_ok())
+    return fail(s);
   if (Status s = at("files_written"); !s.is_ok()) return fail(s);
   if (Status s = fsync_directory(temp); !s.is_ok()) return fail(s);
   if (Status s = at("dir_synced"); !s.is_ok()) return fail(s);

@@ -37,6 +37,7 @@ StatusOr<std::string> resolve_checkpoint(const std::string& path);
 struct CheckpointStoreOptions {
   uint32_t keep = 2;     // checkpoints kept (>= 1): the newest `keep` by step
   CheckpointHook hook;   // tests: called at each named point of a save (see save())
+  uint64_t shard_bytes = kCheckpointShardBytes;  // weights above this are sharded (save_checkpoint)
 };
 
 class CheckpointStore {

@@ -160,7 +160,7 @@ uint64_t parameter_count(const ModelConfig& c) {
     const uint64_t layer = 2 * C + QKV * C + QKV + C * C + C + 2 * C + FC * C + FC + C * H + C;
     return V * C + uint64_t(c.max_seq) * C + uint64_t(c.n_layer) * layer + 2 * C + head;
   }
-  const uint64_t layer = C + QKV * C + C * C + C + FC * C + C * H;
+  const uint64_t layer = C + QKV * C + (c.qkv_bias ? QKV : 0) + C * C + C + FC * C + C * H;
   return V * C + uint64_t(c.n_layer) * layer + C + head;
 }
 

@@ -31,6 +31,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;     // LayerNorm / RMSNorm epsilon
   float rope_theta = 10000.f; // LLaMA RoPE base; unused by GPT-2
   bool tied_head = true;      // logits use the token embedding (V, C) as the head weight
+  bool qkv_bias = false;      // LLaMA layout with q/k/v biases (Qwen2); GPT-2 always has them
 
   int64_t head_dim() const { return n_head > 0 ? dim / n_head : 0; }  // HS
   int64_t kv_dim() const { return n_kv_head * head_dim(); }           // NKV * HS

@@ -82,6 +82,11 @@ void llama_layer(ParamLayout& layout, const ModelConfig& c, int i) {
   b.slot(LayerSlot::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
                             {l + "self_attn.k_proj.weight", KV, C},
                             {l + "self_attn.v_proj.weight", KV, C}});
+  if (c.qkv_bias) {  // Qwen2: one bias per projection, laid out [q | k | v] like the weight rows
+    b.slot(LayerSlot::qkv_b, {{l + "self_attn.q_proj.bias", C},
+                              {l + "self_attn.k_proj.bias", KV},
+                              {l + "self_attn.v_proj.bias", KV}});
+  }
   b.slot(LayerSlot::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
   b.slot(LayerSlot::ln2_w, {{l + "post_attention_layernorm.weight", C}});
   b.slot(LayerSlot::fc_w, {{l + "mlp.gate_proj.weight", H, C}, {l + "mlp.up_proj.weight", H, C}});

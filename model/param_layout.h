@@ -28,7 +28,7 @@ struct LayerParams {
   std::byte* ln1_w = nullptr;        // (C)        GPT-2 ln_1 gain / LLaMA input_layernorm
   std::byte* ln1_b = nullptr;        // (C)        GPT-2 only
   std::byte* qkv_w = nullptr;        // (C + 2*NKV*HS, C) rows [q | k | v]
-  std::byte* qkv_b = nullptr;        // (3C)       GPT-2 only
+  std::byte* qkv_b = nullptr;        // (C + 2*NKV*HS) GPT-2; LLaMA with qkv_bias (Qwen2)
   std::byte* attn_proj_w = nullptr;  // (C, C)     c_proj / o_proj
   std::byte* attn_proj_b = nullptr;  // (C)        GPT-2 only
   std::byte* ln2_w = nullptr;        // (C)        ln_2 / post_attention_layernorm

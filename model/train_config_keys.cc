@@ -16,6 +16,11 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::text,
               .default_text = std::string(kDefaultTrainPreset),
               .help = "Model to train, by preset name (gpt2-tiny, gpt2-124m, llama-1b, ...; an unknown name lists them)"});
+  schema.add({.name = "init_from",
+              .type = ValueType::path,
+              .help = "Start from a Hugging Face model: a directory (config.json + model.safetensors, or sharded "
+                      "with model.safetensors.index.json) or one .safetensors file. Its config.json sets the "
+                      "architecture and dimensions (gpt2, llama, mistral, qwen2); flags that contradict it are errors"});
   schema.add({.name = "arch",
               .type = ValueType::choice,
               .default_text = "preset",

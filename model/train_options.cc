@@ -283,6 +283,7 @@ Status read_loss_scaling(const Config& config, TrainOptions& o) {
 StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   TrainOptions o;
   o.preset = config.get_text("preset");
+  o.init_from = config.get_text("init_from");
   read_model_overrides(config, o);
   STRATA_RETURN_IF_ERROR(read_data(config, o));
   // A DeepSpeed file gives the schedule's length (total_num_steps) but not the run's: then the run

@@ -26,6 +26,7 @@ namespace strata::model {
 struct TrainOptions {
   std::string preset;     // model preset name, e.g. "gpt2-tiny"
   ModelOverrides model;   // explicit dimensions over the preset (model_config_with() resolves both)
+  std::string init_from;  // a Hugging Face model directory or .safetensors file; "" = random init
 
   // Data. Neither data nor text: the built-in corpus (builtin_corpus.h), one byte per token.
   std::vector<std::string> data;             // token file specs as given (may hold globs)

@@ -22,6 +22,7 @@
 
 namespace strata::model {
 
+class HfWeights;  // model/hf_weights.h
 
 // The row stride of the logits buffer (and of dlogits, written over it): V rounded up to a multiple
 // of kLogitsRowAlign elements, so every row starts 16-byte aligned (128 bytes at 16-bit) and the
@@ -110,6 +111,8 @@ class Transformer {
   // Tensors the layout does not use (HF mask buffers) are ignored. Returns once copied.
   Status load_hf_safetensors(const SafetensorsFile& file);
   Status load_hf_safetensors(const std::string& path);
+  // The same from a Hugging Face model's files, sharded or not (check_layout's errors first).
+  Status load_hf_weights(const HfWeights& weights);
   // GPT-2 initialisation, deterministic in `seed`: matrices normal(0, 0.02), residual projections
   // normal(0, 0.02 / sqrt(2L)), norm gains 1, biases 0. Returns once copied.
   Status init(uint64_t seed);

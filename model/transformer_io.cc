@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/half.h"
+#include "model/hf_weights.h"
 #include "model/transformer.h"
 #include "runtime/splitmix64.h"
 
@@ -31,25 +32,6 @@ class NormalRng {
 };
 
 std::vector<uint64_t> as_u64(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }
-
-// A file tensor's elements as fp32 (F32, BF16, F16).
-StatusOr<std::vector<float>> tensor_as_f32(const SafetensorsFile& file, const SafetensorsTensor& t) {
-  const auto bytes = file.data(t);
-  std::vector<float> out(t.elements());
-  if (t.dtype == SafeDType::f32) {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else if (t.dtype == SafeDType::bf16 || t.dtype == SafeDType::f16) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, bytes.data() + 2 * i, 2);
-      out[i] = t.dtype == SafeDType::bf16 ? kernels::bf16_to_float(h) : kernels::fp16_to_float(h);
-    }
-  } else {
-    return error(Code::invalid_argument, "{}: tensor '{}' is {}; the model loads F32, BF16 or F16", file.path(), t.name,
-                 safe_dtype_name(t.dtype));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -111,7 +93,17 @@ Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
       return error(Code::invalid_argument, "{}: tensor '{}' has shape [{}] but model '{}' needs [{}]", file.path(),
                    p.name, fmt::join(t->shape, ", "), config_.name, fmt::join(want, ", "));
     }
-    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, tensor_as_f32(file, *t));
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32({&file, t}));
+    from_hf_layout(p, values.data(), host[p.chunk].data() + p.offset / sizeof(float));
+  }
+  return write_chunks(std::move(host));
+}
+
+Status Transformer::load_hf_weights(const HfWeights& weights) {
+  STRATA_RETURN_IF_ERROR(weights.check_layout(master_layout_, config_.name));
+  std::vector<std::vector<float>> host = zeroed_host_chunks();
+  for (const auto& p : master_layout_.params) {  // one tensor converted at a time
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(weights.find(p.name)));
     from_hf_layout(p, values.data(), host[p.chunk].data() + p.offset / sizeof(float));
   }
   return write_chunks(std::move(host));

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -69,13 +70,59 @@ class CheckpointStoreTest : public ::testing::Test {
   TempDir tmp_;
 };
 
+// Above the shard size the weights are Hugging Face shards with an index; verification checks
+// every shard's step and checksums, resume loads them, and a damaged shard is named.
+TEST_F(CheckpointStoreTest, WeightsAboveTheShardSizeAreShardedAndStillVerifyAndLoad) {
+  const std::string run = tmp_.file("run");
+  CheckpointStore store = expect_value(CheckpointStore::open(run, {.keep = 2, .shard_bytes = 16384}));
+  const std::string dir = expect_value(step_and_save(store));
+  const std::vector<std::string> names = names_in(dir);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "model.safetensors"), 0);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "model.safetensors.index.json"), 1);
+  const auto shards =
+      std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.starts_with("model-0"); });
+  EXPECT_GT(shards, 3);
+  EXPECT_EQ(expect_value(resolve_checkpoint(run)), dir);
+  const CheckpointReport report = expect_value(verify_checkpoint(dir));
+  EXPECT_TRUE(report.checksummed);
+  EXPECT_EQ(report.state.step, 1u);
+  size_t weights = 0;
+  for (const CheckpointTensorInfo& t : report.tensors) weights += t.file.starts_with("model-0");
+  EXPECT_EQ(weights, run_.model->master_layout().params.size());
+
+  TrainRun other = make_run("gpt2-tiny", g_, golden_rule(), 99);
+  ASSERT_TRUE(load_checkpoint_weights(dir, *other.model).is_ok());
+  for (const ParamSpec& p : run_.model->layout().params) {
+    const std::vector<float> a = expect_value(run_.model->copy_parameter_to_host(p.name, ParamState::weights));
+    const std::vector<float> b = expect_value(other.model->copy_parameter_to_host(p.name, ParamState::weights));
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << p.name;
+  }
+
+  // Flip one byte at the end of the last shard (tensor data): verification names that shard.
+  std::string last;
+  for (const std::string& n : names)
+    if (n.starts_with("model-0")) last = n;
+  {
+    std::fstream f(dir + "/" + last, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = char(f.get() ^ 0x40);
+    f.seekp(-1, std::ios::end);
+    f.put(c);
+  }
+  const Status damaged = verify_checkpoint(dir).status();
+  EXPECT_EQ(damaged.code(), Code::corruption);
+  EXPECT_NE(damaged.message().find(last), std::string::npos) << damaged.message();
+}
+
 TEST_F(CheckpointStoreTest, SavesStepDirectoriesPointLatestAtTheNewestAndKeepTwo) {
   const std::string run = tmp_.file("run");
   CheckpointStore store = expect_value(CheckpointStore::open(run, {.keep = 2}));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(step_and_save(store).is_ok());
   EXPECT_EQ(names_in(run), (std::vector<std::string>{"latest", "step-000003", "step-000004"}));
   EXPECT_EQ(read_text(run + "/latest"), "step-000004\n");
-  EXPECT_EQ(names_in(run + "/step-000004"), (std::vector<std::string>{"model.safetensors", "optimizer.safetensors"}));
+  // config.json beside the weights: transformers' from_pretrained loads a checkpoint directory.
+  EXPECT_EQ(names_in(run + "/step-000004"),
+            (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors"}));
   EXPECT_EQ(expect_value(resolve_checkpoint(run)), run + "/step-000004");
   EXPECT_EQ(expect_value(resolve_checkpoint(run + "/step-000003")), run + "/step-000003");
   const CheckpointReport r = expect_value(verify_checkpoint(run + "/step-000004"));

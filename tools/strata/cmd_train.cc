@@ -27,6 +27,8 @@
 #include "model/builtin_corpus.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_store.h"
+#include "model/hf_config.h"
+#include "model/hf_weights.h"
 #include "model/metrics_log.h"
 #include "model/model_config.h"
 #include "model/token_dataset.h"
@@ -187,6 +189,55 @@ model::TierBytes tier_bytes(const Backend& backend, const PinnedPool& pinned, bo
   return model::TierBytes{.gpu = peak ? a.peak : a.in_use, .cpu = peak ? p.peak : p.in_use, .nvme = 0};
 }
 
+// The model to train: --init-from's config.json (explicit dimensions must agree with it; a
+// .safetensors file without one beside it takes the preset's), else the preset with overrides.
+// With --init-from, `init` holds the opened weights, already checked against the model's layout,
+// so a missing tensor, a shape or a dtype is refused before any data or memory is touched.
+StatusOr<model::ModelConfig> resolve_model(const Config& config, const TrainOptions& o,
+                                           std::optional<model::HfWeights>& init) {
+  if (o.init_from.empty()) {
+    // --resume alone: the checkpoint's config.json is the model (a run started with --init-from
+    // resumes without it); explicit --preset or dimensions are compared by name as before.
+    if (!o.resume_path.empty() && config.source("preset") == ConfigSource::default_value && !o.model.any()) {
+      StatusOr<std::string> dir = model::resolve_checkpoint(o.resume_path);
+      const std::string config_json = dir.is_ok() ? *dir + "/" + std::string(model::kHfConfigFile) : "";
+      std::error_code ec;
+      if (!config_json.empty() && std::filesystem::exists(config_json, ec)) {
+        STRATA_ASSIGN_OR_RETURN(model::HfModelConfig hf, model::read_hf_config(config_json));
+        spdlog::info("model: {}, from {}", hf.config.name, config_json);
+        return hf.config;
+      }
+    }
+    return model::model_config_with(o.preset, o.model);
+  }
+  STRATA_ASSIGN_OR_RETURN(model::HfWeights weights, model::HfWeights::open(o.init_from));
+  model::ModelConfig mc;
+  if (weights.config_path().empty()) {
+    STRATA_ASSIGN_OR_RETURN(mc, model::model_config_with(o.preset, o.model));
+    spdlog::info("init-from: {} has no {} beside it; the model is --preset {} ({})", o.init_from, model::kHfConfigFile,
+                 o.preset, mc.name);
+  } else {
+    if (config.source("preset") != ConfigSource::default_value)
+      return error(Code::invalid_argument,
+                   "--preset {} ({}) and --init-from {} both choose the model; drop --preset (the model is {}'s)",
+                   o.preset, config.describe_source("preset"), o.init_from, weights.config_path());
+    STRATA_ASSIGN_OR_RETURN(model::HfModelConfig hf, model::read_hf_config(weights.config_path()));
+    std::vector<std::string> notes = hf.notes;
+    STRATA_ASSIGN_OR_RETURN(mc, model::apply_overrides_to_hf(hf, o.model, weights.config_path(), notes));
+    spdlog::info("init-from: {} ({}): {} layers, dim {}, {} heads ({} kv), ffn {}, vocab {}, max_seq {}, {} head{}",
+                 o.init_from, hf.model_type, mc.n_layer, mc.dim, mc.n_head, mc.n_kv_head, mc.ffn_hidden, mc.vocab,
+                 mc.max_seq, mc.tied_head ? "tied" : "untied", mc.qkv_bias ? ", q/k/v biases" : "");
+    for (const std::string& n : notes) spdlog::info("init-from: {}", n);
+    for (const std::string& w : hf.warnings) spdlog::warn("init-from: {}", w);
+  }
+  STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(mc, 4));
+  STRATA_RETURN_IF_ERROR(weights.check_layout(layout, mc.name));
+  spdlog::info("init-from: {} tensors in {} file(s), every one the model needs present with its shape",
+               weights.tensor_count(), weights.files().size());
+  init.emplace(std::move(weights));
+  return mc;
+}
+
 // The whole run after the config is read; returns the exit code.
 int train(const Config& config) {
   StatusOr<TrainOptions> parsed = model::train_options_from_config(config);
@@ -194,8 +245,9 @@ int train(const Config& config) {
   const TrainOptions& o = *parsed;
   for (const std::string& w : o.warnings) spdlog::warn("{}", w);
   if (Status s = model::check_trainer_options(o); !s.is_ok()) return report_error(s.message(), kExitUsage);
-  StatusOr<model::ModelConfig> mc = model::model_config_with(o.preset, o.model);
-  if (!mc.is_ok()) return report_error(mc.status().message(), kExitUsage);
+  std::optional<model::HfWeights> init_weights;
+  StatusOr<model::ModelConfig> mc = resolve_model(config, o, init_weights);
+  if (!mc.is_ok()) return report_error(mc.status().message(), exit_code_for(mc.status()));
   if (int64_t(o.seq) > mc->max_seq)
     return report_error(fmt::format("--seq {} is longer than {}'s {} positions; pass --seq {} or less", o.seq,
                                     mc->name, mc->max_seq, mc->max_seq),
@@ -302,8 +354,15 @@ int train(const Config& config) {
        .checkpoint_layers = o.activation_checkpointing,
        .dtype = o.dtype});
   if (!net.is_ok()) return fail(net.status());
-  if (Status s = resumed ? model::load_checkpoint_weights(resume_dir, **net) : (*net)->init(seed); !s.is_ok())
+  if (resumed && init_weights)
+    spdlog::info("init-from: resuming from {}, so its weights are used; {} gave the model's configuration only",
+                 resume_dir, o.init_from);
+  if (Status s = resumed        ? model::load_checkpoint_weights(resume_dir, **net)
+                 : init_weights ? (*net)->load_hf_weights(*init_weights)
+                                : (*net)->init(seed);
+      !s.is_ok())
     return fail(s);
+  init_weights.reset();  // unmap the Hugging Face files
   StatusOr<std::unique_ptr<model::Trainer>> trainer =
       model::Trainer::create(**backend, **net, **pinned, pool->get(), o);
   if (!trainer.is_ok()) return fail(trainer.status());
