@@ -37,17 +37,26 @@ Status glob_into(const std::string& pattern, std::vector<std::string>& out) {
   return Status::ok();
 }
 
+// Token i of type T at `tokens`, which need not be aligned to sizeof(T): token data sits at a
+// header offset in a file, or anywhere in a caller's buffer (memcpy compiles to one plain load).
+template <typename T>
+T token_at(const void* tokens, uint64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const unsigned char*>(tokens) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
 // Position of the first token >= limit in tokens[0..n), or n when there is none.
 template <typename T>
-uint64_t first_token_at_or_above(const T* tokens, uint64_t n, uint64_t limit) {
+uint64_t first_token_at_or_above(const void* tokens, uint64_t n, uint64_t limit) {
   constexpr uint64_t kBlock = 64 * 1024;
   for (uint64_t begin = 0; begin < n; begin += kBlock) {
     const uint64_t end = std::min(n, begin + kBlock);
     T block_max = 0;
-    for (uint64_t i = begin; i < end; ++i) block_max = std::max(block_max, tokens[i]);
+    for (uint64_t i = begin; i < end; ++i) block_max = std::max(block_max, token_at<T>(tokens, i));
     if (block_max < limit) continue;
     for (uint64_t i = begin; i < end; ++i) {
-      if (tokens[i] >= limit) return i;
+      if (token_at<T>(tokens, i) >= limit) return i;
     }
   }
   return n;
@@ -55,23 +64,23 @@ uint64_t first_token_at_or_above(const T* tokens, uint64_t n, uint64_t limit) {
 
 uint64_t find_out_of_vocab(const void* tokens, uint8_t token_bytes, uint64_t n, uint64_t limit) {
   switch (token_bytes) {
-    case 1: return first_token_at_or_above(static_cast<const uint8_t*>(tokens), n, limit);
-    case 2: return first_token_at_or_above(static_cast<const uint16_t*>(tokens), n, limit);
-    default: return first_token_at_or_above(static_cast<const uint32_t*>(tokens), n, limit);
+    case 1: return first_token_at_or_above<uint8_t>(tokens, n, limit);
+    case 2: return first_token_at_or_above<uint16_t>(tokens, n, limit);
+    default: return first_token_at_or_above<uint32_t>(tokens, n, limit);
   }
 }
 
 uint32_t load_token(const void* tokens, uint8_t token_bytes, uint64_t i) {
   switch (token_bytes) {
-    case 1: return static_cast<const uint8_t*>(tokens)[i];
-    case 2: return static_cast<const uint16_t*>(tokens)[i];
-    default: return static_cast<const uint32_t*>(tokens)[i];
+    case 1: return token_at<uint8_t>(tokens, i);
+    case 2: return token_at<uint16_t>(tokens, i);
+    default: return token_at<uint32_t>(tokens, i);
   }
 }
 
 template <typename T>
-void widen(const T* src, uint64_t n, int32_t* out) {
-  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(src[i]);
+void widen(const void* src, uint64_t first, uint64_t n, int32_t* out) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(token_at<T>(src, first + i));
 }
 
 // Parses the llm.c header at the start of `bytes` (the whole shard named `name`) into the shard's
@@ -286,9 +295,9 @@ void TokenDataset::read(uint64_t begin, uint64_t n, int32_t* out) const {
     const uint64_t offset = begin - starts_[i];
     const uint64_t take = std::min(n, s.count - offset);
     switch (s.token_bytes) {
-      case 1: widen(static_cast<const uint8_t*>(s.tokens) + offset, take, out); break;
-      case 2: widen(static_cast<const uint16_t*>(s.tokens) + offset, take, out); break;
-      default: widen(static_cast<const uint32_t*>(s.tokens) + offset, take, out); break;
+      case 1: widen<uint8_t>(s.tokens, offset, take, out); break;
+      case 2: widen<uint16_t>(s.tokens, offset, take, out); break;
+      default: widen<uint32_t>(s.tokens, offset, take, out); break;
     }
     out += take;
     begin += take;

@@ -14,6 +14,12 @@ namespace {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
+// Errors a second try can cure: EIO and short transfers (io_error), EAGAIN past the engine's own
+// retries (unavailable), a read that came back damaged (corruption).
+bool worth_retrying(const Status& s) {
+  return s.code() == Code::io_error || s.code() == Code::unavailable || s.code() == Code::corruption;
+}
+
 }  // namespace
 
 NvmeStore::NvmeStore(IoEngine& engine, StripeLayout layout, uint32_t alignment, uint64_t per_path)
@@ -23,6 +29,8 @@ NvmeStore::NvmeStore(IoEngine& engine, StripeLayout layout, uint32_t alignment, 
 StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::create(IoEngine& engine, const NvmeStoreOptions& o) {
   if (o.paths.empty())
     return Status(Code::invalid_argument, "the NVMe store needs at least one path (--nvme-path DIR[,DIR...])");
+  if (o.io_attempts == 0 || o.io_attempts > 100)
+    return error(Code::invalid_argument, "the NVMe store's io_attempts must be in [1, 100] (got {})", o.io_attempts);
   if (o.capacity == 0 || o.stripe_unit == 0)
     return error(Code::invalid_argument, "the NVMe store needs a capacity and a stripe unit > 0 (got {} and {})",
                  o.capacity, o.stripe_unit);
@@ -55,6 +63,7 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::create(IoEngine& engine, const N
                  format_size(per_path), n, format_size(per_path * n), shortfall);
 
   std::unique_ptr<NvmeStore> store(new NvmeStore(engine, StripeLayout{n, o.stripe_unit}, alignment, per_path));
+  store->io_attempts_ = o.io_attempts;
   for (const std::string& p : o.paths) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RunDir> dir, RunDir::create(p));
     std::string swap = dir->file("swap.bin");
@@ -136,6 +145,8 @@ StatusOr<ExtentIo> NvmeStore::begin(ExtentId extent, IoOp op, std::byte* buffer)
       return error(Code::failed_precondition, "read {}: it holds no valid data ({})", describe(e),
                    e.state == State::empty ? "never written" : "its last write failed");
     e.busy = true;
+    io.what = describe(e);
+    if (op == IoOp::read) io.crcs = e.crcs;
     bytes = e.bytes;
     padded = e.padded;
     io.segments = map_range(layout_, e.start, e.padded);
@@ -159,20 +170,48 @@ StatusOr<ExtentIo> NvmeStore::begin(ExtentId extent, IoOp op, std::byte* buffer)
 StatusOr<ExtentIo> NvmeStore::begin_write(ExtentId extent, std::byte* buffer) { return begin(extent, IoOp::write, buffer); }
 StatusOr<ExtentIo> NvmeStore::begin_read(ExtentId extent, std::byte* buffer) { return begin(extent, IoOp::read, buffer); }
 
-Status NvmeStore::wait_all(ExtentIo& io) {
-  Status first;
-  for (IoTicket t : io.tickets) {
-    Status s = engine_.wait(t);
-    if (first.is_ok() && !s.is_ok()) first = s;
-  }
+Status NvmeStore::check_crc(const ExtentIo& io, size_t segment) const {
+  const StripeSegment& seg = io.segments[segment];
+  uint32_t got = kernels::crc32c(0, io.buffer + seg.range_offset, seg.length);
+  if (got == io.crcs[segment]) return Status();
+  return error(Code::corruption,
+               "{} failed its crc32c check: bytes [{}, {}) read from {} at offset {} ({} bytes) have crc 0x{:08x}, "
+               "0x{:08x} was written; the data is not used. The drive or the swap file is damaged: check the "
+               "drive (smartctl, dmesg) and rerun",
+               io.what, seg.range_offset, seg.range_offset + seg.length, swap_paths_[seg.path], seg.file_offset,
+               seg.length, got, io.crcs[segment]);
+}
+
+Status NvmeStore::wait_and_retry(ExtentIo& io) {
+  std::vector<Status> statuses;
+  statuses.reserve(io.tickets.size());
+  for (IoTicket t : io.tickets) statuses.push_back(engine_.wait(t));
   io.tickets.clear();
+  Status first;
+  for (size_t i = 0; i < statuses.size(); i++) {
+    const StripeSegment& seg = io.segments[i];
+    Status s = std::move(statuses[i]);
+    if (s.is_ok() && io.op() == IoOp::read) s = check_crc(io, i);
+    for (uint32_t attempt = 1; !s.is_ok() && worth_retrying(s); attempt++) {
+      if (attempt >= io_attempts_) {
+        if (io_attempts_ > 1)
+          s = s.with_context(fmt::format("{} {} bytes at offset {} of {} failed {} times", io_op_name(io.op()),
+                                         seg.length, seg.file_offset, swap_paths_[seg.path], io_attempts_));
+        break;
+      }
+      spdlog::warn("NVMe store: {} (try {} of {}); trying again", s.message(), attempt, io_attempts_);
+      s = engine_.run(IoRequest{io.op(), files_[seg.path], seg.file_offset, seg.length, io.buffer + seg.range_offset});
+      if (s.is_ok() && io.op() == IoOp::read) s = check_crc(io, i);
+    }
+    if (first.is_ok() && !s.is_ok()) first = std::move(s);
+  }
   return first;
 }
 
 Status NvmeStore::finish(ExtentIo& io) {
   if (!io.pending) return Status(Code::failed_precondition, "finish: this extent transfer was already finished");
   const bool complete = io.tickets.size() == io.segments.size();  // false: a submit failed midway
-  Status s = wait_all(io);
+  Status s = wait_and_retry(io);
   io.pending = false;
   if (s.is_ok() && !complete) s = Status(Code::io_error, "the transfer could not be started in full");
   std::lock_guard lock(mu_);
@@ -190,18 +229,8 @@ Status NvmeStore::finish(ExtentIo& io) {
     e.crcs = std::move(io.crcs);
     return Status();
   }
+  if (s.code() == Code::corruption) return s;
   if (!s.is_ok()) return s.with_context("read " + describe(e) + " (its data must not be used)");
-  for (size_t i = 0; i < io.segments.size(); i++) {
-    const StripeSegment& seg = io.segments[i];
-    uint32_t got = kernels::crc32c(0, io.buffer + seg.range_offset, seg.length);
-    if (got != e.crcs[i])
-      return error(Code::corruption,
-                   "{} failed its crc32c check: bytes [{}, {}) read from {} at offset {} have crc 0x{:08x}, "
-                   "0x{:08x} was written; the data is not used. The drive or the swap file is damaged: check the "
-                   "drive (smartctl, dmesg) and rerun",
-                   describe(e), seg.range_offset, seg.range_offset + seg.length, swap_paths_[seg.path],
-                   seg.file_offset, got, e.crcs[i]);
-  }
   return Status();
 }
 

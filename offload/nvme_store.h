@@ -2,7 +2,10 @@
 // striped across all paths in stripe units so the drives' bandwidth adds up. Space is reserved up
 // front (fallocate): too little space fails at start-up, naming the bytes needed and free per
 // path. Every write records a CRC-32C per stripe segment; every read checks it, and a mismatch is
-// a corruption status naming the extent, path and offset (the data must not be used). Swap files
+// a corruption status naming the extent, path and offset (the data must not be used). A segment
+// whose transfer fails with an I/O error (EIO, a short transfer the engine could not finish) or
+// whose read fails its CRC is tried again, io_attempts times in all, before the error is returned
+// naming the path, offset, length and the number of attempts. Swap files
 // live in a per-run directory (run_dir.h) removed when the store is destroyed.
 // Not a cache or a tier policy (that is the tier manager): it moves whole extents on request.
 // Thread-safety: all methods may be called concurrently; I/O on one extent must not overlap other
@@ -32,6 +35,10 @@ struct NvmeStoreOptions {
   uint64_t stripe_unit = 8ull << 20;  // a multiple of the alignment (default: see nvme_stripe_unit)
   bool direct = true;                 // O_DIRECT swap files
   bool remove_stale_runs = true;      // delete leftovers of crashed runs in `paths` at start-up
+  // Tries per stripe segment on an I/O error or a CRC mismatch before the error is returned
+  // (>= 1; 3: a transient error -- a bus reset, a timed-out command -- rarely lasts two retries,
+  // and a failing drive fails all three quickly). no_space and invalid_argument are never retried.
+  uint32_t io_attempts = 3;
   // How a path's free space and logical block size are learned; tests replace it.
   std::function<StatusOr<PathInfo>(const std::string&)> probe = probe_path;
 };
@@ -54,7 +61,8 @@ class ExtentIo {
   std::byte* buffer = nullptr;
   std::vector<IoTicket> tickets;
   std::vector<StripeSegment> segments;
-  std::vector<uint32_t> crcs;  // writes: the CRCs being written
+  std::vector<uint32_t> crcs;  // writes: the CRCs being written; reads: those to expect
+  std::string what;            // "extent 'name' (size)", for errors
   bool pending = false;
 };
 
@@ -98,13 +106,17 @@ class NvmeStore {
   };
   NvmeStore(IoEngine& engine, StripeLayout layout, uint32_t alignment, uint64_t per_path);
   StatusOr<ExtentIo> begin(ExtentId extent, IoOp op, std::byte* buffer);
-  Status wait_all(ExtentIo& io);
+  // Waits for every ticket; then retries each failed (or, for reads, CRC-failing) segment up to
+  // io_attempts_ tries in all. Returns the first segment's final error.
+  Status wait_and_retry(ExtentIo& io);
+  Status check_crc(const ExtentIo& io, size_t segment) const;
   std::string describe(const Extent& e) const;
 
   IoEngine& engine_;
   const StripeLayout layout_;
   const uint32_t alignment_;
   const uint64_t per_path_bytes_;
+  uint32_t io_attempts_ = 3;
   std::vector<std::unique_ptr<RunDir>> run_dirs_;
   std::vector<FileId> files_;
   std::vector<std::string> swap_paths_;

@@ -4,8 +4,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 
 #include "offload/posix_engine.h"
 #include "runtime/log.h"
@@ -13,10 +15,22 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kWakeTag = 1;  // user_data of the NOP that wakes the reaper (pointers are even)
+constexpr uint64_t kWakeTag = 1;       // user_data of the NOP that wakes the reaper
+constexpr uint64_t kFirstSlotTag = 2;  // user_data of slot i is kFirstSlotTag + i
+constexpr uint32_t kWakeSlot = UINT32_MAX;
 constexpr uint64_t kMaxBufferSlotBytes = 1ull << 30;  // the kernel refuses larger registered buffers
+constexpr auto kStallPause = std::chrono::microseconds(100);
+constexpr long long kReapTimeoutNs = 100'000'000;  // the reaper looks at stopping_ at least this often
+
+bool is_transient(int rc) { return rc == -EINTR || rc == -EAGAIN || rc == -EBUSY; }
 
 }  // namespace
+
+UringEngine::UringEngine(const UringEngineOptions& options)
+    : options_(options), calls_(options.calls ? options.calls : std::make_shared<UringCalls>()) {
+  slots_.resize(options.shape.queue_depth);
+  for (uint32_t i = options.shape.queue_depth; i > 0; i--) free_slots_.push_back(i - 1);
+}
 
 StatusOr<std::unique_ptr<UringEngine>> UringEngine::create(const UringEngineOptions& options) {
   const IoShape& shape = options.shape;
@@ -48,18 +62,18 @@ StatusOr<std::unique_ptr<UringEngine>> UringEngine::create(const UringEngineOpti
 UringEngine::~UringEngine() {
   if (!ring_ready_) return;
   tickets_.wait_idle();
+  std::vector<IoPieceEnd> ends;  // stays empty: no request is open
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    if (sqe == nullptr) {  // the queue is full of unsubmitted entries: flush them, then retry
-      submit_locked();
-      sqe = io_uring_get_sqe(&ring_);
-    }
-    if (sqe != nullptr) {
-      io_uring_prep_nop(sqe);
-      io_uring_sqe_set_data64(sqe, kWakeTag);
-      submit_locked();
+    // Wake the reaper now rather than at its next timeout; a stopped ring is not touched again.
+    if (stopped_.is_ok()) {
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_); sqe != nullptr) {
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data64(sqe, kWakeTag);
+        unsubmitted_.push_back(kWakeSlot);
+        submit_locked(ends);
+      }
     }
   }
   if (reaper_.joinable()) reaper_.join();
@@ -138,13 +152,14 @@ Status UringEngine::unregister_memory(std::span<std::byte> memory) {
 }
 
 Status UringEngine::enqueue(const IoRequest& request, IoTicket ticket) {
-  std::vector<IoPieceEnd> skipped;
+  std::vector<IoPieceEnd> ends;
   {
     std::lock_guard lock(mu_);
+    if (!stopped_.is_ok()) return stopped_;
     split_request(request, ticket, options_.shape.block_bytes, pending_);
-    skipped = pump_locked();
+    pump_locked(ends);
   }
-  for (const IoPieceEnd& p : skipped) tickets_.piece_done(p.ticket, p.status);
+  for (const IoPieceEnd& p : ends) tickets_.piece_done(p.ticket, p.status);
   return Status();
 }
 
@@ -152,7 +167,10 @@ StatusOr<IoTicket> UringEngine::submit(const IoRequest& request) {
   STRATA_RETURN_IF_ERROR(check_request(request));
   STRATA_RETURN_IF_ERROR(files_.get(request.file).status());
   IoTicket t = tickets_.open(piece_count(request.length, options_.shape.block_bytes));
-  STRATA_RETURN_IF_ERROR(enqueue(request, t));
+  if (Status s = enqueue(request, t); !s.is_ok()) {
+    tickets_.forget(t);
+    return s;
+  }
   return t;
 }
 
@@ -160,109 +178,196 @@ Status UringEngine::submit(const IoRequest& request, IoCallback done) {
   STRATA_RETURN_IF_ERROR(check_request(request));
   STRATA_RETURN_IF_ERROR(files_.get(request.file).status());
   IoTicket t = tickets_.open(piece_count(request.length, options_.shape.block_bytes), std::move(done));
-  return enqueue(request, t);
+  if (Status s = enqueue(request, t); !s.is_ok()) {
+    tickets_.forget(t);  // `done` is not called: nothing was started
+    return s;
+  }
+  return Status();
 }
 
-void UringEngine::prep_locked(io_uring_sqe* sqe, IoPiece* piece, const OpenFile& file) {
-  bool fixed_file = features_.fixed_files && piece->file < options_.file_slots;
-  int fd = fixed_file ? static_cast<int>(piece->file) : file.fd;
+void UringEngine::prep_locked(io_uring_sqe* sqe, uint32_t slot, const OpenFile& file) {
+  const IoPiece& piece = slots_[slot];
+  bool fixed_file = features_.fixed_files && piece.file < options_.file_slots;
+  int fd = fixed_file ? static_cast<int>(piece.file) : file.fd;
   int buf_index = -1;
   if (!slot_by_base_.empty()) {
-    auto it = slot_by_base_.upper_bound(piece->buffer);
+    auto it = slot_by_base_.upper_bound(piece.buffer);
     if (it != slot_by_base_.begin()) {
       --it;
       const BufferSlot& s = buffer_slots_[it->second];
-      if (piece->buffer + piece->length <= s.base + s.size) buf_index = static_cast<int>(it->second);
+      if (piece.buffer + piece.length <= s.base + s.size) buf_index = static_cast<int>(it->second);
     }
   }
-  auto len = static_cast<unsigned>(piece->length);
-  if (piece->op == IoOp::read) {
-    if (buf_index >= 0) io_uring_prep_read_fixed(sqe, fd, piece->buffer, len, piece->offset, buf_index);
-    else io_uring_prep_read(sqe, fd, piece->buffer, len, piece->offset);
+  auto len = static_cast<unsigned>(piece.length);
+  if (piece.op == IoOp::read) {
+    if (buf_index >= 0) io_uring_prep_read_fixed(sqe, fd, piece.buffer, len, piece.offset, buf_index);
+    else io_uring_prep_read(sqe, fd, piece.buffer, len, piece.offset);
   } else {
-    if (buf_index >= 0) io_uring_prep_write_fixed(sqe, fd, piece->buffer, len, piece->offset, buf_index);
-    else io_uring_prep_write(sqe, fd, piece->buffer, len, piece->offset);
+    if (buf_index >= 0) io_uring_prep_write_fixed(sqe, fd, piece.buffer, len, piece.offset, buf_index);
+    else io_uring_prep_write(sqe, fd, piece.buffer, len, piece.offset);
   }
   if (fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
-  io_uring_sqe_set_data(sqe, piece);
+  io_uring_sqe_set_data64(sqe, kFirstSlotTag + slot);
 }
 
-std::vector<IoPieceEnd> UringEngine::pump_locked() {
-  std::vector<IoPieceEnd> skipped;
-  bool prepared = false;
-  while (in_flight_ < options_.shape.queue_depth && !pending_.empty()) {
+void UringEngine::pump_locked(std::vector<IoPieceEnd>& ends) {
+  while (stopped_.is_ok() && !free_slots_.empty() && !pending_.empty()) {
     IoPiece& next = pending_.front();
     auto file = files_.get(next.file);
     if (tickets_.failed(next.ticket) || !file.is_ok()) {  // the request's outcome is known already
-      skipped.push_back({next.ticket, file.status()});
+      ends.push_back({next.ticket, file.status()});
       pending_.pop_front();
       continue;
     }
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) break;  // every entry is taken until the kernel consumes them
-    prep_locked(sqe, new IoPiece(next), *file);
+    uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    slots_[slot] = next;
+    prep_locked(sqe, slot, *file);
+    unsubmitted_.push_back(slot);
     pending_.pop_front();
     in_flight_++;
-    prepared = true;
   }
-  if (prepared) submit_locked();
-  return skipped;
+  if (!unsubmitted_.empty()) submit_locked(ends);
 }
 
-void UringEngine::submit_locked() {
-  for (int attempt = 0;; attempt++) {
-    int rc = io_uring_submit(&ring_);
-    if (rc >= 0) return;
-    if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && attempt < 1000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+void UringEngine::submit_locked(std::vector<IoPieceEnd>& ends) {
+  uint32_t stalls = 0;
+  while (!unsubmitted_.empty() && stopped_.is_ok()) {
+    const size_t queued = unsubmitted_.size();
+    int rc = calls_->submit(&ring_);
+    if (rc > 0) {  // the kernel takes entries in queue order; the rest go with the next call
+      size_t taken = std::min<size_t>(static_cast<size_t>(rc), queued);
+      unsubmitted_.erase(unsubmitted_.begin(), unsubmitted_.begin() + static_cast<std::ptrdiff_t>(taken));
+      stalls = 0;
       continue;
     }
-    // The entries stay in the queue and go with the next submission.
-    spdlog::error("io_uring: {}", errno_status(rc, "io_uring_submit").message());
-    return;
+    if ((rc == 0 || is_transient(rc)) && ++stalls <= kUringMaxStalls) {
+      std::this_thread::sleep_for(kStallPause);
+      continue;
+    }
+    Status cause = rc < 0 ? errno_status(rc, "io_uring_submit")
+                          : error(Code::io_error, "io_uring_submit took none of {} queued entries", queued);
+    stop_locked(cause.with_context(fmt::format(
+                    "the io_uring engine stopped: it could not submit {} queued I/O entries ({} tries); every "
+                    "open request fails. Rerun with --io-engine posix if this repeats",
+                    queued, stalls)),
+                ends);
   }
+}
+
+void UringEngine::release_slot_locked(uint32_t slot) {
+  free_slots_.push_back(slot);
+  in_flight_--;
+}
+
+void UringEngine::stop_locked(Status status, std::vector<IoPieceEnd>& ends) {
+  if (!stopped_.is_ok()) return;
+  spdlog::error("{}", status.message());
+  stopped_ = std::move(status);
+  for (const IoPiece& p : pending_) ends.push_back({p.ticket, stopped_});
+  pending_.clear();
+  for (uint32_t slot : unsubmitted_) {  // the kernel never saw these: they end now
+    if (slot == kWakeSlot) continue;
+    ends.push_back({slots_[slot].ticket, stopped_});
+    release_slot_locked(slot);
+  }
+  unsubmitted_.clear();
+}
+
+void UringEngine::complete_locked(uint64_t tag, int32_t res, std::vector<IoPieceEnd>& ends) {
+  if (tag == kWakeTag || tag < kFirstSlotTag || tag - kFirstSlotTag >= slots_.size()) return;
+  auto slot = static_cast<uint32_t>(tag - kFirstSlotTag);
+  IoPiece& piece = slots_[slot];
+  if (!stopped_.is_ok()) {
+    ends.push_back({piece.ticket, stopped_});
+  } else {
+    PieceOutcome out = res == static_cast<int64_t>(piece.length)
+                           ? PieceOutcome{PieceNext::done, Status()}
+                           : apply_transfer_result(piece, res, files_.path(piece.file));
+    if (out.next == PieceNext::resubmit) pending_.push_front(piece);
+    else ends.push_back({piece.ticket, std::move(out.status)});
+  }
+  release_slot_locked(slot);
 }
 
 void UringEngine::reap() {
-  std::vector<IoPieceEnd> reports;
-  std::vector<IoPiece> again;
+  struct Completion {
+    uint64_t tag;
+    int32_t res;
+  };
+  std::vector<Completion> done;
+  std::vector<IoPieceEnd> ends;
+  uint32_t wait_errors = 0;
+  std::chrono::steady_clock::time_point drain_until{};
   for (;;) {
+    bool stopped = false;
+    {
+      std::lock_guard lock(mu_);
+      stopped = !stopped_.is_ok();
+    }
     io_uring_cqe* cqe = nullptr;
-    int rc = io_uring_wait_cqe(&ring_, &cqe);
-    if (rc < 0) {
-      if (rc != -EINTR && rc != -EAGAIN) spdlog::error("io_uring: {}", errno_status(rc, "io_uring_wait_cqe").message());
-      continue;
+    int rc = 0;
+    if (!stopped) {
+      __kernel_timespec timeout{0, kReapTimeoutNs};
+      rc = calls_->wait(&ring_, &cqe, &timeout);
+    } else {  // the ring call failed: look at the completion queue in memory, without a syscall
+      rc = io_uring_peek_cqe(&ring_, &cqe);
+      if (rc == -EAGAIN) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        rc = -ETIME;
+      }
     }
-    reports.clear();
-    again.clear();
-    uint32_t finished = 0;
-    unsigned head = 0, seen = 0;
-    io_uring_for_each_cqe(&ring_, head, cqe) {
-      seen++;
-      uint64_t tag = io_uring_cqe_get_data64(cqe);
-      if (tag == kWakeTag) continue;
-      auto* piece = reinterpret_cast<IoPiece*>(tag);
-      finished++;
-      int64_t res = cqe->res;
-      PieceOutcome out = res == static_cast<int64_t>(piece->length)
-                             ? PieceOutcome{PieceNext::done, Status()}
-                             : apply_transfer_result(*piece, res, files_.path(piece->file));
-      if (out.next == PieceNext::resubmit) again.push_back(*piece);
-      else reports.push_back({piece->ticket, std::move(out.status)});
-      delete piece;
+    done.clear();
+    ends.clear();
+    Status wait_failure;
+    if (rc == 0) {
+      wait_errors = 0;
+      unsigned head = 0, seen = 0;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        seen++;
+        done.push_back({io_uring_cqe_get_data64(cqe), cqe->res});
+      }
+      io_uring_cq_advance(&ring_, seen);
+    } else if (rc != -ETIME && !stopped) {
+      if (!((rc == -EINTR || rc == -EAGAIN) && ++wait_errors <= kUringMaxStalls)) {
+        wait_failure = errno_status(rc, "io_uring_wait_cqe").with_context(fmt::format(
+            "the io_uring engine stopped: waiting for completions failed ({} tries); every open request fails. "
+            "Rerun with --io-engine posix if this repeats",
+            wait_errors + 1));
+      } else {
+        std::this_thread::sleep_for(kStallPause);
+      }
     }
-    io_uring_cq_advance(&ring_, seen);
-    std::vector<IoPieceEnd> skipped;
     bool exit = false;
     {
       std::lock_guard lock(mu_);
-      in_flight_ -= finished;
-      for (auto it = again.rbegin(); it != again.rend(); ++it) pending_.push_front(*it);
-      skipped = pump_locked();
-      exit = stopping_ && in_flight_ == 0 && pending_.empty();
+      for (const Completion& c : done) complete_locked(c.tag, c.res, ends);
+      if (!wait_failure.is_ok()) stop_locked(std::move(wait_failure), ends);
+      if (stopped_.is_ok()) {
+        pump_locked(ends);
+      }
+      if (!stopped_.is_ok()) {  // drain what the kernel took, for at most kUringDrainTime
+        auto now = std::chrono::steady_clock::now();
+        if (drain_until == std::chrono::steady_clock::time_point{}) drain_until = now + kUringDrainTime;
+        if (in_flight_ > 0 && now >= drain_until) {
+          spdlog::error("io_uring: {} request piece(s) the kernel took did not complete within {} ms; they fail, "
+                        "and their buffers may still be written until the process exits",
+                        in_flight_, kUringDrainTime.count());
+          for (uint32_t slot = 0; slot < slots_.size(); slot++)
+            if (std::find(free_slots_.begin(), free_slots_.end(), slot) == free_slots_.end())
+              ends.push_back({slots_[slot].ticket, stopped_});
+          free_slots_.clear();
+          for (uint32_t i = static_cast<uint32_t>(slots_.size()); i > 0; i--) free_slots_.push_back(i - 1);
+          in_flight_ = 0;
+        }
+        exit = in_flight_ == 0;  // nothing can be submitted any more
+      } else {
+        exit = stopping_ && in_flight_ == 0 && pending_.empty();
+      }
     }
-    for (const IoPieceEnd& r : reports) tickets_.piece_done(r.ticket, r.status);
-    for (const IoPieceEnd& p : skipped) tickets_.piece_done(p.ticket, p.status);
+    for (const IoPieceEnd& r : ends) tickets_.piece_done(r.ticket, r.status);
     if (exit) return;
   }
 }

@@ -7,10 +7,16 @@
 // create() says why (unavailable) and make_io_engine picks the posix engine.
 // Threads: submitters push pieces into the submission queue under one lock; a reaper thread
 // waits for completions, resubmits and tops the queue back up. Contract: io_engine.h.
+// The ring's own failures are a sticky error (STYLE.md, "For the offload layer"): io_uring_submit's
+// count is checked and entries the kernel did not take are submitted again, a bounded number of
+// stalls; a submit or wait that keeps failing stops the engine: every open request fails with
+// that status, and so does every later submit. Requests the kernel had already taken are given
+// kUringDrainTime to complete (their buffers may still be written until then) before they fail.
 #pragma once
 
 #include <liburing.h>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -25,8 +31,30 @@
 
 namespace strata {
 
+// The two ring calls whose results the engine must act on, behind a seam so that tests can make
+// them fail or fall short (tests/offload/uring_engine_test.cc). The default forwards to liburing.
+// Implementations must be safe to call from the submitting threads and the reaper at once.
+class UringCalls {
+ public:
+  virtual ~UringCalls() = default;
+  // io_uring_submit: how many queued entries the kernel took (>= 0), or -errno. Entries it did not
+  // take stay queued and go with the next call.
+  virtual int submit(io_uring* ring) { return io_uring_submit(ring); }
+  // io_uring_wait_cqe_timeout: 0 with *cqe set, -ETIME when `timeout` passed, or -errno.
+  virtual int wait(io_uring* ring, io_uring_cqe** cqe, __kernel_timespec* timeout) {
+    return io_uring_wait_cqe_timeout(ring, cqe, timeout);
+  }
+};
+
+// Consecutive submits that take nothing (0, -EINTR, -EAGAIN, -EBUSY), 100 us apart, and
+// consecutive -EINTR / -EAGAIN waits, before the ring counts as stuck and the engine stops.
+inline constexpr uint32_t kUringMaxStalls = 1000;
+// How long a stopped engine waits for the requests the kernel had taken before failing them.
+inline constexpr std::chrono::milliseconds kUringDrainTime{1000};
+
 struct UringEngineOptions {
   IoShape shape;
+  std::shared_ptr<UringCalls> calls = nullptr;  // nullptr: liburing itself
   uint32_t file_slots = 256;    // registered-file table size; files beyond it use plain fds
   uint32_t buffer_slots = 256;  // registered-buffer table size (each slot at most 1 GiB)
 };
@@ -67,13 +95,23 @@ class UringEngine final : public IoEngine {
   size_t registered_regions();
 
  private:
-  explicit UringEngine(const UringEngineOptions& options) : options_(options) {}
+  explicit UringEngine(const UringEngineOptions& options);
+  // Splits `request` into pending pieces and pumps. The stopped engine's error when it has stopped
+  // (nothing was started; the caller forgets the ticket).
   Status enqueue(const IoRequest& request, IoTicket ticket);
-  // Moves pending pieces into SQEs while fewer than queue_depth are in flight, then submits.
-  // Pieces of requests that already failed are skipped and returned (to report unlocked).
-  std::vector<IoPieceEnd> pump_locked();
-  void prep_locked(io_uring_sqe* sqe, IoPiece* piece, const OpenFile& file);
-  void submit_locked();
+  // Moves pending pieces into SQEs while a slot is free, then submits. Pieces that end here
+  // (their request already failed, or the ring stopped) are appended to `ends`, to be reported
+  // unlocked. REQUIRES: mu_ held.
+  void pump_locked(std::vector<IoPieceEnd>& ends);
+  void prep_locked(io_uring_sqe* sqe, uint32_t slot, const OpenFile& file);
+  // Submits every queued entry, again while the kernel takes some; stops the engine after
+  // kUringMaxStalls stalls or on a hard error. REQUIRES: mu_ held.
+  void submit_locked(std::vector<IoPieceEnd>& ends);
+  // Records the sticky error and ends every piece the kernel has not taken. REQUIRES: mu_ held.
+  void stop_locked(Status status, std::vector<IoPieceEnd>& ends);
+  void release_slot_locked(uint32_t slot);
+  // One completion: `tag` from user_data, `res` the transfer's result. REQUIRES: mu_ held.
+  void complete_locked(uint64_t tag, int32_t res, std::vector<IoPieceEnd>& ends);
   void reap();
 
   struct BufferSlot {
@@ -82,6 +120,7 @@ class UringEngine final : public IoEngine {
   };
 
   const UringEngineOptions options_;
+  const std::shared_ptr<UringCalls> calls_;
   UringFeatures features_;
   io_uring ring_{};
   bool ring_ready_ = false;
@@ -90,8 +129,14 @@ class UringEngine final : public IoEngine {
 
   std::mutex mu_;  // guards everything below and the submission side of ring_
   std::deque<IoPiece> pending_;
-  uint32_t in_flight_ = 0;
+  // In-flight pieces, preallocated (queue_depth of them) and named by user_data = slot + 2.
+  std::vector<IoPiece> slots_;
+  std::vector<uint32_t> free_slots_;
+  // Queued entries the kernel has not taken yet, oldest first: slot numbers, or kWakeSlot.
+  std::deque<uint32_t> unsubmitted_;
+  uint32_t in_flight_ = 0;  // slots in use
   bool stopping_ = false;
+  Status stopped_;  // the sticky error once the ring cannot make progress
   std::vector<BufferSlot> buffer_slots_;
   std::map<std::byte*, uint32_t> slot_by_base_;
 

@@ -1,6 +1,7 @@
 // NvmeStore: round trips at unaligned sizes over one and two striped paths (every engine), a
 // flipped byte in a swap file caught on read, ENOSPC at reservation with needed/free figures,
-// injected faults never yielding data, and the per-run directory with its crash-leftover cleanup.
+// injected faults never yielding data, transient faults retried three times then a clear error,
+// and the per-run directory with its crash-leftover cleanup.
 #include "offload/nvme_store.h"
 
 #include <fcntl.h>
@@ -194,7 +195,9 @@ TEST(NvmeStore, InjectedFaultsNeverYieldData) {
   eio_write.op = IoOp::write;
   eio_write.skip = 1;  // it sees writes 1 and 3 (write 2 is taken by the torn rule, listed first)
   FaultEngine engine(std::make_unique<MemEngine>(), FaultEngineOptions{9, {eio_read, torn, eio_write}});
-  auto store = NvmeStore::create(engine, options({a.path()}, 1 << 20));
+  NvmeStoreOptions once = options({a.path()}, 1 << 20);
+  once.io_attempts = 1;  // every fault reaches the caller (retries: TransientFaultsAreRetriedThenAClearError)
+  auto store = NvmeStore::create(engine, once);
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   NvmeStore& s = **store;
   const uint64_t bytes = 100000;
@@ -220,6 +223,78 @@ TEST(NvmeStore, InjectedFaultsNeverYieldData) {
   Status r3 = s.read(*id, in.get());
   EXPECT_EQ(r3.code(), Code::failed_precondition);
   EXPECT_NE(r3.message().find("its last write failed"), std::string::npos) << r3.message();
+}
+
+// One rule, one store over a MemEngine wrapped in a FaultEngine, one extent in one stripe segment.
+struct FaultyStore {
+  explicit FaultyStore(FaultRule rule, uint32_t attempts = 3)
+      : engine(std::make_unique<MemEngine>(), FaultEngineOptions{5, {rule}}) {
+    NvmeStoreOptions o = options({dir.path()}, 1 << 20);
+    o.io_attempts = attempts;
+    auto s = NvmeStore::create(engine, o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    store = std::move(*s);
+    id = *store->allocate("seg", kBytes);
+    out = aligned_buffer(store->padded_size(kBytes));
+    in = aligned_buffer(store->padded_size(kBytes));
+    fill_random(out.get(), kBytes, 4);
+  }
+  static constexpr uint64_t kBytes = 60000;  // under one 64 KiB stripe unit: one segment
+  test::ScratchDir dir;
+  FaultEngine engine;
+  std::unique_ptr<NvmeStore> store;
+  ExtentId id = 0;
+  test::AlignedBuffer out, in;
+};
+
+TEST(NvmeStore, TransientFaultsAreRetriedThenAClearError) {
+  for (FaultKind kind : {FaultKind::eio, FaultKind::short_transfer}) {
+    SCOPED_TRACE(fault_kind_name(kind));
+    // Two failures of a read: the third try delivers the data.
+    FaultyStore f(FaultRule{.kind = kind, .op = IoOp::read, .limit = 2});
+    ASSERT_TRUE(f.store->write(f.id, f.out.get()).is_ok());
+    Status r = f.store->read(f.id, f.in.get());
+    ASSERT_TRUE(r.is_ok()) << r.to_string();
+    EXPECT_EQ(std::memcmp(f.in.get(), f.out.get(), FaultyStore::kBytes), 0);
+    EXPECT_EQ(f.engine.injected(kind), 2u);
+
+    // Two failures of a write: the third lands, and reads back intact.
+    FaultyStore g(FaultRule{.kind = kind, .op = IoOp::write, .limit = 2});
+    ASSERT_TRUE(g.store->write(g.id, g.out.get()).is_ok());
+    ASSERT_TRUE(g.store->read(g.id, g.in.get()).is_ok());
+    EXPECT_EQ(std::memcmp(g.in.get(), g.out.get(), FaultyStore::kBytes), 0);
+    EXPECT_EQ(g.engine.injected(kind), 2u);
+
+    // A fault on every try: exactly three tries, then an error naming the file, offset, length.
+    FaultyStore h(FaultRule{.kind = kind, .op = IoOp::write});
+    Status w = h.store->write(h.id, h.out.get());
+    EXPECT_EQ(w.code(), Code::io_error) << w.to_string();
+    EXPECT_EQ(h.engine.injected(kind), 3u);
+    EXPECT_NE(w.message().find("failed 3 times"), std::string::npos) << w.message();
+    EXPECT_NE(w.message().find(h.store->swap_files()[0]), std::string::npos) << w.message();
+    EXPECT_NE(w.message().find("61440 bytes at offset 0"), std::string::npos) << w.message();
+    EXPECT_NE(w.message().find("write extent 'seg'"), std::string::npos) << w.message();
+  }
+}
+
+TEST(NvmeStore, ACorruptReadIsReadAgainButPersistentDamageIsCorruption) {
+  FaultyStore f(FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .limit = 1});
+  ASSERT_TRUE(f.store->write(f.id, f.out.get()).is_ok());  // torn on disk, reported fine
+  Status r = f.store->read(f.id, f.in.get());
+  EXPECT_EQ(r.code(), Code::corruption) << r.to_string();
+  EXPECT_NE(r.message().find("failed 3 times"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("crc32c"), std::string::npos) << r.message();
+}
+
+TEST(NvmeStore, NoSpaceIsNotRetried) {
+  FaultyStore f(FaultRule{.kind = FaultKind::enospc, .op = IoOp::write, .skip = 1, .limit = 1});  // skip: the reservation
+  Status w = f.store->write(f.id, f.out.get());
+  EXPECT_EQ(w.code(), Code::no_space) << w.to_string();
+  EXPECT_EQ(f.engine.injected(FaultKind::enospc), 1u);
+  EXPECT_EQ(w.message().find("failed 3 times"), std::string::npos) << w.message();
+  NvmeStoreOptions zero = options({f.dir.path()}, 1 << 20);
+  zero.io_attempts = 0;
+  EXPECT_EQ(NvmeStore::create(f.engine, zero).status().code(), Code::invalid_argument);
 }
 
 TEST(NvmeStore, MisuseIsRefusedWithReasons) {

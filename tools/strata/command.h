@@ -38,6 +38,7 @@ void add_info_command(CLI::App& root, CommandRegistry& registry);
 void add_config_command(CLI::App& root, CommandRegistry& registry);
 void add_train_command(CLI::App& root, CommandRegistry& registry);
 void add_ckpt_command(CLI::App& root, CommandRegistry& registry);  // `strata ckpt verify|inspect`
+void add_clean_command(CLI::App& root, CommandRegistry& registry);  // `strata clean [PATH...]`
 void add_export_command(CLI::App& root, CommandRegistry& registry);  // `strata export --hf`
 // `strata bench` groups the benchmarks; each benchmark adds itself to the `bench` app.
 void add_bench_io_command(CLI::App& bench, CommandRegistry& registry);
