@@ -11,17 +11,14 @@
 #         the default set yet: clang 14 cannot compile two kernels files (kernels/cpu/simd_level.cc:
 #         __builtin_cpu_supports("f16c"); adam8bit_bf16_avx512.cc: `#pragma GCC target`). Until
 #         they build, the unit stage replays each harness's corpus plus seeded mutations.
-# STRATA_TEST_STAGES picks stages (default: unit asan tsan; only `unit` when arguments are given).
+# STRATA_TEST_STAGES picks stages (default: unit; `unit asan tsan` adds the sanitizer stages, which
+# have not yet had a full run within CI's time budget).
 # Not a CI system: .ci/run calls this script after tools/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=$(nproc)
-if [ $# -gt 0 ]; then
-  STAGES=${STRATA_TEST_STAGES:-unit}
-else
-  STAGES=${STRATA_TEST_STAGES:-unit asan tsan}
-fi
+STAGES=${STRATA_TEST_STAGES:-unit}
 # Sanitizer reports fail the test that triggered them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
