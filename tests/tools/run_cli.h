@@ -23,22 +23,37 @@ struct CliResult {
 
 inline std::string strata_binary() { return std::string(STRATA_BINARY_DIR) + "/bin/strata"; }
 
+// argv and envp for posix_spawn of `strata args...`: this process's environment without STRATA_*
+// variables, plus `env` ("NAME=VALUE"). The pointers stay valid while the object lives.
+class SpawnArgs {
+ public:
+  SpawnArgs(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    argv_s_ = {strata_binary()};
+    argv_s_.insert(argv_s_.end(), args.begin(), args.end());
+    for (char** e = environ; *e != nullptr; e++)
+      if (std::string(*e).rfind("STRATA_", 0) != 0) env_s_.emplace_back(*e);
+    env_s_.insert(env_s_.end(), env.begin(), env.end());
+    for (std::string& a : argv_s_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    for (std::string& e : env_s_) envp_.push_back(e.data());
+    envp_.push_back(nullptr);
+  }
+  SpawnArgs(const SpawnArgs&) = delete;
+  SpawnArgs& operator=(const SpawnArgs&) = delete;
+
+  const std::string& binary() const { return argv_s_[0]; }
+  char* const* argv() { return argv_.data(); }
+  char* const* envp() { return envp_.data(); }
+
+ private:
+  std::vector<std::string> argv_s_, env_s_;
+  std::vector<char*> argv_, envp_;
+};
+
 // Runs `strata args...` with the environment described above plus `env` ("NAME=VALUE" entries).
 inline CliResult run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   CliResult result;
-  std::vector<std::string> argv_s = {strata_binary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; e++)
-    if (std::string(*e).rfind("STRATA_", 0) != 0) env_s.emplace_back(*e);
-  env_s.insert(env_s.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (std::string& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  SpawnArgs spawn(args, env);
 
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0) return result;
@@ -54,14 +69,15 @@ inline CliResult run_cli(const std::vector<std::string>& args, const std::vector
   posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
   posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
   pid_t pid = -1;
-  const int spawn_err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  const int spawn_err =
+      posix_spawn(&pid, spawn.binary().c_str(), &actions, nullptr, spawn.argv(), spawn.envp());
   posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);
   if (spawn_err != 0) {
     close(out_pipe[0]);
     close(err_pipe[0]);
-    result.err = "posix_spawn " + argv_s[0] + " failed: errno " + std::to_string(spawn_err);
+    result.err = "posix_spawn " + spawn.binary() + " failed: errno " + std::to_string(spawn_err);
     return result;
   }
 

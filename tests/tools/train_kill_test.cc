@@ -74,23 +74,13 @@ std::string read_text(const std::string& path) {
 
 // `strata args...` in the background, stdout and stderr to `log`; the environment as run_cli's.
 pid_t spawn_strata(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv_s = {test::strata_binary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; e++)
-    if (std::string(*e).rfind("STRATA_", 0) != 0) env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  for (std::string& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  test::SpawnArgs spawn(args, {});
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = -1;
-  const int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  const int err = posix_spawn(&pid, spawn.binary().c_str(), &actions, nullptr, spawn.argv(), spawn.envp());
   posix_spawn_file_actions_destroy(&actions);
   return err == 0 ? pid : -1;
 }
