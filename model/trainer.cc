@@ -1,6 +1,7 @@
 // Trainer: the optimizer step of a resident Transformer (see trainer.h).
 #include "model/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -10,13 +11,15 @@
 
 #include "kernels/cpu/half.h"
 #include "offload/cpu_adam.h"
+#include "offload/resident_weights.h"
 
 namespace strata::model {
 namespace {
 
-// The device address of `spec` in the weights or gradients of `model`.
-std::byte* device_tensor(const Transformer& model, const ParamSpec& spec, ParamState state) {
-  return model.chunk(spec.chunk, state) + spec.offset;
+// The device address of `spec` in the resident weights or the device gradients of `model` (the
+// optimizer on the device; create() checked both exist).
+std::byte* device_weights(Transformer& model, const ParamSpec& spec) {
+  return static_cast<ResidentWeights&>(model.weights()).device_chunk(spec.chunk) + spec.offset;
 }
 
 // Targets that count toward the loss (not kernels::kIgnoreTarget), from the host copy of the batch.
@@ -41,8 +44,8 @@ kernels::CopyOut copy_out_for(DType dt) {
 }  // namespace
 
 Trainer::Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options,
-                 LrSchedule schedule)
-    : backend_(backend), model_(model), pool_(pool), options_(options), schedule_(std::move(schedule)) {}
+                 LrSchedule schedule, TraceRecorder* trace)
+    : backend_(backend), model_(model), pool_(pool), options_(options), schedule_(std::move(schedule)), trace_(trace) {}
 
 Status check_trainer_options(const TrainOptions& options) {
   if (options.dtype != DType::f32 && options.dtype != DType::bf16 && options.dtype != DType::f16)
@@ -60,13 +63,22 @@ Status check_trainer_options(const TrainOptions& options) {
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
-                                                   ThreadPool* pool, const TrainOptions& options) {
+                                                   ThreadPool* pool, const TrainOptions& options,
+                                                   TraceRecorder* trace) {
   STRATA_RETURN_IF_ERROR(check_trainer_options(options));
   if (model.dtype() != options.dtype)
     return error(Code::invalid_argument, "the model computes in {} but the trainer options ask for {}; create both "
                  "with the same --dtype", dtype_name(model.dtype()), dtype_name(options.dtype));
+  if (options.optimizer_device == TrainOptions::OptimizerDevice::device) {
+    if (dynamic_cast<ResidentWeights*>(&model.weights()) == nullptr)
+      return error(Code::invalid_argument, "the optimizer on the device updates resident weights in place, but the "
+                   "model's weights are paged (offloaded); pass --optimizer-device cpu, or keep the weights resident");
+    if (model.device_grads() == nullptr)
+      return error(Code::invalid_argument, "the optimizer on the device needs the model's device gradients (create "
+                   "the model with device_grads = true)");
+  }
   STRATA_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr_schedule));
-  std::unique_ptr<Trainer> t(new Trainer(backend, model, pool, options, std::move(schedule)));
+  std::unique_ptr<Trainer> t(new Trainer(backend, model, pool, options, std::move(schedule), trace));
   if (options.dtype == DType::f16) {
     STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
   }
@@ -77,7 +89,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 
 Trainer::~Trainer() {
   (void)backend_.synchronize_all();
-  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_), static_cast<void*>(norm_sq_),
+  if (offloader_ && model_.grad_sink() == offloader_.get()) (void)model_.set_grad_sink(nullptr);
+  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_),
                   static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_)})
     if (p != nullptr) (void)backend_.release(p);
 }
@@ -95,7 +108,23 @@ Status Trainer::allocate(PinnedPool& pinned) {
   const uint64_t scale_bytes = q8 ? scale_offsets_.back() * sizeof(float) : 0;
   const bool on_device = options_.optimizer_device == TrainOptions::OptimizerDevice::device;
   const bool half = options_.dtype != DType::f32;
-  const uint64_t copy_bytes = half && !on_device ? total : 0;
+  (void)total;
+  if (!on_device) {
+    // Gradient slots on the device: two for the layers (one in backward, one draining), one
+    // each for the embedding and the head chunks (used at the same time when the head is tied).
+    GradientOffloaderOptions go;
+    go.format = float_format_of(options_.dtype, "gradients").value();
+    go.group_slots = {2, 1, 1};
+    go.group_names = {"layers", "embedding", "head"};
+    go.name = model_.config().name + " gradients";
+    for (size_t c = 0; c < layout.chunks.size(); ++c) {
+      go.chunk_bytes.push_back(layout.chunks[c].bytes);
+      go.chunk_group.push_back(c == model_.embedding_chunk() ? 1 : c == model_.head_chunk() ? 2 : 0);
+    }
+    STRATA_ASSIGN_OR_RETURN(offloader_, GradientOffloader::create(backend_, pinned, go, pool_, trace_));
+    offloader_host_bytes_ = gradient_offloader_pinned_bytes(go);
+    STRATA_RETURN_IF_ERROR(model_.set_grad_sink(offloader_.get()));
+  }
   if (on_device) {
     // Masters (16-bit only) and moments beside the weights; the pinned copies below are mirrors.
     for (auto [slot, what] : {std::pair{&device_masters_, "fp32 master weights"}, {&device_m_, "Adam m"},
@@ -106,8 +135,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(block, master_total));
     }
   }
-  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&grads_, on_device ? 0 : total},
-                                                         {&weights_out_, copy_bytes}, {&m_, moment_bytes},
+  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&m_, moment_bytes},
                                                          {&v_, moment_bytes}, {&m_scale_, scale_bytes},
                                                          {&v_scale_, scale_bytes}};
   for (auto [buffer, bytes] : buffers) {
@@ -116,7 +144,6 @@ Status Trainer::allocate(PinnedPool& pinned) {
     std::memset(buffer->data(), 0, bytes);
   }
   if (!on_device) build_cpu_tensors();
-  STRATA_ASSIGN_OR_RETURN(scalars_, pinned.acquire(sizeof(float)));
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
   const uint64_t batch_bytes = uint64_t(mo.batch * mo.seq_len) * sizeof(int32_t);
@@ -124,14 +151,10 @@ Status Trainer::allocate(PinnedPool& pinned) {
   inputs_ = static_cast<int32_t*>(in);
   STRATA_ASSIGN_OR_RETURN(void* tg, backend_.allocate(batch_bytes, "trainer targets"));
   targets_ = static_cast<int32_t*>(tg);
-  STRATA_ASSIGN_OR_RETURN(void* ns, backend_.allocate(sizeof(float), "trainer grad norm"));
-  norm_sq_ = static_cast<float*>(ns);
   uploaded_ = backend_.create_event();
   computed_ = backend_.create_event();
   loss_copied_ = backend_.create_event();
-  grads_ready_ = backend_.create_event();
   params_sent_ = backend_.create_event();
-  for (size_t c = 0; c < layout.chunks.size(); ++c) chunk_arrived_.push_back(backend_.create_event());
   return Status();
 }
 
@@ -145,11 +168,11 @@ Status Trainer::init_masters() {
       std::memcpy(masters_.data() + master_offsets_[c], exact[c].data(), chunks[c].bytes);
     return copy_device_state(/*to_device=*/true);
   }
-  if (options_.dtype == DType::f32) return copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights);
+  if (options_.dtype == DType::f32) return read_weights(masters_.data());
   spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
                "another trainer took its fp32 values)", dtype_name(options_.dtype));
   std::vector<std::byte> staged(chunk_offsets_.back());
-  STRATA_RETURN_IF_ERROR(copy_chunks(/*to_device=*/false, staged.data(), ParamState::weights));
+  STRATA_RETURN_IF_ERROR(read_weights(staged.data()));
   const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
   const ParamLayout& layout = model_.layout();
   for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -176,8 +199,10 @@ Status Trainer::copy_device_state(bool to_device) {
     STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device, host, bytes, stream)
                                      : backend_.copy_to_host(host, device, bytes, stream));
   }
-  if (!to_device && device_masters_ == nullptr)  // fp32: the masters are the model's weights
-    return copy_chunks(/*to_device=*/false, masters_.data(), ParamState::weights);
+  if (!to_device && device_masters_ == nullptr) {  // fp32: the masters are the model's weights
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+    return read_weights(masters_.data());
+  }
   STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, stream));
   if (to_device) return backend_.wait(Stream::compute, *params_sent_);  // the next step reads them
   return backend_.synchronize(*params_sent_);
@@ -233,26 +258,15 @@ Status Trainer::restore_progress(uint64_t steps_done, uint64_t updates_done,
 
 uint64_t Trainer::host_bytes() const {
   uint64_t bytes = 0;
-  for (const PinnedBuffer* b : {&masters_, &grads_, &weights_out_, &m_, &v_, &m_scale_, &v_scale_}) bytes += b->size();
-  return bytes;
+  for (const PinnedBuffer* b : {&masters_, &m_, &v_, &m_scale_, &v_scale_}) bytes += b->size();
+  return bytes + offloader_host_bytes_;
 }
 
-Status Trainer::copy_chunks(bool to_device, std::byte* host, ParamState state) {
+Status Trainer::read_weights(std::byte* host) {
   const ParamLayout& layout = model_.layout();
-  const Stream stream = to_device ? Stream::h2d : Stream::d2h;
-  Event& done = to_device ? *params_sent_ : *grads_ready_;
-  // The copy starts after the compute work queued so far (backward, or the last forward).
-  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
-  for (size_t c = 0; c < layout.chunks.size(); ++c) {
-    std::byte* h = host + chunk_offsets_[c];
-    const uint64_t bytes = layout.chunks[c].bytes;
-    STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(model_.chunk(c, state), h, bytes, stream)
-                                     : backend_.copy_to_host(h, model_.chunk(c, state), bytes, stream));
-  }
-  STRATA_RETURN_IF_ERROR(backend_.record(done, stream));
-  if (to_device) return backend_.wait(Stream::compute, done);  // the next forward reads them
-  return backend_.synchronize(done);  // the host reads them next
+  for (size_t c = 0; c < layout.chunks.size(); ++c)
+    STRATA_RETURN_IF_ERROR(model_.weights().read(c, host + chunk_offsets_[c]));
+  return Status::ok();
 }
 
 Status Trainer::upload_batch(const BatchView& batch) {
@@ -274,7 +288,7 @@ Status Trainer::upload_batch(const BatchView& batch) {
 
 // Queues the copy of the last forward's loss into host slot `micro_batch`; the next forward (which
 // rewrites the device loss) waits for the copy. No host synchronisation: the step reads the slots
-// after grad_norm_squared() has synchronised the d2h stream.
+// after the step's finish_step has synchronised the d2h stream.
 Status Trainer::queue_loss_copy(uint64_t micro_batch) {
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
@@ -285,34 +299,38 @@ Status Trainer::queue_loss_copy(uint64_t micro_batch) {
   return backend_.wait(Stream::compute, *loss_copied_);
 }
 
-// Sum of squares of every gradient element (of the loss-scaled gradient for fp16), on the device.
-// Inf or NaN anywhere makes it non-finite, which is the step's overflow check: an fp16 value is at
-// most 65504, so finite fp16 gradients cannot overflow the fp32 sum (65504^2 * 2^80 elements).
-StatusOr<double> Trainer::grad_norm_squared() {
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(norm_sq_, sizeof(float), Stream::compute));
-  for (const ParamSpec& p : model_.layout().params) {
-    STRATA_RETURN_IF_ERROR(backend_.ops().grad_norm_squared(
-        norm_sq_, device_tensor(model_, p, ParamState::gradients), options_.dtype, int64_t(p.elements)));
+// Sum of squares of every accumulated gradient element (of the loss-scaled gradient for fp16), by
+// the blocked definition both placements share. Inf or NaN anywhere makes it non-finite, which is
+// the step's overflow check (fp32 sums of finite fp16 gradients cannot overflow: at most 65504 per
+// element per micro-batch).
+StatusOr<double> Trainer::device_grad_norm_squared() { return model_.device_grads()->finish_step(); }
+
+StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
+  const uint64_t at = spec.offset / model_.layout().element_bytes;
+  std::vector<float> out(spec.elements);
+  if (offloader_) {
+    const float* acc = offloader_->accumulated(spec.chunk);
+    std::copy(acc + at, acc + at + spec.elements, out.begin());
+    return out;
   }
-  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(scalars_.data(), norm_sq_, sizeof(float), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out.data(), model_.device_grads()->accumulated(spec.chunk) + at,
+                                               spec.elements * sizeof(float), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
-  return double(*scalars_.as<float>());
+  return out;
 }
 
-// The CPU optimizer's tensors, per chunk and decay group: pointers into the pinned buffers, which
-// never move, so they are built once. fp32 masters and moments (or 8-bit codes), the gradient in
-// the working precision and, for 16-bit training, the rounded weights written into weights_out_.
+// The CPU optimizer's tensors, per chunk and decay group: fp32 masters and moments (or 8-bit
+// codes) in the pinned buffers, which never move, so they are built once. The gradient (the
+// offloader's fp32 accumulator) and the copy-out (the weight source's update buffer) are bound per
+// update from each tensor's element offset in the working layout.
 void Trainer::build_cpu_tensors() {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
   const bool q8 = options_.adam_states == AdamStates::q8;
-  const bool copy = options_.dtype != DType::f32;
   cpu_tensors_.assign(layout.chunks.size(), {});
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    const uint64_t work_at = chunk_offsets_[p.chunk] + p.offset;
     const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
     CpuAdamTensor t;
     t.param = reinterpret_cast<float*>(masters_.data() + master_at);
@@ -325,28 +343,38 @@ void Trainer::build_cpu_tensors() {
       t.m = reinterpret_cast<float*>(m_.data() + master_at);
       t.v = reinterpret_cast<float*>(v_.data() + master_at);
     }
-    t.grad = grads_.data() + work_at;
-    t.copy_out = copy ? weights_out_.data() + work_at : nullptr;
     t.n = p.elements;
     CpuChunkTensors& chunk = cpu_tensors_[p.chunk];
     (p.weight_decay ? chunk.decay : chunk.no_decay).push_back(t);
+    (p.weight_decay ? chunk.decay_at : chunk.no_decay_at).push_back(p.offset / layout.element_bytes);
   }
 }
 
 // AdamW over the tensors of chunk `chunk` on the CPU: decaying tensors (>= 2 dims) and the others
-// (norms, biases) in two calls.
-Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk) {
+// (norms, biases) in two calls. Gradients: the offloader's fp32 sums; for 16-bit training the
+// rounded weights go straight into `copy_out` (the chunk's update buffer, working layout).
+Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk, std::byte* copy_out) {
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
   o.hyper.lr = float(lr);
   o.hyper.step = int64_t(updates_done_ + 1);  // bias correction counts applied updates only
   o.hyper.grad_scale = float(grad_multiplier);
-  o.formats = kernels::AdamFormats{.grad = float_format_of(options_.dtype, "gradients").value(),
-                                   .copy = copy_out_for(options_.dtype)};
+  o.formats = kernels::AdamFormats{.grad = kernels::FloatFormat::f32, .copy = copy_out_for(options_.dtype)};
   o.states = options_.adam_states;
-  STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, cpu_tensors_[chunk].decay, o).status());
-  o.hyper.weight_decay = 0.0f;
-  return cpu_adam_step(pool_, cpu_tensors_[chunk].no_decay, o).status();
+  const float* grads = offloader_->accumulated(chunk);
+  const uint64_t esize = model_.layout().element_bytes;
+  CpuChunkTensors& t = cpu_tensors_[chunk];
+  for (const bool decayed : {true, false}) {
+    std::vector<CpuAdamTensor>& group = decayed ? t.decay : t.no_decay;
+    const std::vector<uint64_t>& at = decayed ? t.decay_at : t.no_decay_at;
+    for (size_t i = 0; i < group.size(); ++i) {
+      group[i].grad = grads + at[i];
+      group[i].copy_out = o.formats.copy == kernels::CopyOut::none ? nullptr : copy_out + at[i] * esize;
+    }
+    if (!decayed) o.hyper.weight_decay = 0.0f;
+    STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, group, o).status());
+  }
+  return Status::ok();
 }
 
 // The same update with the backend's adam_update op, queued on the compute stream: fp32 masters
@@ -360,8 +388,8 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
   hyper.lr = float(lr);
   hyper.step = int64_t(updates_done_ + 1);
   hyper.grad_scale = float(grad_multiplier);
-  const kernels::AdamFormats formats{.grad = float_format_of(options_.dtype, "gradients").value(),
-                                     .copy = copy_out_for(options_.dtype)};
+  const kernels::AdamFormats formats{.grad = kernels::FloatFormat::f32, .copy = copy_out_for(options_.dtype)};
+  DeviceGrads& grads = *model_.device_grads();
   for (const bool decayed : {true, false}) {
     kernels::AdamHyper group = hyper;
     if (!decayed) group.weight_decay = 0.0f;
@@ -370,12 +398,12 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
       const ParamSpec& p = layout.params[i];
       if (p.weight_decay != decayed) continue;
       const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
-      std::byte* weights = device_tensor(model_, p, ParamState::weights);
+      std::byte* weights = device_weights(model_, p);
       kernels::AdamSpan span;
       span.param = reinterpret_cast<float*>(half ? device_masters_ + master_at : weights);
       span.m = reinterpret_cast<float*>(device_m_ + master_at);
       span.v = reinterpret_cast<float*>(device_v_ + master_at);
-      span.grad = device_tensor(model_, p, ParamState::gradients);
+      span.grad = grads.accumulated(p.chunk) + p.offset / layout.element_bytes;
       span.copy_out = half ? weights : nullptr;
       span.n = p.elements;
       STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants, formats, span));
@@ -384,31 +412,23 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
   return Status::ok();
 }
 
-// The CPU optimizer's update as a chunk pipeline: every chunk's gradients are queued D2H at once;
-// the host updates chunk c as soon as it has arrived (while later chunks are still in flight) and
-// queues its weights H2D at once (while it updates chunk c + 1). The same arithmetic per tensor as
-// one pass over everything: the order of the chunks does not change a bit.
+// The CPU optimizer's update, chunk by chunk in chunk order, once every gradient is on the host:
+// Adam over chunk c writes its new working weights into the weight source's update buffer, and the
+// commit sends them home (resident: uploaded while chunk c + 1 is updated; pinned CPU: in place;
+// NVMe: written behind). fp32 training updates the masters in place and copies them out. The
+// same arithmetic per tensor as one pass over everything: the order of chunks changes no bit.
 Status Trainer::cpu_update(double lr, double grad_multiplier) {
   const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
-  const std::byte* weights = options_.dtype == DType::f32 ? masters_.data() : weights_out_.data();
-  STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::d2h, *computed_));
-  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *computed_));
+  WeightSource& weights = model_.weights();
   for (size_t c = 0; c < chunks.size(); ++c) {
-    STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_host(grads_.data() + chunk_offsets_[c], model_.chunk(c, ParamState::gradients), chunks[c].bytes,
-                               Stream::d2h));
-    STRATA_RETURN_IF_ERROR(backend_.record(*chunk_arrived_[c], Stream::d2h));
+    STRATA_ASSIGN_OR_RETURN(std::byte* out, weights.update_buffer(c));
+    const double t0 = trace_ ? trace_->now_us() : 0;
+    STRATA_RETURN_IF_ERROR(adam_update(lr, grad_multiplier, c, out));
+    if (options_.dtype == DType::f32) std::memcpy(out, masters_.data() + master_offsets_[c], chunks[c].bytes);
+    if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
+    STRATA_RETURN_IF_ERROR(weights.commit_update(c));
   }
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(*chunk_arrived_[c]));
-    STRATA_RETURN_IF_ERROR(adam_update(lr, grad_multiplier, c));
-    STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_device(model_.chunk(c, ParamState::weights), weights + chunk_offsets_[c], chunks[c].bytes,
-                                Stream::h2d));
-  }
-  STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, Stream::h2d));
-  return backend_.wait(Stream::compute, *params_sent_);  // the next forward reads them
+  return Status::ok();
 }
 
 StatusOr<StepResult> Trainer::step(const NextBatch& next) {
@@ -417,9 +437,11 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   r.lr = schedule_.lr(steps_done_);
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) r.loss_scale = loss_scale;
+  STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("train"));
   STRATA_RETURN_IF_ERROR(model_.zero_grad());
   const uint64_t K = options_.grad_accum;
   for (uint64_t k = 0; k < K; ++k) {
+    if (offloader_) offloader_->set_last_micro_batch(k + 1 == K);
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
     const int64_t counted = counted_targets(batch);
     if (counted == 0)
@@ -431,7 +453,9 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
   }
-  STRATA_ASSIGN_OR_RETURN(const double norm_sq, grad_norm_squared());  // synchronises d2h: losses are in
+  STRATA_RETURN_IF_ERROR(model_.weights().end_sequence());
+  // Both synchronise d2h, after the loss copies: the losses are in.
+  STRATA_ASSIGN_OR_RETURN(const double norm_sq, offloader_ ? offloader_->finish_step() : device_grad_norm_squared());
   for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
   r.grad_norm = std::sqrt(norm_sq) / loss_scale;
   steps_done_ = r.step;
@@ -456,6 +480,7 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
 
 StatusOr<double> Trainer::evaluate(const NextBatch& next, uint64_t batches) {
   if (batches == 0) return error(Code::invalid_argument, "evaluate needs at least one batch");
+  STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("eval"));
   double sum = 0.0;
   for (uint64_t i = 0; i < batches; ++i) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
@@ -464,6 +489,7 @@ StatusOr<double> Trainer::evaluate(const NextBatch& next, uint64_t batches) {
     STRATA_ASSIGN_OR_RETURN(kernels::CrossEntropyResult loss, model_.read_loss());
     sum += double(loss.mean_loss);
   }
+  STRATA_RETURN_IF_ERROR(model_.weights().end_sequence());
   return sum / double(batches);
 }
 

@@ -1,13 +1,17 @@
-// Trainer: one optimizer step of a resident Transformer -- zero_grad, K micro-batches of forward
-// and backward (gradients accumulated at 1/K, in the model's working precision), the global
-// gradient norm on the device, optional clipping, then AdamW over fp32 master weights and moments
-// where options.optimizer_device says: on the CPU (offload/cpu_adam.h; gradients copied to pinned
-// host memory, fp32 or 8-bit moments there, the updated weights -- rounded to bf16/fp16 by the
-// same pass for 16-bit training -- copied back), or on the device beside the weights (the
-// backend's adam_update op, fp32 moments; nothing crosses PCIe).
+// Trainer: one optimizer step of a Transformer -- K micro-batches of forward and backward, the
+// global gradient norm, optional clipping, then AdamW over fp32 master weights and moments where
+// options.optimizer_device says:
+// - on the CPU (offload/cpu_adam.h): each chunk's gradient leaves the device as soon as its
+//   backward is done and accumulates in fp32 in pinned host memory (offload/gradient_offloader.h,
+//   the same arithmetic whatever the placement of the weights); the norm is the sum of per-chunk
+//   partials in chunk order; fp32 or 8-bit moments; the updated weights (rounded to bf16/fp16 by
+//   the same pass for 16-bit training) go to each chunk's home through the model's WeightSource
+//   (resident on the device, pinned CPU or NVMe: the model's source decides);
+// - on the device beside resident weights (the backend's adam_update op, fp32 moments, gradients
+//   accumulated in the working precision in the model's DeviceGrads; nothing crosses PCIe).
 // fp16 training scales the loss (model/loss_scaler.h) and checks for overflow once per optimizer
-// step, after all K micro-batches. Not a data loader, not a CLI and not an offloader: every chunk
-// stays on the device.
+// step, after all K micro-batches. Not a data loader and not a CLI; where chunks live is the
+// model's WeightSource's business.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,8 @@
 #include "model/train_options.h"
 #include "model/transformer.h"
 #include "offload/cpu_adam.h"
+#include "offload/gradient_offloader.h"
+#include "offload/trace.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/thread_pool.h"
@@ -71,10 +77,15 @@ class Trainer {
   // The fp32 master weights are the model's take_fp32_weights() when it has them (16-bit models
   // keep the exact values of their last load or init), else the device weights; the moments
   // start at zero. So load or init the model first. Errors: check_trainer_options's, a model
-  // whose precision differs from options.dtype, the loss scaler's options (fp16), the pool's or
-  // arena's out_of_memory for the host copies or the device scalars.
+  // whose precision differs from options.dtype, an optimizer on the device with weights that are
+  // not resident or a model without device gradients, the loss scaler's options (fp16), the pool's
+  // or arena's out_of_memory for the host copies, the gradient slots or the device scalars.
+  // With the optimizer on the CPU the model's gradients go to this trainer's GradientOffloader
+  // (set as the model's sink until the trainer is destroyed). `trace` (may be null) gets a span
+  // per transfer, accumulation and Adam chunk.
   static StatusOr<std::unique_ptr<Trainer>> create(Backend& backend, Transformer& model, PinnedPool& pinned,
-                                                   ThreadPool* pool, const TrainOptions& options);
+                                                   ThreadPool* pool, const TrainOptions& options,
+                                                   TraceRecorder* trace = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -99,6 +110,10 @@ class Trainer {
   std::span<const float> master(const ParamSpec& spec) const;
   std::vector<OptimizerBuffer> optimizer_buffers();
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
+  // The gradient of tensor `spec` (strata's layout, spec.elements fp32 values) the last step
+  // accumulated over its micro-batches: before clipping, loss-scaled for fp16. Valid until the next
+  // step; for tests and diagnostics.
+  StatusOr<std::vector<float>> gradient(const ParamSpec& spec);
   // fp16 only: the dynamic loss scaler; null otherwise.
   const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
@@ -106,22 +121,26 @@ class Trainer {
   uint64_t updates_done() const { return updates_done_; }  // steps_done() less the skipped ones
   const TrainOptions& options() const { return options_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
-  // Pinned host bytes this trainer holds (masters, gradients, weight copy, moments).
+  // Pinned host bytes this trainer holds (masters, moments, gradient accumulators and staging).
   uint64_t host_bytes() const;
+  // The gradient offloader (optimizer on the CPU), else null.
+  const GradientOffloader* gradients() const { return offloader_.get(); }
 
  private:
-  Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options, LrSchedule schedule);
+  Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options, LrSchedule schedule,
+          TraceRecorder* trace);
   Status allocate(PinnedPool& pinned);
   Status init_masters();
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work.
   Status upload_batch(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);
-  StatusOr<double> grad_norm_squared();
-  // Device chunks <-> pinned host buffer laid out like model().layout() (the working precision).
-  Status copy_chunks(bool to_device, std::byte* host, ParamState state);
+  // The device optimizer's: over the model's DeviceGrads, on the device.
+  StatusOr<double> device_grad_norm_squared();
+  // Every chunk's weights (working precision) into a host buffer laid out like model().layout().
+  Status read_weights(std::byte* host);
   void build_cpu_tensors();
   // AdamW over the tensors of chunk `chunk` on the CPU (thread pool).
-  Status adam_update(double lr, double grad_multiplier, size_t chunk);
+  Status adam_update(double lr, double grad_multiplier, size_t chunk, std::byte* copy_out);
   Status cpu_update(double lr, double grad_multiplier);
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
@@ -138,23 +157,24 @@ class Trainer {
   std::vector<uint64_t> scale_offsets_;      // 8-bit: first block scale of each parameter (+ total)
   struct CpuChunkTensors {
     std::vector<CpuAdamTensor> decay, no_decay;  // >= 2-D tensors; norms and biases
+    std::vector<uint64_t> decay_at, no_decay_at;  // each tensor's element offset in the chunk (working layout)
   };
   std::vector<CpuChunkTensors> cpu_tensors_;  // per chunk, the CPU optimizer's (built once)
-  PinnedBuffer masters_, grads_, weights_out_;  // weights_out_: the 16-bit copy-out (not for fp32)
+  TraceRecorder* trace_;                     // may be null
+  std::unique_ptr<GradientOffloader> offloader_;  // optimizer on the CPU
+  uint64_t offloader_host_bytes_ = 0;
+  PinnedBuffer masters_;
   PinnedBuffer m_, v_;                       // fp32 moments, or the 8-bit codes (1 byte per slot)
   PinnedBuffer m_scale_, v_scale_;           // 8-bit block scales
-  PinnedBuffer scalars_;
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
-  float* norm_sq_ = nullptr;    // device scalar
   // Optimizer on the device: fp32 masters (16-bit training only; fp32 updates the model's
   // weights in place) and moments, laid out like masters_.
   std::byte* device_masters_ = nullptr;
   std::byte* device_m_ = nullptr;
   std::byte* device_v_ = nullptr;
-  std::unique_ptr<Event> uploaded_, computed_, loss_copied_, grads_ready_, params_sent_;
-  std::vector<std::unique_ptr<Event>> chunk_arrived_;  // per chunk: its gradients are on the host
+  std::unique_ptr<Event> uploaded_, computed_, loss_copied_, params_sent_;
   uint64_t steps_done_ = 0;
   uint64_t updates_done_ = 0;
 };

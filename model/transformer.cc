@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "offload/resident_weights.h"
+
 namespace strata::model {
 namespace {
 
@@ -88,7 +90,7 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
 // ---- creation ------------------------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, const ModelConfig& config,
-                                                           const TransformerOptions& options) {
+                                                           const TransformerOptions& options, ChunkSources sources) {
   TransformerOptions o = options;
   if (o.dtype != DType::f32 && o.dtype != DType::bf16 && o.dtype != DType::f16) {
     return error(Code::invalid_argument, "transformer '{}': working precision {} is not one of fp32, bf16, fp16",
@@ -102,9 +104,17 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, con
                  "transformer '{}': batch {} and seq_len {} must be >= 1 and seq_len <= max_seq {}", config.name,
                  o.batch, o.seq_len, config.max_seq);
   }
+  if (WeightSource* w = sources.weights) {
+    bool same = w->chunk_count() == layout.chunks.size();
+    for (size_t c = 0; same && c < layout.chunks.size(); ++c) same = w->chunk_bytes(c) == layout.chunks[c].bytes;
+    if (!same)
+      return error(Code::invalid_argument, "transformer '{}': the weight source's {} chunks do not match the {} {} "
+                   "chunks of the model's layout", config.name, w->chunk_count(), layout.chunks.size(),
+                   dtype_name(o.dtype));
+  }
   std::unique_ptr<Transformer> model(
       new Transformer(backend, config, std::move(layout), std::move(master_layout), o));
-  STRATA_RETURN_IF_ERROR(model->allocate_all());
+  STRATA_RETURN_IF_ERROR(model->allocate_all(sources));
   return model;
 }
 
@@ -116,9 +126,7 @@ Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layou
       layout_(std::move(layout)),
       master_layout_(std::move(master_layout)),
       options_(options),
-      esize_(layout_.element_bytes),
-      layer_params_(config_.n_layer),
-      layer_grads_(config_.n_layer) {}
+      esize_(layout_.element_bytes) {}
 
 Transformer::~Transformer() {
   Status s = backend_.synchronize_all();
@@ -129,28 +137,31 @@ Transformer::~Transformer() {
   }
 }
 
-// Parameter and gradient chunks one block each (the unit the offload layers move), then one block
-// for all activations at (batch, seq_len); pointers are carved from the layout's offsets.
-Status Transformer::allocate_all() {
-  for (const char* what : {"parameters", "gradients"}) {
-    const bool grads = what[0] == 'g';
-    auto& chunks = grads ? grad_chunks_ : param_chunks_;
-    for (const auto& chunk : layout_.chunks) {
-      STRATA_ASSIGN_OR_RETURN(void* block,
-                              backend_.allocate(chunk.bytes, fmt::format("{} {} ({})", config_.name, what, chunk.name)));
-      blocks_.push_back(block);
-      chunks.push_back(static_cast<std::byte*>(block));
+// The weight source (the given one, or every chunk resident), the model's own device gradients
+// (options.device_grads), then one block for all activations at (batch, seq_len).
+Status Transformer::allocate_all(ChunkSources sources) {
+  chunk_params_.assign(layout_.chunks.size(), {});
+  for (const ParamSpec& p : layout_.params) chunk_params_[p.chunk].push_back(&p);
+  std::vector<uint64_t> chunk_bytes;
+  std::vector<std::string> chunk_names;
+  for (const ChunkSpec& c : layout_.chunks) {
+    chunk_bytes.push_back(c.bytes);
+    chunk_names.push_back(c.name);
+  }
+  weights_ = sources.weights;
+  if (weights_ == nullptr) {
+    PinnedPool* pinned = sources.pinned;
+    if (pinned == nullptr) {
+      STRATA_ASSIGN_OR_RETURN(own_pinned_, PinnedPool::create({}));
+      pinned = own_pinned_.get();
     }
-    GlobalParams& global = grads ? grads_ : params_;
-    std::vector<LayerParams>& layers = grads ? layer_grads_ : layer_params_;
-    for (const auto& p : layout_.params) {
-      std::byte* slot = chunks[p.chunk] + p.slot_offset;
-      if (p.layer >= 0) {
-        slot_field(layers[p.layer], static_cast<LayerSlot>(p.slot)) = slot;
-      } else {
-        slot_field(global, static_cast<GlobalSlot>(p.slot)) = slot;
-      }
-    }
+    STRATA_ASSIGN_OR_RETURN(own_weights_,
+                            ResidentWeights::create(backend_, *pinned, chunk_bytes, chunk_names, config_.name));
+    weights_ = own_weights_.get();
+  }
+  if (options_.device_grads) {
+    STRATA_ASSIGN_OR_RETURN(device_grads_, DeviceGrads::create(backend_, options_.dtype, chunk_bytes, chunk_names, config_.name));
+    grad_sink_ = device_grads_.get();
   }
   const uint64_t act_bytes = carve(config_, options_.checkpoint_layers, esize_, options_.batch, options_.seq_len,
                                    nullptr, acts_, dacts_);
@@ -169,11 +180,45 @@ void Transformer::carve_activations(int64_t B, int64_t T) {
   T_ = T;
 }
 
-Status Transformer::zero_grad() {
-  for (size_t i = 0; i < grad_chunks_.size(); ++i) {
-    STRATA_RETURN_IF_ERROR(backend_.fill_zero(grad_chunks_[i], layout_.chunks[i].bytes));
-  }
+Status Transformer::set_grad_sink(GradSink* sink) {
+  if (sink == nullptr && device_grads_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': created without device gradients, so it needs a "
+                 "gradient sink", config_.name);
+  grad_sink_ = sink != nullptr ? sink : device_grads_.get();
   return Status::ok();
+}
+
+Status Transformer::zero_grad() {
+  if (grad_sink_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': no gradient sink (created with device_grads = false "
+                 "and none set)", config_.name);
+  return grad_sink_->begin_step();
+}
+
+LayerParams Transformer::bind_layer(int l, std::byte* base) const {
+  LayerParams out;
+  for (const ParamSpec* p : chunk_params_[layer_chunk(l)]) slot_field(out, LayerSlot(p->slot)) = base + p->slot_offset;
+  return out;
+}
+
+void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const {
+  for (const ParamSpec* p : chunk_params_[chunk]) slot_field(out, GlobalSlot(p->slot)) = base + p->slot_offset;
+}
+
+StatusOr<GlobalParams> Transformer::acquire_head() {
+  GlobalParams g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, weights_->acquire(head_chunk()));
+  bind_globals(g, head_chunk(), head);
+  if (config_.tied_head) {
+    STRATA_ASSIGN_OR_RETURN(std::byte* emb, weights_->acquire(embedding_chunk()));
+    bind_globals(g, embedding_chunk(), emb);
+  }
+  return g;
+}
+
+Status Transformer::release_head() {
+  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
+  return config_.tied_head ? weights_->release(embedding_chunk()) : Status::ok();
 }
 
 // ---- forward -------------------------------------------------------------------------------------
@@ -191,27 +236,36 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   const int64_t N = B * T, C = config_.dim, V = config_.vocab;
 
   // Embedding: GPT-2 adds learned positions; LLaMA's positions enter through RoPE.
+  GlobalParams emb;
+  STRATA_ASSIGN_OR_RETURN(std::byte* emb_chunk, weights_->acquire(embedding_chunk()));
+  bind_globals(emb, embedding_chunk(), emb_chunk);
   if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(options_.dtype, residual(0), inputs, params_.wte, params_.wpe, B, T, C, V));
+    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, emb.wpe, B, T, C, V));
   } else {
-    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(options_.dtype, residual(0), inputs, params_.wte, N, C, V));
+    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, V));
   }
-  for (int l = 0; l < config_.n_layer; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l));
+  STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
+  for (int l = 0; l < config_.n_layer; ++l) {
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
+    STRATA_RETURN_IF_ERROR(layer_forward(bind_layer(l, w), l));
+    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  }
 
   // Final norm, head (tied to wte or lm_head), fused cross-entropy -> mean loss on the device.
-  STRATA_RETURN_IF_ERROR(norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer),
-                                      params_.lnf_w, params_.lnf_b));
-  const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
+  STRATA_ASSIGN_OR_RETURN(const GlobalParams g, acquire_head());
+  STRATA_RETURN_IF_ERROR(
+      norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
+  const std::byte* head = config_.tied_head ? g.wte : g.lm_head;
   const int64_t Vp = logits_stride();
   STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V, Vp));
-  return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets, N, V,
-                                   Vp);
+  STRATA_RETURN_IF_ERROR(ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss,
+                                                   acts_.logits, targets, N, V, Vp));
+  return release_head();
 }
 
 // x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
 // `write_output` false in the backward's recomputation (residual[l + 1] already holds it).
-Status Transformer::layer_forward(int l, bool write_output) {
-  const LayerParams& p = layer_params_[l];
+Status Transformer::layer_forward(const LayerParams& p, int l, bool write_output) {
   const LayerActivations& a = layer_acts(l);
   const int64_t NC = B_ * T_ * config_.dim;
   const std::byte* x = residual(l);
@@ -275,39 +329,64 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   }
   const float dloss = grad_scale / float(counted_targets > 0 ? counted_targets : N);
 
+  if (grad_sink_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': backward() without a gradient sink", config_.name);
+  GradSink& sink = *grad_sink_;
+
   // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
-  // d loss / d residual stream from here down.
+  // d loss / d residual stream from here down. The tied embedding's gradient gets two
+  // contributions per backward: this one, and the embedding's at the end.
   const int64_t Vp = logits_stride();  // dlogits keep the logits' padded rows
   STRATA_RETURN_IF_ERROR(
       ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
   const std::byte* dlogits = acts_.logits;
-  const std::byte* head = config_.tied_head ? params_.wte : params_.lm_head;
-  std::byte* dhead = config_.tied_head ? grads_.wte : grads_.lm_head;
+  STRATA_ASSIGN_OR_RETURN(const GlobalParams p, acquire_head());
+  GlobalParams g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head_grads, sink.acquire(head_chunk()));
+  bind_globals(g, head_chunk(), head_grads);
+  if (config_.tied_head) {
+    STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(embedding_chunk()));
+    bind_globals(g, embedding_chunk(), emb_grads);
+  }
+  const std::byte* head = config_.tied_head ? p.wte : p.lm_head;
+  std::byte* dhead = config_.tied_head ? g.wte : g.lm_head;
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
   STRATA_RETURN_IF_ERROR(
       ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V, Vp));
-  STRATA_RETURN_IF_ERROR(norm_backward(dacts_.dres, grads_.lnf_w, grads_.lnf_b, dacts_.dln, residual(L),
-                                       params_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
+  STRATA_RETURN_IF_ERROR(
+      norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
+  STRATA_RETURN_IF_ERROR(release_head());
+  STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
+  if (config_.tied_head) STRATA_RETURN_IF_ERROR(sink.release(embedding_chunk(), /*last=*/false));
 
   for (int l = int(L) - 1; l >= 0; --l) {
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
+    STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
+    const LayerParams lp = bind_layer(l, w);
     // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
     // still in the shared buffers from the forward).
-    if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(l, /*write_output=*/false));
-    STRATA_RETURN_IF_ERROR(layer_backward(l));
+    if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
+    STRATA_RETURN_IF_ERROR(layer_backward(lp, bind_layer(l, gw), l));
+    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+    STRATA_RETURN_IF_ERROR(sink.release(layer_chunk(l), /*last=*/true));
   }
 
+  // The embedding's backward needs no weights, only its gradient chunk.
+  GlobalParams ge;
+  STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(embedding_chunk()));
+  bind_globals(ge, embedding_chunk(), emb_grads);
   if (config_.arch == Arch::gpt2) {
-    return ops_.encoder_backward(options_.dtype, grads_.wte, grads_.wpe, dacts_.dres, inputs_, B_, T_, C, V);
+    STRATA_RETURN_IF_ERROR(ops_.encoder_backward(options_.dtype, ge.wte, ge.wpe, dacts_.dres, inputs_, B_, T_, C, V));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, V));
   }
-  return ops_.token_embedding_backward(options_.dtype, grads_.wte, dacts_.dres, inputs_, N, C, V);
+  return sink.release(embedding_chunk(), /*last=*/true);
 }
 
 // dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each
 // branch reads dres as its output gradient and its norm accumulates its input gradient into dres.
-Status Transformer::layer_backward(int l) {
-  const LayerParams& p = layer_params_[l];
-  const LayerParams& g = layer_grads_[l];
+Status Transformer::layer_backward(const LayerParams& p, const LayerParams& g, int l) {
   const LayerActivations& a = layer_acts(l);
   STRATA_RETURN_IF_ERROR(mlp_backward(p, g, a));  // dres -> dln = d ln2
   STRATA_RETURN_IF_ERROR(

@@ -18,7 +18,10 @@
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "model/safetensors.h"
+#include "offload/chunk_source.h"
+#include "offload/device_grads.h"
 #include "runtime/backend.h"
+#include "runtime/pinned_pool.h"
 
 namespace strata::model {
 
@@ -38,6 +41,16 @@ struct TransformerOptions {
   int64_t seq_len = 0;            // T: longest sequence forward() will see; 0 = config.max_seq
   bool checkpoint_layers = true;  // keep only layer inputs; recompute each layer in backward()
   DType dtype = DType::f32;       // working precision: f32, bf16 or f16
+  // Keep a gradient buffer per chunk on the device (DeviceGrads) for the model's own use: needed
+  // by an optimizer on the device and by callers that read gradients from the model. A trainer
+  // that streams gradients to the host installs its own sink (set_grad_sink) and needs none.
+  bool device_grads = true;
+};
+
+// Where the model's parameter chunks come from. Not owned; must outlive the model.
+struct ChunkSources {
+  WeightSource* weights = nullptr;  // null: every chunk resident on the device (the model's own)
+  PinnedPool* pinned = nullptr;     // the resident source's staging; null: a small pool of its own
 };
 
 // One layer's internals for (B, T), N = B * T rows. Pointers into the activation block: std::byte*
@@ -98,8 +111,10 @@ class Transformer {
  public:
   // Validates the config and options, builds the layout and allocates every chunk and the
   // activations. Over budget: the arena's out_of_memory, its tag naming the chunk or buffer.
+  // A given weight source must have the layout's chunks at its sizes (invalid_argument otherwise).
   static StatusOr<std::unique_ptr<Transformer>> create(Backend& backend, const ModelConfig& config,
-                                                       const TransformerOptions& options = {});
+                                                       const TransformerOptions& options = {},
+                                                       ChunkSources sources = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -126,17 +141,27 @@ class Transformer {
   // the mean loss over counted targets into loss_result(). invalid_argument if B or T exceed
   // the options or T > max_seq.
   Status forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
-  // Queues the backward of the last forward, ACCUMULATING into the gradient chunks. Each counted
+  // Queues the backward of the last forward, ACCUMULATING into the gradient sink's chunks. Each counted
   // row's loss gets gradient grad_scale / counted_targets (counted_targets 0 means B * T: no -1
   // targets). Micro-batch accumulation: pass grad_scale = 1 / micro_batches. Destroys logits().
   Status backward(int64_t counted_targets = 0, float grad_scale = 1.0f);
-  // Queues zeroing of every gradient chunk.
+  // Starts a new accumulation: the gradient sink's begin_step (DeviceGrads: zeroes every chunk).
   Status zero_grad();
+
+  // The source the weights come from; the sink gradients go to (set_grad_sink replaces it: null
+  // returns to the model's own DeviceGrads, failed_precondition if it was created without).
+  WeightSource& weights() { return *weights_; }
+  GradSink* grad_sink() { return grad_sink_; }
+  Status set_grad_sink(GradSink* sink);
+  // The model's own device gradients (null when created with device_grads = false).
+  DeviceGrads* device_grads() { return device_grads_.get(); }
 
   // The loss of the last forward: sum, counted rows, mean (synchronizes the compute stream).
   StatusOr<kernels::CrossEntropyResult> read_loss();
-  // A parameter (or its gradient) by HF name in the HF layout, widened to fp32, for tests
-  // (synchronizes). not_found for an unknown name.
+  // A parameter (or its gradient: the fp32 sum of the backward passes since zero_grad) by HF name
+  // in the HF layout, widened to fp32, for tests (synchronizes). not_found for an unknown name;
+  // gradients only from the model's own DeviceGrads while they are the sink (failed_precondition
+  // otherwise).
   StatusOr<std::vector<float>> copy_parameter_to_host(std::string_view hf_name, ParamState state);
 
   const ModelConfig& config() const { return config_; }
@@ -146,14 +171,13 @@ class Transformer {
   const ParamLayout& layout() const { return layout_; }
   const ParamLayout& master_layout() const { return master_layout_; }
   const TransformerOptions& options() const { return options_; }
-  // The device base of layout chunk `c` (weights or gradients); tensor p is at chunk(p.chunk) + p.offset.
-  std::byte* chunk(size_t c, ParamState state) const {
-    return (state == ParamState::weights ? param_chunks_ : grad_chunks_).at(c);
-  }
-  const GlobalParams& params() const { return params_; }
-  const GlobalParams& grads() const { return grads_; }
-  const LayerParams& layer_params(int l) const { return layer_params_[l]; }
-  const LayerParams& layer_grads(int l) const { return layer_grads_[l]; }
+  // Chunk indices in layout(): the embedding, transformer layer l, the head (final norm, lm_head).
+  size_t embedding_chunk() const { return 0; }
+  size_t layer_chunk(int l) const { return size_t(l) + 1; }
+  size_t head_chunk() const { return layout_.chunks.size() - 1; }
+  // The tensors of layer l / of the global chunks at device chunk base `base` (any slot).
+  LayerParams bind_layer(int l, std::byte* base) const;
+  void bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const;
   // Device buffers of the last forward (B, T): with checkpointing off every layer's internals
   // stay valid until the next forward; with it on only the layer inputs (and the last layer).
   const Activations& activations() const { return acts_; }
@@ -164,7 +188,7 @@ class Transformer {
  private:
   Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
               TransformerOptions options);
-  Status allocate_all();
+  Status allocate_all(ChunkSources sources);
   void carve_activations(int64_t B, int64_t T);
   // `p` moved by `elements` working-precision elements.
   std::byte* at(std::byte* p, int64_t elements) const { return p + elements * esize_; }
@@ -172,8 +196,12 @@ class Transformer {
   uint64_t bytes(int64_t elements) const { return uint64_t(elements) * esize_; }
   std::byte* residual(int l) const { return at(acts_.residual, int64_t(l) * B_ * T_ * config_.dim); }
   const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
-  Status layer_forward(int l, bool write_output = true);
-  Status layer_backward(int l);
+  Status layer_forward(const LayerParams& p, int l, bool write_output = true);
+  Status layer_backward(const LayerParams& p, const LayerParams& g, int l);
+  // The head's chunks (and the embedding's when tied) acquired from the weight source: the
+  // forward's end and the backward's start. release_head gives back what acquire_head took.
+  StatusOr<GlobalParams> acquire_head();
+  Status release_head();
   Status attention_forward(const LayerParams& p, const LayerActivations& a);
   Status attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
   Status mlp_forward(const LayerParams& p, const LayerActivations& a);
@@ -195,11 +223,13 @@ class Transformer {
   const TransformerOptions options_;
   const uint64_t esize_;              // bytes per working-precision element
   std::vector<void*> blocks_;         // every arena block this model owns
-  std::vector<std::byte*> param_chunks_;  // one per layout chunk
-  std::vector<std::byte*> grad_chunks_;
+  std::vector<std::vector<const ParamSpec*>> chunk_params_;  // per chunk, its tensors (layout_)
+  std::unique_ptr<PinnedPool> own_pinned_;      // the resident source's staging, when not given
+  std::unique_ptr<WeightSource> own_weights_;   // ResidentWeights, when no source was given
+  WeightSource* weights_ = nullptr;
+  std::unique_ptr<DeviceGrads> device_grads_;   // options.device_grads
+  GradSink* grad_sink_ = nullptr;
   std::vector<std::vector<float>> fp32_weights_;  // see take_fp32_weights()
-  GlobalParams params_, grads_;
-  std::vector<LayerParams> layer_params_, layer_grads_;
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;
   ActivationGrads dacts_;

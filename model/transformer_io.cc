@@ -41,33 +41,27 @@ std::vector<std::vector<float>> Transformer::zeroed_host_chunks() const {
   return host;
 }
 
+// Each chunk through the weight source's update buffer: fp32 copied, 16-bit rounded per tensor
+// (padding zero), then committed; returns once every chunk reached its home.
 Status Transformer::write_chunks(std::vector<std::vector<float>> host_chunks) {
-  // The compute stream may still read the old values: let it finish before overwriting them.
-  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  if (options_.dtype == DType::f32) {
-    for (size_t i = 0; i < host_chunks.size(); ++i) {
-      STRATA_RETURN_IF_ERROR(
-          backend_.copy_to_device(param_chunks_[i], host_chunks[i].data(), layout_.chunks[i].bytes, Stream::h2d));
-    }
-    return backend_.synchronize(Stream::h2d);
-  }
-  // 16-bit: round each tensor into a staging chunk in the device layout, one chunk at a time.
-  const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
-  std::vector<uint16_t> staged;
+  const bool f32 = options_.dtype == DType::f32;
+  const kernels::FloatFormat format = f32 ? kernels::FloatFormat::f32 : float_format_of(options_.dtype, "weights").value();
   for (size_t c = 0; c < host_chunks.size(); ++c) {
-    staged.assign(layout_.chunks[c].bytes / sizeof(uint16_t), 0);
-    for (size_t i = 0; i < layout_.params.size(); ++i) {
-      const ParamSpec& p = layout_.params[i];
-      if (size_t(p.chunk) != c) continue;
-      const float* src = host_chunks[c].data() + master_layout_.params[i].offset / sizeof(float);
-      uint16_t* dst = staged.data() + p.offset / sizeof(uint16_t);
-      for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::float_to_half(format, src[e]);
+    STRATA_ASSIGN_OR_RETURN(std::byte* staged, weights_->update_buffer(c));
+    if (f32) {
+      std::memcpy(staged, host_chunks[c].data(), layout_.chunks[c].bytes);
+    } else {
+      std::memset(staged, 0, layout_.chunks[c].bytes);
+      for (const ParamSpec* p : chunk_params_[c]) {
+        const float* src = host_chunks[c].data() + master_layout_.params[p - layout_.params.data()].offset / sizeof(float);
+        auto* dst = reinterpret_cast<uint16_t*>(staged + p->offset);
+        for (uint64_t e = 0; e < p->elements; ++e) dst[e] = kernels::float_to_half(format, src[e]);
+      }
     }
-    STRATA_RETURN_IF_ERROR(
-        backend_.copy_to_device(param_chunks_[c], staged.data(), layout_.chunks[c].bytes, Stream::h2d));
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::h2d));  // before `staged` is reused
+    STRATA_RETURN_IF_ERROR(weights_->commit_update(c));
   }
-  fp32_weights_ = std::move(host_chunks);
+  STRATA_RETURN_IF_ERROR(weights_->flush());
+  if (!f32) fp32_weights_ = std::move(host_chunks);
   return Status::ok();
 }
 
@@ -143,13 +137,25 @@ StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_vie
     return error(Code::not_found, "model '{}' has no parameter '{}' (Hugging Face names, e.g. '{}')", config_.name,
                  hf_name, layout_.params.front().name);
   }
-  const std::byte* chunk = (state == ParamState::gradients ? grad_chunks_ : param_chunks_)[p->chunk];
   std::vector<float> values(p->elements);
+  if (state == ParamState::gradients) {  // the fp32 sums of the backward passes since zero_grad
+    if (grad_sink_ == nullptr || grad_sink_ != device_grads_.get())
+      return error(Code::failed_precondition, "model '{}': its gradients are not on the device (they stream to the "
+                   "trainer's host accumulators)", config_.name);
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+    STRATA_RETURN_IF_ERROR(backend_.copy_to_host(values.data(), device_grads_->accumulated(p->chunk) + p->offset / esize_,
+                                                 p->elements * sizeof(float), Stream::d2h));
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+    if (!p->hf_transposed) return values;
+    return to_hf_layout(*p, values.data());
+  }
   std::vector<uint16_t> halves(options_.dtype == DType::f32 ? 0 : p->elements);
   void* dst = halves.empty() ? static_cast<void*>(values.data()) : halves.data();
-  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(dst, chunk + p->offset, bytes(int64_t(p->elements)), Stream::d2h));
-  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  {
+    std::vector<std::byte> chunk(layout_.chunks[p->chunk].bytes);
+    STRATA_RETURN_IF_ERROR(weights_->read(p->chunk, chunk.data()));
+    std::memcpy(dst, chunk.data() + p->offset, bytes(int64_t(p->elements)));
+  }
   if (!halves.empty()) {
     const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
     for (size_t e = 0; e < halves.size(); ++e) values[e] = kernels::half_to_float(format, halves[e]);

@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include "kernels/cpu/grad_accumulate.h"
+
 namespace strata {
 
 // Collects the first argument error of one op call. Each check is skipped once one has failed.
@@ -388,6 +390,23 @@ Status ComputeOps::grad_norm_squared(float* sum_squares, const void* grad, DType
   a.tensor("sum_squares", sum_squares, 4, {1}).tensor("grad", grad, format, {n});
   STRATA_RETURN_IF_ERROR(a.status());
   return queue_grad_norm_squared(sum_squares, grad, format, n);
+}
+
+Status ComputeOps::accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) {
+  OpArgs a(*this, "accumulate_widened");
+  a.float_format(format, "gradient").sizes({{"n", n}});
+  a.tensor("acc", acc, 4, {n}).tensor("src", src, format, {n});
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_accumulate_widened(acc, src, format, n, first);
+}
+
+Status ComputeOps::sum_squares_blocks(double* partials, const float* x, int64_t n) {
+  OpArgs a(*this, "sum_squares_blocks");
+  a.sizes({{"n", n}});
+  const int64_t blocks = (n + int64_t(kernels::kSumSquaresBlock) - 1) / int64_t(kernels::kSumSquaresBlock);
+  a.tensor("partials", partials, 8, {blocks}).tensor("x", x, 4, {n});
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_sum_squares_blocks(partials, x, n);
 }
 
 Status ComputeOps::grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) {

@@ -132,6 +132,13 @@ class ComputeOps {
   // *sum_squares (one fp32 on the device) += sum of grad^2 over n elements of `format`; call once
   // per gradient tensor after zeroing it; sqrt on the host gives the global norm.
   Status grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n);
+  // The one definition of gradient accumulation and of the global norm's sum of squares
+  // (kernels/cpu/grad_accumulate.h), for gradients kept on the device: bit-identical to the host's.
+  // acc (n fp32) = widen(src) when `first`, else acc + widen(src); src holds n `format` elements.
+  Status accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first);
+  // partials[k] (double, on the device) = kernels::sum_squares_block of x's k-th block of
+  // kernels::kSumSquaresBlock floats, for the ceil(n / kSumSquaresBlock) blocks of x (n fp32).
+  Status sum_squares_blocks(double* partials, const float* x, int64_t n);
   // Writes 0 to *all_finite (one int32 on the device) if any grad element is Inf or NaN; never
   // writes 1 (set it to 1 before a step's first tensor).
   Status grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n);
@@ -203,6 +210,8 @@ class ComputeOps {
   virtual Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) = 0;
   virtual Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) = 0;
   virtual Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) = 0;
+  virtual Status queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) = 0;
+  virtual Status queue_sum_squares_blocks(double* partials, const float* x, int64_t n) = 0;
   virtual Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                                    const kernels::AdamSpan& span) = 0;
 

@@ -4,10 +4,12 @@
 // format loops (cast, grad norm) written here.
 #include "runtime/cpu_compute_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/grad_accumulate.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_elementwise.h"
@@ -275,6 +277,19 @@ Status CpuComputeOps::queue_grad_norm_squared(float* sum_squares, const void* gr
       sum += g * g;
     }
     *sum_squares += static_cast<float>(sum);
+  });
+}
+
+Status CpuComputeOps::queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) {
+  const kernels::FloatFormat f = format_of(format);
+  return stream_.enqueue([=] { kernels::accumulate_widened(f, src, acc, static_cast<size_t>(n), first); });
+}
+
+Status CpuComputeOps::queue_sum_squares_blocks(double* partials, const float* x, int64_t n) {
+  return stream_.enqueue([=] {
+    constexpr size_t kBlock = kernels::kSumSquaresBlock;
+    for (size_t k = 0, at = 0; at < static_cast<size_t>(n); ++k, at += kBlock)
+      partials[k] = kernels::sum_squares_block(x + at, std::min(kBlock, static_cast<size_t>(n) - at));
   });
 }
 

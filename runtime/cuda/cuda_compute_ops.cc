@@ -13,6 +13,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/grad_accumulate.cuh"
 #include "kernels/cuda/loss.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/optimizer.cuh"
@@ -342,6 +343,17 @@ Status CudaComputeOps::queue_grad_norm_squared(float* sum_squares, const void* g
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return STRATA_CUDA_STATUS(
       kc::grad_norm_squared(sum_squares, norm_scratch_, grad, format_of(format), static_cast<size_t>(n), stream_));
+}
+
+Status CudaComputeOps::queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return STRATA_CUDA_STATUS(
+      kc::accumulate_widened(acc, src, format_of(format), static_cast<size_t>(n), first, stream_));
+}
+
+Status CudaComputeOps::queue_sum_squares_blocks(double* partials, const float* x, int64_t n) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return STRATA_CUDA_STATUS(kc::sum_squares_blocks(partials, x, static_cast<size_t>(n), stream_));
 }
 
 Status CudaComputeOps::queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) {

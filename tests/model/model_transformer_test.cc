@@ -93,7 +93,10 @@ TEST(TransformerTest, LoadTransposesConv1DWeights) {
   EXPECT_EQ(hf, want);
   // ...and on the device it is (out, in) = (192, 48): device row 5 is HF column 5.
   std::vector<float> row(48);
-  ASSERT_TRUE(backend->copy_to_host(row.data(), model->layer_params(1).fc_w + 5 * 48 * 4, 48 * 4, Stream::d2h).is_ok());
+  std::byte* layer1 = expect_value(model->weights().acquire(model->layer_chunk(1)));
+  ASSERT_TRUE(model->weights().release(model->layer_chunk(1)).is_ok());
+  ASSERT_TRUE(backend->synchronize(Stream::compute).is_ok());
+  ASSERT_TRUE(backend->copy_to_host(row.data(), model->bind_layer(1, layer1).fc_w + 5 * 48 * 4, 48 * 4, Stream::d2h).is_ok());
   ASSERT_TRUE(backend->synchronize(Stream::d2h).is_ok());
   for (int i = 0; i < 48; ++i) EXPECT_EQ(row[i], want[i * 192 + 5]) << i;
 }

@@ -151,7 +151,12 @@ TEST(NonFiniteGradients, SkipTheUpdateInFp32) {
   const std::vector<float> before = all_masters(r);
   // Poison one weight on the device only: the forward reads it, the masters stay finite.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  ASSERT_TRUE(r.backend->copy_to_device(r.model->params().lnf_w, &nan, sizeof(float), Stream::h2d).is_ok());
+  const size_t head = r.model->head_chunk();
+  std::byte* w = expect_value(r.model->weights().acquire(head));
+  GlobalParams p;
+  r.model->bind_globals(p, head, w);
+  ASSERT_TRUE(r.model->weights().release(head).is_ok());
+  ASSERT_TRUE(r.backend->copy_to_device(p.lnf_w, &nan, sizeof(float), Stream::h2d).is_ok());
   ASSERT_TRUE(r.backend->synchronize(Stream::h2d).is_ok());
   const StepResult s = expect_value(r.trainer->step(same_batch(g)));
   EXPECT_TRUE(s.skipped);

@@ -5,10 +5,12 @@
 // problem and queue nothing. Test-only.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/grad_accumulate.h"
 #include "tests/runtime/backend_ops_fixture.h"
 
 namespace strata::ops_test {
@@ -63,6 +65,36 @@ TEST_P(BackendOpsTest, GradNormSquaredAndFiniteCheck) {
     Tensor bad_grad = tensor(format, n, bad);
     ASSERT_TRUE(ops().grad_check_finite(flag.i(), bad_grad.data, format, n).is_ok());
     EXPECT_EQ(read(flag)[0], 0.0) << "one non-finite element clears the flag";
+  }
+}
+
+// The device twins of kernels/cpu/grad_accumulate.h: bit for bit the host's definition (the
+// exactness contract: gradients kept on the device and gradients streamed to the host agree).
+TEST_P(BackendOpsTest, AccumulateWidenedAndBlockSumsOfSquaresMatchTheHostDefinition) {
+  const int64_t n = 3 * int64_t(kernels::kSumSquaresBlock) + 123;
+  const int64_t blocks = 4;
+  for (DType format : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(dtype_name(format)));
+    Tensor a = tensor(format, n, random(n, -3.0, 3.0)), b = tensor(format, n, random(n, -1e-3, 1e-3));
+    Tensor acc = f32(n), partials = f32(2 * blocks);  // 2 floats of storage per double
+    ASSERT_TRUE(ops().accumulate_widened(acc.f(), a.data, format, n, /*first=*/true).is_ok());
+    ASSERT_TRUE(ops().accumulate_widened(acc.f(), b.data, format, n, /*first=*/false).is_ok());
+    ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f(), n).is_ok());
+    const std::vector<uint8_t> a_bytes = read_bytes(a), b_bytes = read_bytes(b);
+    std::vector<float> want(n);
+    const kernels::FloatFormat f = float_format_of(format, "test").value();
+    kernels::accumulate_widened(f, a_bytes.data(), want.data(), size_t(n), true);
+    kernels::accumulate_widened(f, b_bytes.data(), want.data(), size_t(n), false);
+    const std::vector<uint8_t> got = read_bytes(acc);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * sizeof(float))) << "fp32 sums differ";
+    const std::vector<uint8_t> part = read_bytes(partials);
+    for (int64_t k = 0; k < blocks; ++k) {
+      double p;
+      std::memcpy(&p, part.data() + k * sizeof(double), sizeof(double));
+      const size_t at = size_t(k) * kernels::kSumSquaresBlock;
+      EXPECT_EQ(p, kernels::sum_squares_block(want.data() + at, std::min<size_t>(kernels::kSumSquaresBlock, n - at)))
+          << "block " << k;
+    }
   }
 }
 

@@ -352,7 +352,10 @@ int train(const Config& config) {
       {.batch = int64_t(o.micro_batch),
        .seq_len = int64_t(o.seq),
        .checkpoint_layers = o.activation_checkpointing,
-       .dtype = o.dtype});
+       .dtype = o.dtype,
+       // A CPU optimizer streams gradients to the host: no full set of them on the device.
+       .device_grads = o.optimizer_device == model::TrainOptions::OptimizerDevice::device},
+      {.pinned = pinned->get()});
   if (!net.is_ok()) return fail(net.status());
   if (resumed && init_weights)
     spdlog::info("init-from: resuming from {}, so its weights are used; {} gave the model's configuration only",

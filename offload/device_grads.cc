@@ -1,0 +1,102 @@
+// DeviceGrads (device_grads.h): gradients accumulated in fp32 on the device, the norm by blocks.
+#include "offload/device_grads.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "kernels/cpu/grad_accumulate.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<DeviceGrads>> DeviceGrads::create(Backend& backend, DType dtype,
+                                                           const std::vector<uint64_t>& chunk_bytes,
+                                                           const std::vector<std::string>& chunk_names,
+                                                           const std::string& name) {
+  if (chunk_bytes.empty() || chunk_names.size() != chunk_bytes.size())
+    return error(Code::invalid_argument, "device gradients '{}': {} chunks and {} names", name, chunk_bytes.size(),
+                 chunk_names.size());
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
+    return error(Code::invalid_argument, "device gradients '{}': {} is not a gradient format", name, dtype_name(dtype));
+  std::unique_ptr<DeviceGrads> g(new DeviceGrads(backend, dtype, chunk_bytes));
+  auto allocate = [&](uint64_t bytes, const std::string& tag) -> StatusOr<std::byte*> {
+    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(bytes, tag));
+    g->blocks_.push_back(block);
+    return static_cast<std::byte*>(block);
+  };
+  g->partial_at_ = {0};
+  for (size_t c = 0; c < chunk_bytes.size(); ++c) {
+    if (chunk_bytes[c] == 0 || chunk_bytes[c] % dtype_size(dtype) != 0)
+      return error(Code::invalid_argument, "device gradients '{}': chunk {} has {} bytes, not a positive multiple of {}",
+                   name, c, chunk_bytes[c], dtype_size(dtype));
+    STRATA_ASSIGN_OR_RETURN(std::byte* work, allocate(chunk_bytes[c], fmt::format("{} gradients ({})", name, chunk_names[c])));
+    g->work_.push_back(work);
+    STRATA_ASSIGN_OR_RETURN(std::byte* acc, allocate(g->elements(c) * sizeof(float),
+                                                     fmt::format("{} fp32 gradient sums ({})", name, chunk_names[c])));
+    g->acc_.push_back(reinterpret_cast<float*>(acc));
+    const uint64_t blocks = (g->elements(c) + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
+    g->partial_at_.push_back(g->partial_at_.back() + blocks);
+  }
+  STRATA_ASSIGN_OR_RETURN(std::byte* partials,
+                          allocate(g->partial_at_.back() * sizeof(double), fmt::format("{} norm partials", name)));
+  g->partials_ = reinterpret_cast<double*>(partials);
+  g->host_partials_.resize(g->partial_at_.back());
+  g->fresh_.assign(chunk_bytes.size(), true);
+  return g;
+}
+
+DeviceGrads::~DeviceGrads() {
+  Status s = backend_.synchronize_all();
+  if (!s.is_ok()) spdlog::warn("device gradients: releasing memory after a failed stream: {}", s);
+  for (void* block : blocks_) {
+    s = backend_.release(block);
+    if (!s.is_ok()) spdlog::warn("device gradients: {}", s);
+  }
+}
+
+Status DeviceGrads::check(size_t c, const char* what) const {
+  if (c >= work_.size())
+    return error(Code::out_of_range, "device gradients: {} of chunk {} but there are {} chunks", what, c, work_.size());
+  return Status::ok();
+}
+
+Status DeviceGrads::begin_step() {
+  fresh_.assign(work_.size(), true);
+  return Status::ok();
+}
+
+StatusOr<std::byte*> DeviceGrads::acquire(size_t c) {
+  STRATA_RETURN_IF_ERROR(check(c, "acquire"));
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(work_[c], bytes_[c]));
+  return work_[c];
+}
+
+Status DeviceGrads::release(size_t c, bool /*last*/) {
+  STRATA_RETURN_IF_ERROR(check(c, "release"));
+  STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), fresh_[c]));
+  fresh_[c] = false;
+  return Status::ok();
+}
+
+StatusOr<double> DeviceGrads::finish_step() {
+  for (size_t c = 0; c < work_.size(); ++c) {
+    if (fresh_[c]) {  // no contribution this step: the sum is zero
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(acc_[c], elements(c) * sizeof(float)));
+      fresh_[c] = false;
+    }
+    STRATA_RETURN_IF_ERROR(
+        backend_.ops().sum_squares_blocks(partials_ + partial_at_[c], acc_[c], int64_t(elements(c))));
+  }
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,
+                                               host_partials_.size() * sizeof(double), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  double total = 0.0;
+  for (size_t c = 0; c < work_.size(); ++c) {
+    double chunk = 0.0;  // kernels::sum_squares's order: blocks in order from +0.0
+    for (uint64_t k = partial_at_[c]; k < partial_at_[c + 1]; ++k) chunk += host_partials_[k];
+    total += chunk;
+  }
+  return total;
+}
+
+}  // namespace strata

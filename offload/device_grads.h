@@ -1,0 +1,75 @@
+// DeviceGrads: the GradSink (offload/chunk_source.h) that keeps every chunk's gradient on the
+// device for the whole run, for an optimizer on the device and for callers that read gradients
+// from the model (tests). It follows the one definition of accumulation and of the norm that
+// gradients streamed to the host follow (GradientOffloader; kernels/cpu/grad_accumulate.h), with
+// the backend's accumulate_widened and sum_squares_blocks ops, so the two placements give the
+// same bits: each backward contribution lands in a zeroed working-precision buffer and is widened
+// into the chunk's fp32 accumulator (the step's first contribution copies, later ones add); the
+// squared norm is the sum, in chunk order, of each chunk's blocked sum of squares.
+// Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
+// 4096 floats for the norm's block partials.
+// Thread-safety: one driving thread. Lifetime: the backend outlives it; the destructor waits for
+// every stream and returns its blocks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/chunk_source.h"
+#include "runtime/backend.h"
+#include "runtime/dtype.h"
+
+namespace strata {
+
+class DeviceGrads final : public GradSink {
+ public:
+  // Blocks for every entry of `chunk_bytes` (bytes in `dtype`, the working precision; tags
+  // "<name> gradients (<chunk_names[c]>)"). Over budget: the arena's out_of_memory.
+  static StatusOr<std::unique_ptr<DeviceGrads>> create(Backend& backend, DType dtype,
+                                                       const std::vector<uint64_t>& chunk_bytes,
+                                                       const std::vector<std::string>& chunk_names,
+                                                       const std::string& name);
+  ~DeviceGrads() override;
+  DeviceGrads(const DeviceGrads&) = delete;
+  DeviceGrads& operator=(const DeviceGrads&) = delete;
+
+  Status begin_step() override;  // every accumulator reads zero until its first contribution
+  // The chunk's working-precision buffer, zero-filled on Stream::compute.
+  StatusOr<std::byte*> acquire(size_t c) override;
+  // Queues acc(c) = widen(buffer) (first contribution of the step) or acc(c) + widen(buffer).
+  Status release(size_t c, bool last) override;
+
+  // Zeroes the accumulators no contribution reached this step, then returns the squared global
+  // norm of the accumulated gradient: the block partials of every chunk (computed on the device,
+  // copied down), summed per chunk in block order and over chunks in chunk order, from +0.0.
+  // Synchronizes the compute and d2h streams.
+  StatusOr<double> finish_step();
+  // Chunk c's fp32 accumulator on the device: chunk_bytes(c) / element size floats, element i =
+  // element i of the chunk in the working-precision layout. Holds the step's sum after the
+  // backward's work completes (stream order); untouched chunks read zero after finish_step.
+  float* accumulated(size_t c) const { return acc_.at(c); }
+
+  size_t chunk_count() const { return work_.size(); }
+  uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
+
+ private:
+  DeviceGrads(Backend& backend, DType dtype, std::vector<uint64_t> bytes)
+      : backend_(backend), dtype_(dtype), bytes_(std::move(bytes)) {}
+  uint64_t elements(size_t c) const { return bytes_[c] / dtype_size(dtype_); }
+  Status check(size_t c, const char* what) const;
+
+  Backend& backend_;
+  const DType dtype_;
+  const std::vector<uint64_t> bytes_;
+  std::vector<void*> blocks_;           // every arena block, for release
+  std::vector<std::byte*> work_;        // per chunk: the backward's buffer (working precision)
+  std::vector<float*> acc_;             // per chunk: fp32 accumulator
+  std::vector<uint64_t> partial_at_;    // per chunk: index of its first block partial (+ total)
+  double* partials_ = nullptr;          // device: every chunk's block partials
+  std::vector<double> host_partials_;
+  std::vector<bool> fresh_;             // per chunk: no contribution yet this step
+};
+
+}  // namespace strata

@@ -1,0 +1,645 @@
+// TierManager: slots, homes, staging and the fetch/prefetch/update paths (see tier_manager.h).
+// Staging buffers (nvme home) cycle idle -> reading -> idle (its H2D queued, `copied` marks its
+// end) or idle -> update -> writing -> idle; a buffer is taken again only once `copied` completed.
+#include "offload/tier_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "offload/trace.h"
+#include "runtime/units.h"
+
+namespace strata {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string group_name(const TierManagerOptions& o, size_t g) {
+  return g < o.group_names.size() && !o.group_names[g].empty() ? o.group_names[g] : fmt::format("group {}", g);
+}
+
+// Per group: the largest 4 KiB-padded chunk (0 for a group without chunks).
+std::vector<uint64_t> slot_sizes(const TierManagerOptions& o) {
+  std::vector<uint64_t> s(o.group_slots.size(), 0);
+  for (size_t c = 0; c < o.chunk_bytes.size() && c < o.chunk_group.size(); c++)
+    if (o.chunk_group[c] < s.size()) s[o.chunk_group[c]] = std::max(s[o.chunk_group[c]], round_up(o.chunk_bytes[c], kPage));
+  return s;
+}
+
+uint64_t max_chunk(const TierManagerOptions& o) {
+  uint64_t m = 0;
+  for (uint64_t b : o.chunk_bytes) m = std::max(m, b);
+  return m;
+}
+
+// ---- trace wiring: the only places the manager talks to the TraceRecorder ----------------------
+double trace_now(TraceRecorder* t) { return t ? t->now_us() : 0.0; }
+
+void trace_io(TraceRecorder* t, std::string_view track, size_t c, uint64_t bytes, double begin_us) {
+  if (t) t->span(track, fmt::format("chunk {}", c), begin_us, t->now_us(),
+                 {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+}
+
+Status traced_h2d(Backend& b, TraceRecorder* t, size_t c, uint64_t bytes, const std::function<Status()>& enqueue) {
+  if (!t) return enqueue();
+  return t->stream_span(b, Stream::h2d, "h2d", fmt::format("chunk {}", c), enqueue,
+                        {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+}
+
+}  // namespace
+
+std::string_view tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::device: return "device";
+    case Tier::cpu: return "cpu";
+    case Tier::nvme: return "nvme";
+  }
+  return "?";
+}
+
+Status check_tier_options(const TierManagerOptions& o, bool have_store) {
+  const std::string& n = o.name;
+  if (o.chunk_bytes.empty()) return error(Code::invalid_argument, "{}: no chunks to page", n);
+  if (o.chunk_group.size() != o.chunk_bytes.size())
+    return error(Code::invalid_argument, "{}: {} chunk sizes but {} chunk groups (one per chunk)", n,
+                 o.chunk_bytes.size(), o.chunk_group.size());
+  if (o.group_slots.empty()) return error(Code::invalid_argument, "{}: no slot groups", n);
+  if (!o.group_names.empty() && o.group_names.size() != o.group_slots.size())
+    return error(Code::invalid_argument, "{}: {} group names for {} groups", n, o.group_names.size(), o.group_slots.size());
+  std::vector<uint32_t> members(o.group_slots.size(), 0);
+  for (size_t c = 0; c < o.chunk_bytes.size(); c++) {
+    if (o.chunk_bytes[c] == 0) return error(Code::invalid_argument, "{}: chunk {} has 0 bytes", n, c);
+    if (o.chunk_group[c] >= o.group_slots.size())
+      return error(Code::invalid_argument, "{}: chunk {} is in group {}, but there are only {} groups", n, c,
+                   o.chunk_group[c], o.group_slots.size());
+    members[o.chunk_group[c]]++;
+  }
+  for (size_t g = 0; g < o.group_slots.size(); g++) {
+    if (o.group_slots[g] == 0)
+      return error(Code::invalid_argument, "{}: slot group '{}' has 0 slots (a chunk needs at least one to be used)", n,
+                   group_name(o, g));
+    if (members[g] == 0)
+      return error(Code::invalid_argument, "{}: slot group '{}' has no chunk (its slots would be wasted)", n, group_name(o, g));
+  }
+  if (o.home != Tier::cpu && o.home != Tier::nvme)
+    return error(Code::invalid_argument, "{}: home tier must be cpu or nvme, not {} (device-resident weights need no paging)",
+                 n, tier_name(o.home));
+  if (o.home == Tier::nvme && !have_store)
+    return error(Code::invalid_argument, "{}: weights homed on nvme need an NVMe store (none was given)", n);
+  if (o.home == Tier::nvme && o.nvme_staging == 0)
+    return error(Code::invalid_argument, "{}: weights homed on nvme need at least one pinned staging buffer (nvme_staging is 0)", n);
+  return Status::ok();
+}
+
+uint64_t tier_device_bytes(const TierManagerOptions& o) {
+  const std::vector<uint64_t> sizes = slot_sizes(o);
+  uint64_t total = 0;
+  for (size_t g = 0; g < sizes.size(); g++) total += sizes[g] * o.group_slots[g];
+  return total;
+}
+
+uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
+  if (o.home == Tier::nvme) {
+    const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+    const uint64_t buffer = round_up(round_up(max_chunk(o), a), kPage) + (a > kPage ? a : 0);
+    return buffer * o.nvme_staging;
+  }
+  uint64_t total = 0;
+  for (uint64_t b : o.chunk_bytes) total += round_up(b, kPage);
+  return total;
+}
+
+// ---- state ---------------------------------------------------------------------------------------
+
+struct TierManager::Slot {
+  std::byte* ptr = nullptr;
+  uint32_t group = 0;
+  int64_t chunk = -1;       // the chunk whose current weights are here or on their way; -1: free
+  uint32_t holds = 0;       // acquires not yet released
+  uint64_t last_use = 0;    // LRU tick
+  bool prefetched = false;  // filled ahead of an acquire that has not come yet
+  std::unique_ptr<Event> released;  // Stream::compute: the last compute use (recorded at release)
+  std::unique_ptr<Event> arrived;   // Stream::h2d: the end of the last copy into the slot
+};
+
+struct TierManager::Chunk {
+  uint32_t group = 0;
+  int slot = -1;                     // slot holding the current weights, -1: none
+  PinnedBuffer home;                 // cpu home
+  std::unique_ptr<Event> home_read;  // cpu home: Stream::h2d, the end of the last copy from home
+  ExtentId extent = 0;               // nvme home
+  int reading = -1;                  // staging buffer with a read of this chunk in flight
+  int writing = -1;                  // staging buffer with a write of this chunk in flight
+  Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
+};
+
+struct TierManager::Staging {
+  enum class State : uint8_t { idle, reading, update, writing };
+  PinnedBuffer buffer;
+  std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
+  State state = State::idle;
+  size_t chunk = 0;
+  ExtentIo io;
+  double begin_us = 0;
+  std::unique_ptr<Event> copied;  // Stream::h2d: the end of the last copy out of this buffer
+};
+
+struct TierManager::WaitClock {
+  std::atomic<int64_t> start_ns{0};  // written and read only by compute-stream callbacks, in order
+  std::atomic<uint64_t> total_ns{0};
+  std::atomic<uint64_t> waits{0};
+};
+
+// ---- lifetime ------------------------------------------------------------------------------------
+
+TierManager::TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
+                         TierManagerOptions options)
+    : backend_(backend), pool_(pool), store_(store), trace_(trace), options_(std::move(options)),
+      wait_clock_(std::make_shared<WaitClock>()) {}
+
+StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, PinnedPool& pool, NvmeStore* store,
+                                                           TraceRecorder* trace, TierManagerOptions options) {
+  STRATA_RETURN_IF_ERROR(check_tier_options(options, store != nullptr));
+  if (options.home != Tier::nvme) store = nullptr;  // a store given with a cpu home is not used
+  std::unique_ptr<TierManager> tm(new TierManager(backend, pool, store, trace, std::move(options)));
+  STRATA_RETURN_IF_ERROR(tm->carve());
+  return tm;
+}
+
+Status TierManager::carve() {
+  const TierManagerOptions& o = options_;
+  slot_bytes_ = slot_sizes(o);
+  uint64_t derived = 0;
+  for (size_t g = 0; g < slot_bytes_.size(); g++) derived += (o.group_slots[g] - 1) * slot_bytes_[g];
+  window_ = o.prefetch_bytes != 0 ? o.prefetch_bytes : derived;
+
+  for (size_t g = 0; g < o.group_slots.size(); g++) {
+    for (uint32_t i = 0; i < o.group_slots[g]; i++) {
+      auto p = backend_.allocate(slot_bytes_[g], fmt::format("{} slot ({}) {}/{}", o.name, group_name(o, g), i + 1,
+                                                            o.group_slots[g]));
+      if (!p.is_ok())
+        return p.status().with_context(fmt::format(
+            "{}: the device slots need {} in all (the minimum for these slot groups; lower the slot counts or raise "
+            "the device budget)",
+            o.name, format_size(tier_device_bytes(o))));
+      Slot s;
+      s.ptr = static_cast<std::byte*>(*p);
+      s.group = static_cast<uint32_t>(g);
+      s.released = backend_.create_event();
+      s.arrived = backend_.create_event();
+      slots_.push_back(std::move(s));
+    }
+  }
+
+  chunks_.resize(o.chunk_bytes.size());
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    Chunk& ch = chunks_[c];
+    ch.group = o.chunk_group[c];
+    if (o.home == Tier::cpu) {
+      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kPage));
+      if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned home of chunk {}", o.name, c));
+      ch.home = std::move(*b);
+      std::memset(ch.home.data(), 0, ch.home.size());
+      ch.home_read = backend_.create_event();
+    } else {
+      auto e = store_->allocate(fmt::format("{} chunk {}", o.name, c), o.chunk_bytes[c]);
+      if (!e.is_ok()) return e.status().with_context(fmt::format("{}: NVMe extent of chunk {}", o.name, c));
+      ch.extent = *e;
+    }
+  }
+
+  if (o.home == Tier::nvme) {
+    const uint64_t a = store_->alignment();
+    staging_bytes_ = round_up(store_->padded_size(max_chunk(o)), kPage);
+    staging_.resize(o.nvme_staging);
+    for (size_t i = 0; i < staging_.size(); i++) {
+      auto b = pool_.acquire(staging_bytes_ + (a > kPage ? a : 0));
+      if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned NVMe staging buffer {}", o.name, i));
+      Staging& st = staging_[i];
+      st.buffer = std::move(*b);
+      auto addr = reinterpret_cast<uintptr_t>(st.buffer.data());
+      st.data = reinterpret_cast<std::byte*>(round_up(addr, std::max<uint64_t>(a, 1)));
+      st.copied = backend_.create_event();
+    }
+  }
+  return Status::ok();
+}
+
+TierManager::~TierManager() {
+  Status s = backend_.synchronize_all();
+  if (!s.is_ok()) spdlog::error("{}: synchronizing streams at shutdown: {}", options_.name, s.to_string());
+  for (size_t b = 0; b < staging_.size(); b++) {
+    if (staging_[b].state == Staging::State::reading) discard_read(staging_[b].chunk);
+    if (staging_[b].state == Staging::State::writing) {
+      Status w = finish_write(static_cast<int>(b));
+      if (!w.is_ok()) spdlog::error("{}: NVMe write at shutdown: {}", options_.name, w.to_string());
+    }
+  }
+  for (Slot& sl : slots_) {
+    Status r = backend_.release(sl.ptr);
+    if (!r.is_ok()) spdlog::error("{}: releasing a device slot: {}", options_.name, r.to_string());
+  }
+  if (store_ != nullptr) {
+    for (Chunk& ch : chunks_) {
+      if (ch.extent == 0) continue;
+      Status r = store_->release(ch.extent);
+      if (!r.is_ok()) spdlog::error("{}: releasing an NVMe extent: {}", options_.name, r.to_string());
+    }
+  }
+}
+
+// ---- sequences -----------------------------------------------------------------------------------
+
+Status TierManager::begin_sequence(std::string_view name) {
+  STRATA_RETURN_IF_ERROR(prefetcher_.begin(name));
+  prefetch();  // a replayed sequence's first chunks start moving before the first acquire
+  return Status::ok();
+}
+
+Status TierManager::end_sequence() { return prefetcher_.end(); }
+
+// ---- slots ---------------------------------------------------------------------------------------
+
+int TierManager::pick_slot(uint32_t group, bool demand, uint64_t needed_at) const {
+  int best = -1;
+  uint64_t best_use = 0;
+  for (size_t i = 0; i < slots_.size(); i++) {
+    const Slot& s = slots_[i];
+    if (s.group != group || s.holds > 0) continue;
+    if (s.chunk < 0) return static_cast<int>(i);
+    const uint64_t use = prefetcher_.next_use(static_cast<size_t>(s.chunk));
+    if (!demand && use <= needed_at) continue;  // never evict a chunk needed no later than the one fetched
+    if (best < 0 || use > best_use || (use == best_use && s.last_use < slots_[best].last_use)) {
+      best = static_cast<int>(i);
+      best_use = use;
+    }
+  }
+  return best;
+}
+
+void TierManager::evict(int s) {
+  Slot& sl = slots_[s];
+  if (sl.chunk >= 0) {
+    chunks_[sl.chunk].slot = -1;
+    counters_.evictions++;
+  }
+  sl.chunk = -1;
+  sl.prefetched = false;
+}
+
+void TierManager::unmap(size_t c) {
+  Chunk& ch = chunks_[c];
+  if (ch.slot < 0) return;
+  slots_[ch.slot].chunk = -1;
+  slots_[ch.slot].prefetched = false;
+  ch.slot = -1;
+}
+
+Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) {
+  Slot& sl = slots_[s];
+  evict(s);
+  const uint64_t bytes = options_.chunk_bytes[c];
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *sl.released));  // the slot's last compute use is done
+  STRATA_RETURN_IF_ERROR(traced_h2d(backend_, trace_, c, bytes, [&] {
+    return backend_.copy_to_device(sl.ptr, src, bytes, Stream::h2d);
+  }));
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.arrived, Stream::h2d));
+  Event& source_done = staging >= 0 ? *staging_[staging].copied : *chunks_[c].home_read;
+  STRATA_RETURN_IF_ERROR(backend_.record(source_done, Stream::h2d));
+  sl.chunk = static_cast<int64_t>(c);
+  chunks_[c].slot = s;
+  counters_.h2d_bytes += bytes;
+  return Status::ok();
+}
+
+void TierManager::wait_arrival(const Slot& sl) {
+  // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
+  // two callbacks on that stream time the wait.
+  if (backend_.query(*sl.arrived)) return;
+  std::shared_ptr<WaitClock> clock = wait_clock_;
+  const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
+  Status w = backend_.wait(Stream::compute, *sl.arrived);
+  if (!w.is_ok()) {
+    // No wait could be queued: order by blocking the host instead, so the data is never used early.
+    spdlog::warn("{}: compute wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
+                 w.to_string());
+    (void)backend_.synchronize(*sl.arrived);
+  }
+  if (timed) {
+    (void)backend_.host_callback(Stream::compute, [clock] {
+      clock->total_ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, steady_ns() - clock->start_ns.load())));
+      clock->waits.fetch_add(1);
+    });
+  }
+}
+
+// ---- acquire / release ---------------------------------------------------------------------------
+
+StatusOr<std::byte*> TierManager::acquire(size_t c) {
+  if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: acquire of chunk {} (there are {})", options_.name, c, chunks_.size());
+  STRATA_RETURN_IF_ERROR(write_error_);
+  if (update_chunk_ == c)
+    return error(Code::failed_precondition, "{}: acquire of chunk {} while its update buffer is outstanding (commit it first)",
+                 options_.name, c);
+  Chunk& ch = chunks_[c];
+  if (ch.slot >= 0) {
+    counters_.hits++;
+    slots_[ch.slot].prefetched = false;
+  } else {
+    const int s = pick_slot(ch.group, /*demand=*/true, 0);
+    if (s < 0)
+      return error(Code::failed_precondition,
+                   "{}: chunk {} needs a slot of group '{}', but all {} of its slots are held (acquired, not released); "
+                   "the group needs more slots for this access pattern",
+                   options_.name, c, group_name(options_, ch.group), options_.group_slots[ch.group]);
+    if (options_.home == Tier::cpu) {
+      counters_.misses++;
+      STRATA_RETURN_IF_ERROR(copy_in(c, s, ch.home.data(), -1));
+    } else {
+      if (!ch.read_error.is_ok()) {
+        Status e = ch.read_error;
+        ch.read_error = Status();  // a later acquire tries again
+        return e;
+      }
+      if (ch.reading >= 0) {
+        counters_.staged_hits++;
+      } else {
+        counters_.misses++;
+        STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+        STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
+      }
+      const int b = ch.reading;
+      STRATA_RETURN_IF_ERROR(finish_read(b));  // bad bytes never reach a slot
+      STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[b].data, b));
+    }
+  }
+  Slot& sl = slots_[ch.slot];
+  sl.holds++;
+  sl.last_use = ++tick_;
+  wait_arrival(sl);
+  prefetcher_.on_access(c);
+  prefetch();
+  return sl.ptr;
+}
+
+Status TierManager::release(size_t c) {
+  if (c >= chunks_.size() || chunks_[c].slot < 0 || slots_[chunks_[c].slot].holds == 0)
+    return error(Code::failed_precondition, "{}: release of chunk {}, which is not acquired", options_.name, c);
+  Slot& sl = slots_[chunks_[c].slot];
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.released, Stream::compute));
+  sl.holds--;
+  sl.last_use = ++tick_;
+  return Status::ok();
+}
+
+// ---- prefetch ------------------------------------------------------------------------------------
+
+void TierManager::prefetch() {
+  if (!prefetcher_.replaying() || !write_error_.is_ok()) return;
+  const std::vector<size_t> device = prefetcher_.upcoming(window_, options_.chunk_bytes);
+  // Hop 2 (to the device): chunks in the window whose home (or finished read) is ready.
+  for (size_t u : device) {
+    Chunk& ch = chunks_[u];
+    if (ch.slot >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
+    if (options_.home == Tier::nvme && ch.reading < 0) continue;  // its read starts below; H2D at a later point
+    const int s = pick_slot(ch.group, /*demand=*/false, prefetcher_.next_use(u));
+    if (s < 0) continue;
+    Status st;
+    if (options_.home == Tier::cpu) {
+      st = copy_in(u, s, ch.home.data(), -1);
+    } else {
+      const int b = ch.reading;
+      st = finish_read(b);
+      if (st.is_ok()) st = copy_in(u, s, staging_[b].data, b);
+    }
+    if (!st.is_ok()) {
+      ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
+      continue;
+    }
+    slots_[s].prefetched = true;
+    counters_.prefetches++;
+  }
+  if (options_.home != Tier::nvme) return;
+  // Hop 1 (NVMe to pinned): reads for the window and as far past it as the staging ring holds.
+  const std::vector<size_t> reads =
+      prefetcher_.upcoming(window_ + staging_bytes_ * staging_.size(), options_.chunk_bytes);
+  for (size_t u : reads) {
+    Chunk& ch = chunks_[u];
+    if (ch.slot >= 0 || ch.reading >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
+    auto b = take_staging(/*may_block=*/false);
+    if (!b.is_ok() || *b < 0) break;
+    Status st = begin_chunk_read(u, *b);
+    if (!st.is_ok()) {
+      ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
+      continue;
+    }
+    counters_.prefetch_reads++;
+  }
+}
+
+// ---- NVMe staging --------------------------------------------------------------------------------
+
+StatusOr<int> TierManager::take_staging(bool may_block) {
+  const size_t n = staging_.size();
+  auto at = [&](size_t i) { return static_cast<int>((staging_next_ + i) % n); };
+  auto take = [&](int b) {
+    staging_next_ = static_cast<uint32_t>((b + 1) % n);
+    return b;
+  };
+  // An idle buffer whose last H2D has completed.
+  for (size_t i = 0; i < n; i++)
+    if (staging_[at(i)].state == Staging::State::idle && backend_.query(*staging_[at(i)].copied)) return take(at(i));
+  if (!may_block) return -1;
+  // An idle buffer whose H2D is still running: wait for it.
+  for (size_t i = 0; i < n; i++) {
+    if (staging_[at(i)].state != Staging::State::idle) continue;
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
+    return take(at(i));
+  }
+  // A write in flight: finish it (its error, if any, is recorded and sticky).
+  for (size_t i = 0; i < n; i++) {
+    if (staging_[at(i)].state != Staging::State::writing) continue;
+    (void)finish_write(at(i));
+    return take(at(i));
+  }
+  // A prefetch read: drop it (the chunk is read again when needed).
+  for (size_t i = 0; i < n; i++) {
+    if (staging_[at(i)].state != Staging::State::reading) continue;
+    discard_read(staging_[at(i)].chunk);
+    return take(at(i));
+  }
+  return error(Code::failed_precondition, "{}: no NVMe staging buffer is free (the outstanding update buffer holds the only one;"
+               " use nvme_staging >= 2)", options_.name);
+}
+
+Status TierManager::begin_chunk_read(size_t c, int b) {
+  STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // a read must see the last committed write
+  Staging& st = staging_[b];
+  st.begin_us = trace_now(trace_);
+  auto io = store_->begin_read(chunks_[c].extent, st.data);
+  if (!io.is_ok()) return io.status().with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
+  st.io = std::move(*io);
+  st.state = Staging::State::reading;
+  st.chunk = c;
+  chunks_[c].reading = b;
+  return Status::ok();
+}
+
+Status TierManager::finish_read(int b) {
+  Staging& st = staging_[b];
+  const size_t c = st.chunk;
+  Status s = store_->finish(st.io);
+  st.state = Staging::State::idle;
+  chunks_[c].reading = -1;
+  if (!s.is_ok()) return s.with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
+  trace_io(trace_, "nvme read", c, options_.chunk_bytes[c], st.begin_us);
+  counters_.nvme_read_bytes += options_.chunk_bytes[c];
+  return Status::ok();
+}
+
+Status TierManager::finish_write(int b) {
+  Staging& st = staging_[b];
+  const size_t c = st.chunk;
+  Status s = store_->finish(st.io);
+  st.state = Staging::State::idle;
+  chunks_[c].writing = -1;
+  if (!s.is_ok()) {
+    s = s.with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
+    if (write_error_.is_ok()) write_error_ = s;
+    return s;
+  }
+  trace_io(trace_, "nvme write", c, options_.chunk_bytes[c], st.begin_us);
+  counters_.nvme_write_bytes += options_.chunk_bytes[c];
+  return Status::ok();
+}
+
+void TierManager::discard_read(size_t c) {
+  if (chunks_[c].reading < 0) return;
+  (void)finish_read(chunks_[c].reading);  // an error here is met again by the next read of c
+}
+
+Status TierManager::finish_chunk_write(size_t c) {
+  return chunks_[c].writing >= 0 ? finish_write(chunks_[c].writing) : Status::ok();
+}
+
+// ---- updates and reads ---------------------------------------------------------------------------
+
+StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
+  if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: update of chunk {} (there are {})", options_.name, c, chunks_.size());
+  STRATA_RETURN_IF_ERROR(write_error_);
+  Chunk& ch = chunks_[c];
+  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+    return error(Code::failed_precondition, "{}: update of chunk {} while it is acquired (release it first)", options_.name, c);
+  if (update_chunk_.has_value()) {
+    if (*update_chunk_ != c)
+      return error(Code::failed_precondition, "{}: update of chunk {} while chunk {}'s update is outstanding (commit it first)",
+                   options_.name, c, *update_chunk_);
+    return options_.home == Tier::cpu ? ch.home.data() : staging_[update_staging_].data;
+  }
+  if (options_.home == Tier::cpu) {
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*ch.home_read));  // no H2D still reads the home
+    update_chunk_ = c;
+    return ch.home.data();
+  }
+  discard_read(c);
+  STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+  staging_[b].state = Staging::State::update;
+  staging_[b].chunk = c;
+  update_chunk_ = c;
+  update_staging_ = b;
+  return staging_[b].data;
+}
+
+Status TierManager::commit_update(size_t c) {
+  if (update_chunk_ != c)
+    return error(Code::failed_precondition, "{}: commit of chunk {} without its update buffer", options_.name, c);
+  Chunk& ch = chunks_[c];
+  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+    return error(Code::failed_precondition, "{}: commit of chunk {} while it is acquired (release it first)", options_.name, c);
+  unmap(c);  // every device copy of c is stale from now on
+  if (options_.home == Tier::cpu) {
+    update_chunk_.reset();
+    return Status::ok();
+  }
+  const int b = update_staging_;
+  update_chunk_.reset();
+  update_staging_ = -1;
+  Staging& st = staging_[b];
+  st.state = Staging::State::idle;
+  discard_read(c);
+  STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // one write per extent at a time
+  STRATA_RETURN_IF_ERROR(write_error_);
+  st.begin_us = trace_now(trace_);
+  auto io = store_->begin_write(ch.extent, st.data);
+  if (!io.is_ok()) {
+    Status s = io.status().with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
+    if (write_error_.is_ok()) write_error_ = s;
+    return s;
+  }
+  st.io = std::move(*io);
+  st.state = Staging::State::writing;
+  st.chunk = c;
+  ch.writing = b;
+  return Status::ok();
+}
+
+Status TierManager::flush() {
+  for (size_t b = 0; b < staging_.size(); b++)
+    if (staging_[b].state == Staging::State::writing) (void)finish_write(static_cast<int>(b));
+  return write_error_;
+}
+
+Status TierManager::read(size_t c, std::byte* host) {
+  if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: read of chunk {} (there are {})", options_.name, c, chunks_.size());
+  const uint64_t bytes = options_.chunk_bytes[c];
+  if (options_.home == Tier::cpu) {
+    std::memcpy(host, chunks_[c].home.data(), bytes);
+    return Status::ok();
+  }
+  STRATA_RETURN_IF_ERROR(write_error_);
+  discard_read(c);
+  STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+  STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
+  STRATA_RETURN_IF_ERROR(finish_read(b));
+  std::memcpy(host, staging_[b].data, bytes);
+  return Status::ok();
+}
+
+// ---- stats ---------------------------------------------------------------------------------------
+
+TierStats TierManager::stats() const {
+  TierStats s = counters_;
+  const PrefetcherStats p = prefetcher_.stats();
+  s.sequences_recorded = p.sequences_recorded - prefetch_base_.sequences_recorded;
+  s.sequences_replayed = p.sequences_replayed - prefetch_base_.sequences_replayed;
+  for (size_t g = 0; g < slot_bytes_.size(); g++) s.device_bytes += slot_bytes_[g] * options_.group_slots[g];
+  for (const Chunk& ch : chunks_) s.pinned_bytes += ch.home.size();
+  for (const Staging& st : staging_) s.pinned_bytes += st.buffer.size();
+  if (store_ != nullptr)
+    for (uint64_t b : options_.chunk_bytes) s.nvme_bytes += store_->padded_size(b);
+  for (const Slot& sl : slots_)
+    if (sl.chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[sl.chunk];
+  s.compute_wait_seconds = static_cast<double>(wait_clock_->total_ns.load()) * 1e-9;
+  s.compute_waits = wait_clock_->waits.load();
+  return s;
+}
+
+void TierManager::reset_stats() {
+  counters_ = TierStats();
+  prefetch_base_ = prefetcher_.stats();
+  wait_clock_->total_ns.store(0);
+  wait_clock_->waits.store(0);
+}
+
+}  // namespace strata

@@ -1,0 +1,210 @@
+// The exactness contract of Offload I (docs/ARCHITECTURE.md, "Exactness"): where the working
+// weights live -- resident on the device, homed in pinned CPU memory, or on NVMe and paged through
+// a few device slots -- changes no bit of training. Tiny GPT-2 and LLaMA models (many small
+// layers, so the layers dominate the bytes) train 20 steps with clipping active in fp32, bf16 and
+// fp16, with 1 and 3 micro-batches; the paged runs get a device budget under a third of the
+// model's weights + gradients, so chunks really are evicted and fetched again. Losses, gradient
+// norms and the final fp32 masters must equal the resident run's exactly; the arena's peak stays
+// under the budget; the prefetcher replays its recorded trace from the second step on.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/trainer.h"
+#include "model/transformer.h"
+#include "offload/io_engine_factory.h"
+#include "offload/nvme_store.h"
+#include "offload/tier_manager.h"
+#include "model_run.h"
+
+namespace strata::model {
+namespace {
+
+using testing::expect_value;
+
+constexpr int64_t kB = 2, kT = 16;
+constexpr int kSteps = 20;
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c;
+  c.name = arch == Arch::gpt2 ? "gpt2-paging" : "llama-paging";
+  c.arch = arch;
+  c.vocab = 128;
+  c.max_seq = 32;
+  c.dim = 64;
+  c.n_layer = 12;
+  c.n_head = 4;
+  c.n_kv_head = arch == Arch::gpt2 ? 4 : 2;
+  c.ffn_hidden = arch == Arch::gpt2 ? 256 : 160;
+  c.tied_head = arch == Arch::gpt2;
+  return c;
+}
+
+enum class Home { resident, cpu, nvme };
+const char* home_name(Home h) { return h == Home::resident ? "resident" : h == Home::cpu ? "cpu" : "nvme"; }
+
+struct Outcome {
+  std::vector<double> losses, norms, clips;
+  std::vector<float> masters;  // every parameter's fp32 master, layout order
+  uint64_t arena_peak = 0;
+  uint64_t budget = 0;
+  TierStats tiers;
+};
+
+// Deterministic token batches: the same for every placement.
+struct Batches {
+  explicit Batches(uint64_t seed, int64_t vocab) : rng(seed), vocab(vocab) {}
+  StatusOr<BatchView> next() {
+    inputs.resize(kB * kT);
+    targets.resize(kB * kT);
+    // Learnable rows (each token is the previous + 3, from a random start) with some ignored targets.
+    for (int64_t b = 0; b < kB; ++b) {
+      const uint64_t start = rng() % uint64_t(vocab);
+      for (int64_t t = 0; t < kT; ++t) {
+        const int64_t i = b * kT + t;
+        inputs[i] = int32_t((start + 3 * uint64_t(t)) % uint64_t(vocab));
+        targets[i] = (i % 7 == 3) ? -1 : int32_t((start + 3 * uint64_t(t + 1)) % uint64_t(vocab));
+      }
+    }
+    BatchView v;
+    v.inputs = inputs.data();
+    v.targets = targets.data();
+    v.batch_size = kB;
+    v.seq_len = kT;
+    return v;
+  }
+  std::mt19937_64 rng;
+  int64_t vocab;
+  std::vector<int32_t> inputs, targets;
+};
+
+// Weights + gradients of the model at the working precision: what a resident run keeps.
+uint64_t resident_param_bytes(const ModelConfig& c, DType dt) {
+  const ParamLayout layout = build_param_layout(c, dtype_size(dt)).value();
+  return 2 * layout.total_bytes();
+}
+
+Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home home) {
+  Outcome out;
+  const uint64_t params = resident_param_bytes(config, dtype);
+  // Paged: a third of weights + gradients (the slots and activations must fit under it).
+  out.budget = home == Home::resident ? 64ull << 20 : params / 3;
+  auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = out.budget}));
+  auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
+  auto pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "transparency"}));
+  const ParamLayout layout = build_param_layout(config, dtype_size(dtype)).value();
+
+  // NVMe homes live in swap files on the build's disk (O_DIRECT through io_uring, else posix).
+  const std::string swap_dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/transparency-" + std::to_string(::getpid());
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<NvmeStore> store;
+  std::unique_ptr<TierManager> tiers;
+  if (home != Home::resident) {
+    TierManagerOptions to;
+    to.home = home == Home::cpu ? Tier::cpu : Tier::nvme;
+    to.group_slots = {2, 1, 1};
+    to.group_names = {"layers", "embedding", "head"};
+    for (size_t c = 0; c < layout.chunks.size(); ++c) {
+      to.chunk_bytes.push_back(layout.chunks[c].bytes);
+      to.chunk_group.push_back(c == 0 ? 1 : c + 1 == layout.chunks.size() ? 2 : 0);
+    }
+    if (home == Home::nvme) {
+      std::filesystem::create_directories(swap_dir);
+      engine = expect_value(make_io_engine({}, {swap_dir})).engine;
+      NvmeStoreOptions so;
+      so.paths = {swap_dir};
+      so.capacity = 2 * layout.total_bytes() + (8ull << 20);
+      so.stripe_unit = 64 << 10;
+      store = expect_value(NvmeStore::create(*engine, so));
+    }
+    tiers = expect_value(TierManager::create(*backend, *pinned, store.get(), nullptr, to));
+  }
+  auto model = expect_value(Transformer::create(
+      *backend, config, {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = false},
+      {.weights = tiers.get(), .pinned = pinned.get()}));
+  EXPECT_TRUE(model->init(7).is_ok());
+  TrainOptions o;
+  o.dtype = dtype;
+  o.grad_accum = grad_accum;
+  o.clip_grad_norm = 0.05;  // below the norms of this problem: every step clips
+  o.adam_hyper = kernels::AdamHyper{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .decay = LrDecay::constant};
+  o.loss_scaler.initial_scale = 1024.0;
+  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o));
+  Batches batches(11, config.vocab);
+  const NextBatch next = [&]() { return batches.next(); };
+  for (int s = 0; s < kSteps; ++s) {
+    const StepResult r = expect_value(trainer->step(next));
+    out.losses.push_back(r.loss);
+    out.norms.push_back(r.grad_norm);
+    out.clips.push_back(r.clip_scale);
+  }
+  EXPECT_TRUE(backend->synchronize_all().is_ok());
+  for (const ParamSpec& p : model->master_layout().params) {
+    const std::span<const float> m = trainer->master(p);
+    out.masters.insert(out.masters.end(), m.begin(), m.end());
+  }
+  out.arena_peak = backend->memory().peak;
+  if (tiers) out.tiers = tiers->stats();
+  return out;
+}
+
+struct Case {
+  Arch arch;
+  DType dtype;
+  uint64_t grad_accum;
+};
+
+class Transparency : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Transparency, PagedWeightsTrainBitIdenticallyToResident) {
+  const Case k = GetParam();
+  const ModelConfig config = tiny(k.arch);
+  const Outcome resident = train(config, k.dtype, k.grad_accum, Home::resident);
+  ASSERT_EQ(resident.losses.size(), size_t(kSteps));
+  // The problem is real: the loss falls and clipping is active.
+  EXPECT_LT(resident.losses.back(), resident.losses.front());
+  for (double c : resident.clips) EXPECT_LT(c, 1.0);
+  for (Home home : {Home::cpu, Home::nvme}) {
+    SCOPED_TRACE(home_name(home));
+    const Outcome paged = train(config, k.dtype, k.grad_accum, home);
+    EXPECT_EQ(paged.losses, resident.losses);
+    EXPECT_EQ(paged.norms, resident.norms);
+    ASSERT_EQ(paged.masters.size(), resident.masters.size());
+    EXPECT_EQ(0, std::memcmp(paged.masters.data(), resident.masters.data(), paged.masters.size() * sizeof(float)))
+        << "final fp32 masters differ";
+    EXPECT_LE(paged.arena_peak, paged.budget);
+    EXPECT_LT(paged.budget * 3, resident_param_bytes(config, k.dtype) + 3);
+    // Paging happened (more fetches than chunks) and the trace was replayed from step 2 on.
+    EXPECT_GT(paged.tiers.h2d_bytes, uint64_t(kSteps) * paged.tiers.device_bytes);
+    EXPECT_EQ(paged.tiers.sequences_recorded, 1u);
+    EXPECT_EQ(paged.tiers.sequences_replayed, uint64_t(kSteps - 1));
+    EXPECT_GT(paged.tiers.prefetches, 0u);
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& k = info.param;
+  return std::string(k.arch == Arch::gpt2 ? "Gpt2" : "Llama") + "_" + std::string(dtype_name(k.dtype)) + "_K" +
+         std::to_string(k.grad_accum);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, Transparency,
+    ::testing::Values(Case{Arch::gpt2, DType::f32, 1}, Case{Arch::gpt2, DType::f32, 3}, Case{Arch::gpt2, DType::bf16, 1},
+                      Case{Arch::gpt2, DType::bf16, 3}, Case{Arch::gpt2, DType::f16, 1}, Case{Arch::gpt2, DType::f16, 3},
+                      Case{Arch::llama, DType::f32, 1}, Case{Arch::llama, DType::f32, 3},
+                      Case{Arch::llama, DType::bf16, 1}, Case{Arch::llama, DType::bf16, 3},
+                      Case{Arch::llama, DType::f16, 1}, Case{Arch::llama, DType::f16, 3}),
+    case_name);
+
+}  // namespace
+}  // namespace strata::model
