@@ -82,6 +82,11 @@ std::string metrics_json_line(const StepMetrics& m) {
   if (m.tflops) j["tflops"] = number(*m.tflops);
   if (m.mfu) j["mfu"] = number(*m.mfu);
   if (m.device_used_bytes) j["device_used_bytes"] = *m.device_used_bytes;
+  if (const auto& t = m.transfers) {
+    j["transfers"] = {{"h2d_gbps", number(t->h2d_gbps)},           {"d2h_gbps", number(t->d2h_gbps)},
+                      {"nvme_read_gbps", number(t->nvme_read_gbps)}, {"nvme_write_gbps", number(t->nvme_write_gbps)},
+                      {"wait_s", number(t->wait_s)},               {"wait_fraction", number(t->wait_fraction)}};
+  }
   return j.dump();
 }
 
@@ -99,6 +104,12 @@ std::string format_progress_line(const StepMetrics& m, uint64_t total_steps) {
   if (m.tflops) line += fmt::format(" | {:.1f} TFLOP/s", *m.tflops);
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", *m.mfu * 100.0);
   if (m.device_used_bytes) line += fmt::format(" | nvml {}", format_size(*m.device_used_bytes));
+  if (const auto& t = m.transfers) {
+    line += fmt::format(" | h2d {:.2f} d2h {:.2f}", t->h2d_gbps, t->d2h_gbps);
+    if (t->nvme_read_gbps > 0 || t->nvme_write_gbps > 0)
+      line += fmt::format(" nvme r {:.2f} w {:.2f}", t->nvme_read_gbps, t->nvme_write_gbps);
+    line += fmt::format(" GB/s | wait {:.1f} ms ({:.1f}%)", t->wait_s * 1e3, t->wait_fraction * 100.0);
+  }
   return line;
 }
 

@@ -21,6 +21,18 @@ struct TierBytes {
   uint64_t nvme = 0;  // swap space in use on the NVMe paths
 };
 
+// The traffic of one step between the tiers (offload/tier_manager.h, gradient_offloader.h), as
+// rates over the step's wall time, and the time the compute stood waiting for weights that had
+// not arrived when it needed them.
+struct TransferMetrics {
+  double h2d_gbps = 0;         // weights fetched into device slots (GB/s = 1e9 bytes/s)
+  double d2h_gbps = 0;         // gradients streamed to the host
+  double nvme_read_gbps = 0;   // weights read from NVMe
+  double nvme_write_gbps = 0;  // updated weights written to NVMe
+  double wait_s = 0;           // compute waiting for transfers, seconds of the step
+  double wait_fraction = 0;    // wait_s / step_s
+};
+
 struct StepMetrics {
   uint64_t step = 0;          // 1-based: the number of optimizer steps done, this one included
   double loss = 0;            // mean training loss over the step's micro-batches
@@ -36,12 +48,14 @@ struct StepMetrics {
   std::optional<double> tflops;         // GPU: achieved TFLOP/s of the step
   std::optional<double> mfu;            // GPU: model FLOPs utilisation, a fraction in [0, 1]
   std::optional<uint64_t> device_used_bytes;  // GPU: device memory in use as NVML reports it
+  std::optional<TransferMetrics> transfers;   // weights paged (--offload-param) or gradients streamed
 };
 
 // The --metrics file: one JSON object per line, written and flushed per step, so a crash loses
 // at most the line being written. Fields: step, loss, lr, tokens_per_s, step_s, peak_bytes
-// {"gpu", "cpu", "nvme"} always; val_loss, grad_norm, loss_scale, tflops, mfu, device_used_bytes
-// when set; skipped when true. Non-finite numbers (a diverged loss) are written as null.
+// {"gpu", "cpu", "nvme"} always; val_loss, grad_norm, loss_scale, tflops, mfu, device_used_bytes,
+// transfers {"h2d_gbps", "d2h_gbps", "nvme_read_gbps", "nvme_write_gbps", "wait_s",
+// "wait_fraction"} when set; skipped when true. Non-finite numbers (a diverged loss) are written as null.
 // Movable, not copyable; not thread-safe (one trainer thread writes).
 class MetricsLog {
  public:

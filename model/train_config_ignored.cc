@@ -23,19 +23,23 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                            "and optimizer work from its memory budgets (--gpu-mem, --cpu-mem), not per parameter");
   schema.ignore_file_paths({"zero_optimization.stage3_gather_16bit_weights_on_model_save"},
                            "strata's checkpoints always hold the whole model in one safetensors file");
-  schema.ignore_file_paths({"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"},
-                           "strata train does not take placement from DeepSpeed's offload sections: it keeps the "
-                           "working weights on the device and the fp32 master weights and Adam states where "
-                           "--optimizer-device says (default cpu: pinned CPU memory; their nvme_path is read, as "
-                           "--nvme-path)");
+  schema.ignore_file_paths({"zero_optimization.offload_optimizer.device"},
+                           "strata train does not take the optimizer's placement from DeepSpeed's offload_optimizer "
+                           "section: the fp32 master weights and Adam states live where --optimizer-device says "
+                           "(default cpu: pinned CPU memory; its nvme_path is read, as --nvme-path)");
   schema.ignore_file_paths({"zero_optimization.offload_optimizer.pin_memory",
                             "zero_optimization.offload_optimizer.buffer_count",
-                            "zero_optimization.offload_optimizer.fast_init",
-                            "zero_optimization.offload_param.pin_memory",
-                            "zero_optimization.offload_param.buffer_count",
-                            "zero_optimization.offload_param.buffer_size",
-                            "zero_optimization.offload_param.max_in_cpu"},
+                            "zero_optimization.offload_optimizer.fast_init"},
                            "strata always pins its host buffers and sizes its staging buffers from --cpu-mem");
+  // offload_param.device and .buffer_count are keys (offload_param, nvme_staging); these are not.
+  schema.ignore_file_paths({"zero_optimization.offload_param.buffer_size"},
+                           "strata sizes each staging buffer to the largest weight chunk (a layer), not to a byte "
+                           "count");
+  schema.ignore_file_paths({"zero_optimization.offload_param.max_in_cpu"},
+                           "strata keeps no partial CPU cache of NVMe-homed weights: each chunk is read from NVMe "
+                           "through the --nvme-staging buffers when it is needed");
+  schema.ignore_file_paths({"zero_optimization.offload_param.pin_memory"},
+                           "strata always pins its host buffers for the weights; false does not turn that off");
   schema.ignore_file_paths({"aio.thread_count", "aio.single_submit", "aio.overlap_events"},
                            "tuning of DeepSpeed's libaio threads; strata's I/O engine (io_uring or posix) takes only "
                            "aio.block_size and aio.queue_depth");

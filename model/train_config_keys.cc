@@ -257,6 +257,37 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 0.0,
               .file_aliases = {"gradient_clipping"}});
 
+  // --- weight placement (Offload I: offload/tier_manager.h) ---------------------------------------
+  schema.add({.name = "offload_param",
+              .type = ValueType::choice,
+              .default_text = "none",
+              .help = "Where the working weights live: none (resident on the device), cpu (homed in pinned host "
+                      "memory) or nvme (in swap files under --nvme-path), paged through --param-slots device slots",
+              .choices = {"none", "cpu", "nvme"},
+              .file_aliases = {"zero_optimization.offload_param.device"}});
+  // 2: one slot holds the layer being computed while the next layer is fetched into the other.
+  schema.add({.name = "param_slots",
+              .type = ValueType::integer,
+              .default_text = "2",
+              .help = "With paged weights: device slots for the transformer layers' weights, each one layer (at "
+                      "least 2: one in use, one being fetched; more let the prefetch run further ahead)",
+              .min = 0,  // below 2 is train_options_from_config's error, which says why
+              .max = 1024});
+  schema.add({.name = "prefetch_bytes",
+              .type = ValueType::size,
+              .default_text = "0",
+              .help = "With paged weights: bytes of upcoming chunks fetched ahead of the compute, e.g. 512MiB "
+                      "(always at least the next chunk); 0: what the free slots hold"});
+  // 2: one staging buffer receives an NVMe read while the other is copied to the device.
+  schema.add({.name = "nvme_staging",
+              .type = ValueType::integer,
+              .default_text = "2",
+              .help = "With --offload-param nvme: pinned staging buffers (each the largest chunk) between NVMe and "
+                      "the device; also the NVMe reads in flight (DeepSpeed's offload_param.buffer_count)",
+              .min = 1,
+              .max = 64,
+              .file_aliases = {"zero_optimization.offload_param.buffer_count"}});
+
   // --- evaluation, logging, checkpoints ----------------------------------------------------------
   schema.add({.name = "eval_every",
               .type = ValueType::integer,
@@ -281,6 +312,10 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::path,
               .help = "Write one JSON object per step to this file (step, loss, lr, tokens_per_s, step_s, "
                       "peak_bytes, val_loss, ...)"});
+  schema.add({.name = "trace",
+              .type = ValueType::path,
+              .help = "Write a Chrome trace-event JSON timeline of the run's transfers and compute to this file "
+                      "(open it in ui.perfetto.dev); empty: none"});
   schema.add({.name = "checkpoint_dir",
               .type = ValueType::path,
               .help = "Directory for safetensors checkpoints (empty: none are written)"});

@@ -1,5 +1,6 @@
 // The config keys of `strata train`: model preset, data, batch shape, precision, optimizer and
-// schedule, evaluation, logging, checkpoints and fp16 loss scaling, with DeepSpeed-style JSON
+// schedule, weight placement (offload_param, param_slots, prefetch_bytes, nvme_staging), evaluation,
+// logging and the trace, checkpoints and fp16 loss scaling, with DeepSpeed-style JSON
 // aliases where DeepSpeed has the same setting (train_micro_batch_size_per_gpu, optimizer.params.lr,
 // gradient_clipping, fp16.loss_scale_window, steps_per_print, ...). Not the reading of the values
 // into typed options, nor their cross-checks (train_options.h). docs/CONFIG.md has the full
@@ -24,6 +25,10 @@
 //                                 warmup_type, warmup_min_lr, warmup_min_ratio, min_lr_fraction
 //                                 (cos_min_ratio), lr_schedule_steps (total_num_steps) and lr
 //                                 (warmup_max_lr: must equal optimizer.params.lr when both are given).
+//   zero_optimization.offload_param.device
+//                                 key offload_param (DeepSpeed's values none, cpu, nvme); the
+//                                 section's buffer_count is key nvme_staging, its nvme_path key
+//                                 nvme_path (offload/config_keys.h).
 #pragma once
 
 #include <string_view>
@@ -49,9 +54,12 @@ void add_train_config_keys(ConfigSchema& schema);
 //     stage3_param_persistence_threshold, stage3_max_live_parameters, stage3_max_reuse_distance
 //                                               strata sizes chunks, prefetch and residency from its budgets
 //   zero_optimization.stage3_gather_16bit_weights_on_model_save   checkpoints are always whole
-//   zero_optimization.offload_{optimizer,param}.device            strata train's placement is its own
-//   zero_optimization.offload_{optimizer,param}.pin_memory, buffer_count, buffer_size, max_in_cpu,
-//     fast_init                                 strata always pins and sizes buffers from --cpu-mem
+//   zero_optimization.offload_optimizer.device  the optimizer's placement is --optimizer-device
+//   zero_optimization.offload_optimizer.pin_memory, buffer_count, fast_init
+//                                               strata always pins and sizes buffers from --cpu-mem
+//   zero_optimization.offload_param.buffer_size staging buffers are sized by chunk
+//   zero_optimization.offload_param.max_in_cpu  no partial CPU cache of NVMe-homed weights
+//   zero_optimization.offload_param.pin_memory  host buffers are always pinned
 //   aio.thread_count, aio.single_submit, aio.overlap_events       libaio tuning; strata uses io_uring
 //   wall_clock_breakdown                        timing is in the progress line and --metrics
 //   zero_allow_untested_optimizer               strata runs only its own Adam family

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include <fmt/format.h>
 
@@ -155,6 +156,51 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   return Status::ok();
 }
 
+// Where the working weights live (offload_param) and how they are paged, with the checks that
+// involve nvme_path (an offload key: absent from a schema without them) and optimizer_device.
+Status read_weight_placement(const Config& config, TrainOptions& o) {
+  using ParamHome = TrainOptions::ParamHome;
+  const std::string& home = config.get_text("offload_param");
+  o.offload_param = home == "nvme" ? ParamHome::nvme : home == "cpu" ? ParamHome::cpu : ParamHome::none;
+  o.param_slots = static_cast<uint32_t>(config.get_int("param_slots"));
+  o.prefetch_bytes = config.get_size("prefetch_bytes");
+  o.nvme_staging = static_cast<uint32_t>(config.get_int("nvme_staging"));
+  o.trace_path = config.get_text("trace");
+  if (o.param_slots < 2)
+    return error(Code::invalid_argument,
+                 "{}: paged weights need at least two slots: one in use, one being fetched; pass --param-slots 2 or "
+                 "more",
+                 describe(config, "param_slots"));
+
+  if (o.offload_param == ParamHome::none) {
+    std::string set_keys;
+    for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging"})
+      if (is_set(config, key)) set_keys += (set_keys.empty() ? "" : ", ") + describe(config, key);
+    if (!set_keys.empty())
+      o.warnings.push_back(fmt::format("{} only apply to paged weights (offload_param cpu or nvme) and are ignored "
+                                       "with {}: the weights stay resident on the device",
+                                       set_keys, describe(config, "offload_param")));
+    return Status::ok();
+  }
+  if (o.optimizer_device == TrainOptions::OptimizerDevice::device)
+    return error(Code::invalid_argument,
+                 "{} pages the working weights, but {} cannot run with them: the optimizer on the device updates "
+                 "resident weights; pass --optimizer-device cpu (or --offload-param none)",
+                 describe(config, "offload_param"), describe(config, "optimizer_device"));
+  if (o.offload_param == ParamHome::nvme) {
+    const bool has_path = config.schema().find("nvme_path") != nullptr && !config.get_list("nvme_path").empty();
+    if (!has_path)
+      return error(Code::invalid_argument,
+                   "{} homes the working weights in NVMe swap files, but no nvme_path is given; pass --nvme-path DIR "
+                   "or set zero_optimization.offload_param.nvme_path",
+                   describe(config, "offload_param"));
+  } else if (is_set(config, "nvme_staging")) {
+    o.warnings.push_back(fmt::format("{} only applies to weights homed on NVMe and is ignored with {}",
+                                     describe(config, "nvme_staging"), describe(config, "offload_param")));
+  }
+  return Status::ok();
+}
+
 // DeepSpeed's learning-rate schedulers (lr_schedule's other choices) and the strata keys that
 // their scheduler.params have no counterpart for: DeepSpeed refuses unknown params, so do we.
 struct DeepSpeedScheduler {
@@ -296,6 +342,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   o.tf32 = config.get_bool("tf32");
   o.activation_checkpointing = config.get_bool("activation_checkpointing");
   STRATA_RETURN_IF_ERROR(read_optimizer(config, o));
+  STRATA_RETURN_IF_ERROR(read_weight_placement(config, o));
   STRATA_RETURN_IF_ERROR(read_schedule(config, o));
   STRATA_RETURN_IF_ERROR(read_loss_scaling(config, o));
 
@@ -313,6 +360,15 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
                  describe(config, "checkpoint_every"));
   for (std::string& w : config.ignored_file_warnings()) o.warnings.push_back(std::move(w));
   return o;
+}
+
+std::string_view param_home_name(TrainOptions::ParamHome home) {
+  switch (home) {
+    case TrainOptions::ParamHome::none: return "none";
+    case TrainOptions::ParamHome::cpu: return "cpu";
+    case TrainOptions::ParamHome::nvme: return "nvme";
+  }
+  return "?";
 }
 
 StatusOr<TokenFileKind> data_format_for(const TrainOptions& options, std::string_view path) {

@@ -61,6 +61,14 @@ struct TrainOptions {
   // fp16 dynamic loss scaling (used only when dtype is f16).
   LossScalerOptions loss_scaler;
 
+  // Where the working weights live (Offload I): resident on the device (none), homed in pinned
+  // host memory (cpu) or in NVMe swap files under nvme_path (nvme), paged through device slots.
+  enum class ParamHome : uint8_t { none, cpu, nvme } offload_param = ParamHome::none;
+  uint32_t param_slots = 2;     // device slots for the transformer layers' weights (>= 2)
+  uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
+  uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
+  std::string trace_path;       // Chrome trace-event JSON of the run's transfers and compute ("" = none)
+
   // Evaluation (0 = never), logging, checkpoints. "" = not set.
   uint64_t eval_every = 50;
   uint64_t eval_batches = 8;
@@ -95,15 +103,21 @@ struct TrainOptions {
 //   a DeepSpeed scheduler (lr_schedule WarmupLR, WarmupDecayLR, WarmupCosineLR) with a key its
 //   scheduler.params have no counterpart for (e.g. cos_min_ratio with WarmupDecayLR);
 //   bf16_enabled and fp16_enabled both true, or either contradicting an explicit dtype;
-//   loss_scale_min above the initial loss scale; checkpoint_every without checkpoint_dir.
+//   loss_scale_min above the initial loss scale; checkpoint_every without checkpoint_dir;
+//   param_slots below 2; offload_param nvme without an nvme_path (or a schema without that key);
+//   offload_param cpu or nvme with optimizer_device device (that optimizer updates resident weights).
 // The schedule spans lr_schedule_steps (DeepSpeed's total_num_steps) when given, else steps; when
 // only lr_schedule_steps is given, steps follows it. Training may stop before the schedule ends or
 // run on past it at the final rate. DeepSpeed schedulers keep DeepSpeed's defaults: log warmup,
 // WarmupDecayLR decays to 0, WarmupCosineLR to cos_min_ratio 0.0001.
 // Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
 // from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does); each group of ignored
-// DeepSpeed settings of the file (Config::ignored_file_warnings).
+// DeepSpeed settings of the file (Config::ignored_file_warnings); param_slots, prefetch_bytes or
+// nvme_staging set while offload_param is none, and nvme_staging set while it is cpu (no effect).
 StatusOr<TrainOptions> train_options_from_config(const Config& config);
+
+// "none", "cpu", "nvme": the offload_param value of `home`.
+std::string_view param_home_name(TrainOptions::ParamHome home);
 
 // The layout of the token file `path`: options.data_format when set, else by extension (".bin":
 // llmc_bin, ".txt": text). Any other name with auto is invalid_argument asking for --data-format.

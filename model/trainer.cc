@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/half.h"
 #include "offload/cpu_adam.h"
+#include "model/placement.h"
 #include "offload/resident_weights.h"
 
 namespace strata::model {
@@ -112,15 +113,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
   if (!on_device) {
     // Gradient slots on the device: two for the layers (one in backward, one draining), one
     // each for the embedding and the head chunks (used at the same time when the head is tied).
-    GradientOffloaderOptions go;
-    go.format = float_format_of(options_.dtype, "gradients").value();
-    go.group_slots = {2, 1, 1};
-    go.group_names = {"layers", "embedding", "head"};
-    go.name = model_.config().name + " gradients";
-    for (size_t c = 0; c < layout.chunks.size(); ++c) {
-      go.chunk_bytes.push_back(layout.chunks[c].bytes);
-      go.chunk_group.push_back(c == model_.embedding_chunk() ? 1 : c == model_.head_chunk() ? 2 : 0);
-    }
+    const GradientOffloaderOptions go = gradient_slot_options(layout, options_.dtype, model_.config().name);
     STRATA_ASSIGN_OR_RETURN(offloader_, GradientOffloader::create(backend_, pinned, go, pool_, trace_));
     offloader_host_bytes_ = gradient_offloader_pinned_bytes(go);
     STRATA_RETURN_IF_ERROR(model_.set_grad_sink(offloader_.get()));

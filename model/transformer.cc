@@ -118,6 +118,13 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, con
   return model;
 }
 
+uint64_t Transformer::activation_bytes(const ModelConfig& config, const TransformerOptions& options) {
+  Activations a;
+  ActivationGrads d;
+  const int64_t T = options.seq_len > 0 ? options.seq_len : config.max_seq;
+  return carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
+}
+
 Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
                          TransformerOptions options)
     : backend_(backend),
@@ -205,6 +212,12 @@ void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base)
   for (const ParamSpec* p : chunk_params_[chunk]) slot_field(out, GlobalSlot(p->slot)) = base + p->slot_offset;
 }
 
+Status Transformer::traced(std::string_view what, int64_t index, const std::function<Status()>& work) {
+  if (trace_ == nullptr) return work();
+  return trace_->stream_span(backend_, Stream::compute, "compute",
+                             index >= 0 ? fmt::format("{} {}", what, index) : std::string(what), work);
+}
+
 StatusOr<GlobalParams> Transformer::acquire_head() {
   GlobalParams g;
   STRATA_ASSIGN_OR_RETURN(std::byte* head, weights_->acquire(head_chunk()));
@@ -239,27 +252,29 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   GlobalParams emb;
   STRATA_ASSIGN_OR_RETURN(std::byte* emb_chunk, weights_->acquire(embedding_chunk()));
   bind_globals(emb, embedding_chunk(), emb_chunk);
-  if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, emb.wpe, B, T, C, V));
-  } else {
-    STRATA_RETURN_IF_ERROR(ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, V));
-  }
+  STRATA_RETURN_IF_ERROR(traced("forward embedding", -1, [&] {
+    if (config_.arch == Arch::gpt2)
+      return ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, emb.wpe, B, T, C, V);
+    return ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, V);
+  }));
   STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
   for (int l = 0; l < config_.n_layer; ++l) {
     STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
-    STRATA_RETURN_IF_ERROR(layer_forward(bind_layer(l, w), l));
+    STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return layer_forward(bind_layer(l, w), l); }));
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
   }
 
   // Final norm, head (tied to wte or lm_head), fused cross-entropy -> mean loss on the device.
   STRATA_ASSIGN_OR_RETURN(const GlobalParams g, acquire_head());
-  STRATA_RETURN_IF_ERROR(
-      norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
-  const std::byte* head = config_.tied_head ? g.wte : g.lm_head;
-  const int64_t Vp = logits_stride();
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V, Vp));
-  STRATA_RETURN_IF_ERROR(ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss,
-                                                   acts_.logits, targets, N, V, Vp));
+  STRATA_RETURN_IF_ERROR(traced("forward head", -1, [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(
+        norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
+    const std::byte* head = config_.tied_head ? g.wte : g.lm_head;
+    const int64_t Vp = logits_stride();
+    STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V, Vp));
+    return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets,
+                                     N, V, Vp);
+  }));
   return release_head();
 }
 
@@ -350,12 +365,14 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   }
   const std::byte* head = config_.tied_head ? p.wte : p.lm_head;
   std::byte* dhead = config_.tied_head ? g.wte : g.lm_head;
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V, Vp));
-  STRATA_RETURN_IF_ERROR(
-      norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean, acts_.lnf_rstd));
+  STRATA_RETURN_IF_ERROR(traced("backward head", -1, [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
+    STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
+    STRATA_RETURN_IF_ERROR(
+        ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V, Vp));
+    return norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean,
+                         acts_.lnf_rstd);
+  }));
   STRATA_RETURN_IF_ERROR(release_head());
   STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
   if (config_.tied_head) STRATA_RETURN_IF_ERROR(sink.release(embedding_chunk(), /*last=*/false));
@@ -364,10 +381,12 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
     STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
     STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
     const LayerParams lp = bind_layer(l, w);
-    // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
-    // still in the shared buffers from the forward).
-    if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
-    STRATA_RETURN_IF_ERROR(layer_backward(lp, bind_layer(l, gw), l));
+    STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&]() -> Status {
+      // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
+      // still in the shared buffers from the forward).
+      if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
+      return layer_backward(lp, bind_layer(l, gw), l);
+    }));
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
     STRATA_RETURN_IF_ERROR(sink.release(layer_chunk(l), /*last=*/true));
   }
@@ -376,11 +395,11 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   GlobalParams ge;
   STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(embedding_chunk()));
   bind_globals(ge, embedding_chunk(), emb_grads);
-  if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.encoder_backward(options_.dtype, ge.wte, ge.wpe, dacts_.dres, inputs_, B_, T_, C, V));
-  } else {
-    STRATA_RETURN_IF_ERROR(ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, V));
-  }
+  STRATA_RETURN_IF_ERROR(traced("backward embedding", -1, [&] {
+    if (config_.arch == Arch::gpt2)
+      return ops_.encoder_backward(options_.dtype, ge.wte, ge.wpe, dacts_.dres, inputs_, B_, T_, C, V);
+    return ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, V);
+  }));
   return sink.release(embedding_chunk(), /*last=*/true);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 #include "model/safetensors.h"
 #include "offload/chunk_source.h"
 #include "offload/device_grads.h"
+#include "offload/trace.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 
@@ -111,6 +113,8 @@ class Transformer {
  public:
   // Validates the config and options, builds the layout and allocates every chunk and the
   // activations. Over budget: the arena's out_of_memory, its tag naming the chunk or buffer.
+  // Device bytes of the activation block create() allocates for `options` (seq_len 0 = max_seq).
+  static uint64_t activation_bytes(const ModelConfig& config, const TransformerOptions& options);
   // A given weight source must have the layout's chunks at its sizes (invalid_argument otherwise).
   static StatusOr<std::unique_ptr<Transformer>> create(Backend& backend, const ModelConfig& config,
                                                        const TransformerOptions& options = {},
@@ -151,6 +155,9 @@ class Transformer {
   // The source the weights come from; the sink gradients go to (set_grad_sink replaces it: null
   // returns to the model's own DeviceGrads, failed_precondition if it was created without).
   WeightSource& weights() { return *weights_; }
+  // With a recorder, every chunk's compute (forward, recomputation + backward) is a span on its
+  // "compute" track, stamped on the compute stream. Null: none (the default; costs nothing).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
   GradSink* grad_sink() { return grad_sink_; }
   Status set_grad_sink(GradSink* sink);
   // The model's own device gradients (null when created with device_grads = false).
@@ -202,6 +209,8 @@ class Transformer {
   // forward's end and the backward's start. release_head gives back what acquire_head took.
   StatusOr<GlobalParams> acquire_head();
   Status release_head();
+  // Queues `work` (compute ops on Stream::compute), as a span "<what> <index>" when tracing.
+  Status traced(std::string_view what, int64_t index, const std::function<Status()>& work);
   Status attention_forward(const LayerParams& p, const LayerActivations& a);
   Status attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
   Status mlp_forward(const LayerParams& p, const LayerActivations& a);
@@ -229,6 +238,7 @@ class Transformer {
   WeightSource* weights_ = nullptr;
   std::unique_ptr<DeviceGrads> device_grads_;   // options.device_grads
   GradSink* grad_sink_ = nullptr;
+  TraceRecorder* trace_ = nullptr;
   std::vector<std::vector<float>> fp32_weights_;  // see take_fp32_weights()
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;

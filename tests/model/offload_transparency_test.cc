@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "model/placement.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 #include "offload/io_engine_factory.h"
@@ -108,14 +109,9 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
   std::unique_ptr<NvmeStore> store;
   std::unique_ptr<TierManager> tiers;
   if (home != Home::resident) {
-    TierManagerOptions to;
-    to.home = home == Home::cpu ? Tier::cpu : Tier::nvme;
-    to.group_slots = {2, 1, 1};
-    to.group_names = {"layers", "embedding", "head"};
-    for (size_t c = 0; c < layout.chunks.size(); ++c) {
-      to.chunk_bytes.push_back(layout.chunks[c].bytes);
-      to.chunk_group.push_back(c == 0 ? 1 : c + 1 == layout.chunks.size() ? 2 : 0);
-    }
+    const TierManagerOptions to = paged_weight_options(layout, home == Home::cpu ? Tier::cpu : Tier::nvme,
+                                                       /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
+                                                       config.name);
     if (home == Home::nvme) {
       std::filesystem::create_directories(swap_dir);
       engine = expect_value(make_io_engine({}, {swap_dir})).engine;

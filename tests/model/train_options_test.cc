@@ -1,6 +1,7 @@
 // Tests of the train config keys and TrainOptions: the defaults, every cross-key error, the
 // DeepSpeed-style aliases of a JSON config file (a full ZeRO-Infinity config among them: batch
-// sizes, schedulers, ignored settings), and the precedence file < env < flags.
+// sizes, schedulers, ignored settings), the weight placement keys (offload_param and its DeepSpeed
+// section), and the precedence file < env < flags.
 #include "model/train_options.h"
 
 #include <cmath>
@@ -425,14 +426,22 @@ TEST(TrainOptionsTest, DeepSpeedZeroInfinityConfigLoads) {
   EXPECT_EQ(o.lr_schedule.total_steps, 2000u);
   EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.1);
 
+  // offload_param pages the weights from NVMe with offload_param.buffer_count staging buffers.
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(o.nvme_staging, 5u);
+  EXPECT_EQ(o.param_slots, 2u);
+  EXPECT_EQ(o.prefetch_bytes, 0u);
+
   // Every ignored setting is reported, grouped by why it has no effect; nothing else is warned.
-  ASSERT_EQ(o.warnings.size(), 9u) << ::testing::PrintToString(o.warnings);
+  ASSERT_EQ(o.warnings.size(), 12u) << ::testing::PrintToString(o.warnings);
   EXPECT_TRUE(
       has_warning(o, path + ": zero_optimization.stage=3 has no effect: ZeRO stages choose what is partitioned"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.overlap_comm=true, zero_optimization.reduce_bucket_size=10000000.0 "
                              "have no effect: tuning of the gradient and weight collectives"));
-  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_optimizer.device=\"nvme\", "
-                             "zero_optimization.offload_param.device=\"nvme\" have no effect"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_optimizer.device=\"nvme\" has no effect"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.buffer_size=100000000.0 has no effect"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.max_in_cpu=1000000000.0 has no effect"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.pin_memory=true has no effect"));
   EXPECT_TRUE(has_warning(o, "aio.thread_count=1, aio.single_submit=false, aio.overlap_events=true have no effect"));
   EXPECT_TRUE(has_warning(o, "wall_clock_breakdown=false has no effect"));
   EXPECT_TRUE(has_warning(o, "zero_allow_untested_optimizer=true has no effect"));
@@ -587,6 +596,155 @@ TEST(TrainOptionsTest, DeepSpeedOptimizerTypesMapOntoOurs) {
   EXPECT_EQ(o.adam_hyper.mode, kernels::AdamMode::adam);
   expect_error(options_from_file(R"({"optimizer": {"type": "Lamb"}})"), Code::invalid_argument,
                {"optimizer.type", "optimizer_type must be one of adamw, adam, adamw8bit"});
+}
+
+// --- weight placement (Offload I) ----------------------------------------------------------------
+
+TEST(TrainOptionsTest, WeightPlacementDefaultsKeepTheWeightsResident) {
+  const TrainOptions o = expect_value(options_from_file("{}"));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+  EXPECT_EQ(o.param_slots, 2u);
+  EXPECT_EQ(o.prefetch_bytes, 0u);
+  EXPECT_EQ(o.nvme_staging, 2u);
+  EXPECT_EQ(o.trace_path, "");
+  EXPECT_TRUE(o.warnings.empty());
+  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::none), "none");
+  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::cpu), "cpu");
+  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::nvme), "nvme");
+}
+
+TEST(TrainOptionsTest, WeightPlacementFlagsReadBack) {
+  const TrainOptions o = expect_value(options_from({{"--offload-param", "cpu"},
+                                                    {"--param-slots", "3"},
+                                                    {"--prefetch-bytes", "512MiB"},
+                                                    {"--trace", "run.trace.json"}}));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.param_slots, 3u);
+  EXPECT_EQ(o.prefetch_bytes, 512ull << 20);
+  EXPECT_EQ(o.trace_path, "run.trace.json");
+  EXPECT_TRUE(o.warnings.empty()) << ::testing::PrintToString(o.warnings);
+  // nvme with a path, and its staging buffers; the choice is case-insensitive.
+  const TrainOptions n = expect_value(options_from_file(
+      "{}", {{"--offload-param", "NVMe"}, {"--nvme-path", "/mnt/a,/mnt/b"}, {"--nvme-staging", "4"}}));
+  EXPECT_EQ(n.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(n.nvme_staging, 4u);
+  EXPECT_TRUE(n.warnings.empty()) << ::testing::PrintToString(n.warnings);
+}
+
+TEST(TrainOptionsTest, WeightPlacementFromTheEnvironment) {
+  const TrainOptions o = expect_value(
+      options_from({}, {"STRATA_OFFLOAD_PARAM=cpu", "STRATA_PARAM_SLOTS=4", "STRATA_PREFETCH_BYTES=1GiB",
+                        "STRATA_TRACE=/tmp/t.json"}));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.param_slots, 4u);
+  EXPECT_EQ(o.prefetch_bytes, 1ull << 30);
+  EXPECT_EQ(o.trace_path, "/tmp/t.json");
+  // A flag wins over the variable.
+  EXPECT_EQ(expect_value(options_from({{"--offload-param", "none"}}, {"STRATA_OFFLOAD_PARAM=cpu"})).offload_param,
+            TrainOptions::ParamHome::none);
+}
+
+TEST(TrainOptionsTest, WeightPlacementValuesAreChecked) {
+  expect_error(options_from({{"--offload-param", "disk"}}), Code::invalid_argument,
+               {"--offload-param", "offload_param must be one of none, cpu, nvme"});
+  expect_error(options_from({}, {"STRATA_NVME_STAGING=0"}), Code::out_of_range,
+               {"STRATA_NVME_STAGING", "nvme_staging must be an integer in [1, 64]"});
+  expect_error(options_from({{"--prefetch-bytes", "lots"}}), Code::invalid_argument, {"prefetch_bytes"});
+  expect_error(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "gpu"}}})"),
+               Code::invalid_argument, {"zero_optimization.offload_param.device", "one of none, cpu, nvme"});
+}
+
+TEST(TrainOptionsTest, FewerThanTwoParamSlotsIsAnError) {
+  for (const char* slots : {"0", "1"})
+    expect_error(options_from({{"--offload-param", "cpu"}, {"--param-slots", slots}}), Code::invalid_argument,
+                 {std::string("param_slots ") + slots + " (flag --param-slots)", "one in use, one being fetched"});
+  expect_error(options_from({}, {"STRATA_PARAM_SLOTS=1"}), Code::invalid_argument,
+               {"param_slots 1 (env STRATA_PARAM_SLOTS)", "two slots"});
+}
+
+TEST(TrainOptionsTest, NvmeHomeNeedsAnNvmePath) {
+  expect_error(options_from_file("{}", {{"--offload-param", "nvme"}}), Code::invalid_argument,
+               {"offload_param nvme (flag --offload-param)", "no nvme_path",
+                "pass --nvme-path DIR or set zero_optimization.offload_param.nvme_path"});
+  expect_error(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "nvme"}}})"),
+               Code::invalid_argument, {"offload_param nvme (file ", "--nvme-path DIR"});
+  // A schema without the offload keys has no nvme_path at all: the same error, not a crash.
+  expect_error(options_from({{"--offload-param", "nvme"}}), Code::invalid_argument, {"no nvme_path"});
+  // offload_optimizer's nvme_path is the same key: it serves the weights too.
+  const TrainOptions o = expect_value(options_from_file(
+      R"({"zero_optimization": {"offload_optimizer": {"nvme_path": "/nvme"}, "offload_param": {"device": "nvme"}}})"));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+}
+
+TEST(TrainOptionsTest, PagedWeightsNeedTheOptimizerOnTheCpu) {
+  for (const char* home : {"cpu", "nvme"})
+    expect_error(options_from_file("{}", {{"--offload-param", home},
+                                          {"--nvme-path", "/nvme"},
+                                          {"--optimizer-device", "device"}}),
+                 Code::invalid_argument,
+                 {std::string("offload_param ") + home + " (flag --offload-param)",
+                  "optimizer_device device (flag --optimizer-device)",
+                  "the optimizer on the device updates resident weights", "pass --optimizer-device cpu"});
+  const TrainOptions o = expect_value(options_from({{"--optimizer-device", "device"}}));
+  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::device);
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+}
+
+TEST(TrainOptionsTest, PagingKeysWithoutPagingAreAWarningNotAnError) {
+  TrainOptions o = expect_value(options_from({{"--param-slots", "4"}, {"--nvme-staging", "3"}}));
+  ASSERT_EQ(o.warnings.size(), 1u) << ::testing::PrintToString(o.warnings);
+  EXPECT_TRUE(has_warning(o, "param_slots 4 (flag --param-slots), nvme_staging 3 (flag --nvme-staging) only apply "
+                             "to paged weights (offload_param cpu or nvme) and are ignored with offload_param none "
+                             "(default)"));
+  EXPECT_EQ(o.param_slots, 4u);  // read all the same
+  o = expect_value(options_from({{"--offload-param", "cpu"}, {"--nvme-staging", "3"}}));
+  ASSERT_EQ(o.warnings.size(), 1u) << ::testing::PrintToString(o.warnings);
+  EXPECT_TRUE(has_warning(o, "nvme_staging 3 (flag --nvme-staging) only applies to weights homed on NVMe and is "
+                             "ignored with offload_param cpu (flag --offload-param)"));
+}
+
+// DeepSpeed's offload_param section: device and buffer_count map onto strata keys, nvme_path is
+// nvme_path, and buffer_size, max_in_cpu and pin_memory are accepted with one warning each.
+TEST(TrainOptionsTest, DeepSpeedOffloadParamSectionMapsAndWarns) {
+  const std::string json = R"({"zero_optimization": {"offload_param": {
+    "device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 6, "buffer_size": 1e8, "pin_memory": false,
+    "max_in_cpu": 1e9}}})";
+  TrainOptions o = expect_value(options_from_file(json));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(o.nvme_staging, 6u);
+  ASSERT_EQ(o.warnings.size(), 3u) << ::testing::PrintToString(o.warnings);
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.buffer_size=100000000.0 has no effect: strata sizes "
+                             "each staging buffer to the largest weight chunk"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.max_in_cpu=1000000000.0 has no effect: strata keeps "
+                             "no partial CPU cache of NVMe-homed weights"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.pin_memory=false has no effect: strata always pins"));
+  // Flags override the file's section.
+  o = expect_value(options_from_file(json, {{"--offload-param", "cpu"}, {"--nvme-staging", "2"}}));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_TRUE(has_warning(o, "nvme_staging 2 (flag --nvme-staging) only applies to weights homed on NVMe"));
+  // DeepSpeed's "none" and "cpu" are ours too.
+  o = expect_value(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "cpu"}}})"));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_TRUE(o.warnings.empty()) << ::testing::PrintToString(o.warnings);
+  o = expect_value(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "none"}}})"));
+  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+  // A key DeepSpeed's offload_param section does not have stays unknown.
+  expect_error(options_from_file(R"({"zero_optimization": {"offload_param": {"buffer_cont": 4}}})"),
+               Code::invalid_argument, {"unknown key 'zero_optimization.offload_param.buffer_cont'"});
+}
+
+TEST(TrainOptionsTest, WeightPlacementKeysAreInTheCliSchema) {
+  const ConfigSchema schema = cli_schema();
+  for (const char* name : {"offload_param", "param_slots", "prefetch_bytes", "nvme_staging", "trace"}) {
+    ASSERT_NE(schema.find(name), nullptr) << name;
+    EXPECT_EQ(schema.find_by_flag(ConfigSchema::flag_name(name)), schema.find(name)) << name;
+    EXPECT_EQ(schema.find_by_env(ConfigSchema::env_name(name)), schema.find(name)) << name;
+  }
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_param.device")->name, "offload_param");
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_param.buffer_count")->name, "nvme_staging");
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_param.nvme_path")->name, "nvme_path");
+  EXPECT_NE(schema.ignored_file_path_reason("zero_optimization.offload_param.buffer_size"), nullptr);
+  EXPECT_NE(schema.ignored_file_path_reason("zero_optimization.offload_optimizer.buffer_count"), nullptr);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // --checkpoint-dir keeps rotated step-N/ checkpoints (model/checkpoint_store.h) written every
 // checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
 // continues such a run bit-identically. Paths and disk room are checked before any work
-// (train_preflight.h). Not the offloading trainer: parameters stay on the device.
+// (train_preflight.h). --offload-param cpu|nvme homes the working weights in pinned memory or on
+// NVMe and pages them through a few device slots (train_offload.h); --trace writes a Chrome trace.
 #include <signal.h>
 
 #include <cerrno>
@@ -44,6 +45,7 @@
 #include "tools/strata/config_flags.h"
 #include "tools/strata/schema.h"
 #include "tools/strata/train_device_rates.h"
+#include "tools/strata/train_offload.h"
 #include "tools/strata/train_preflight.h"
 #include "tools/strata/train_signals.h"
 
@@ -326,9 +328,12 @@ int train(const Config& config) {
   if (!data.is_ok()) return fail(data.status());
   StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config, o);
   if (!backend.is_ok()) return fail(backend.status());
+  if (Status s = check_device_budget(*mc, o, **backend); !s.is_ok()) return report_error(s.message(), kExitUsage);
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
       {.capacity = config.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = (*backend)->kind() == BackendKind::cuda});
   if (!pinned.is_ok()) return fail(pinned.status());
+  StatusOr<std::unique_ptr<TrainOffload>> offload = TrainOffload::create(config, o, *mc, **backend, **pinned);
+  if (!offload.is_ok()) return fail(offload.status());
   StatusOr<std::unique_ptr<ThreadPool>> pool =
       ThreadPool::create({.threads = int(config.get_int("threads")), .name = "adam"});
   if (!pool.is_ok()) return fail(pool.status());
@@ -355,8 +360,9 @@ int train(const Config& config) {
        .dtype = o.dtype,
        // A CPU optimizer streams gradients to the host: no full set of them on the device.
        .device_grads = o.optimizer_device == model::TrainOptions::OptimizerDevice::device},
-      {.pinned = pinned->get()});
+      {.weights = (*offload)->weights(), .pinned = pinned->get()});
   if (!net.is_ok()) return fail(net.status());
+  (*net)->set_trace((*offload)->trace());
   if (resumed && init_weights)
     spdlog::info("init-from: resuming from {}, so its weights are used; {} gave the model's configuration only",
                  resume_dir, o.init_from);
@@ -367,7 +373,7 @@ int train(const Config& config) {
     return fail(s);
   init_weights.reset();  // unmap the Hugging Face files
   StatusOr<std::unique_ptr<model::Trainer>> trainer =
-      model::Trainer::create(**backend, **net, **pinned, pool->get(), o);
+      model::Trainer::create(**backend, **net, **pinned, pool->get(), o, (*offload)->trace());
   if (!trainer.is_ok()) return fail(trainer.status());
   if (resumed) {
     if (Status s = model::load_checkpoint_optimizer(resume_dir, **trainer); !s.is_ok()) return fail(s);
@@ -458,8 +464,10 @@ int train(const Config& config) {
       summary.last_val_loss = *val;
       summary.last_val_step = m.step;
     }
+    m.transfers = (*offload)->step_transfers(**trainer, step_s);
     m.bytes = tier_bytes(**backend, **pinned, false);
     m.peak_bytes = tier_bytes(**backend, **pinned, true);
+    m.bytes.nvme = m.peak_bytes.nvme = (*offload)->nvme_bytes();
     if (metrics) {
       if (Status s = metrics->write(m); !s.is_ok()) return fail(s);
     }
@@ -494,6 +502,8 @@ int train(const Config& config) {
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
+  if (const std::string s = (*offload)->summary(summary.seconds); !s.empty()) spdlog::info("{}", s);
+  if (Status s = (*offload)->write_trace(o.trace_path); !s.is_ok()) return fail(s);
   return kExitOk;
 }
 

@@ -1,0 +1,80 @@
+// Placement (placement.h): slot groups of the model's chunks and the device bytes of a run.
+#include "model/placement.h"
+
+#include <algorithm>
+
+namespace strata::model {
+namespace {
+
+constexpr uint64_t kArenaAlign = 256;  // the arena's block alignment
+uint64_t aligned(uint64_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+}  // namespace
+
+std::vector<uint32_t> chunk_groups(const ParamLayout& layout) {
+  std::vector<uint32_t> groups;
+  for (const ChunkSpec& c : layout.chunks)
+    groups.push_back(c.kind == ChunkKind::embedding ? kEmbeddingGroup : c.kind == ChunkKind::head ? kHeadGroup : kLayerGroup);
+  return groups;
+}
+
+TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name) {
+  TierManagerOptions o;
+  for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
+  o.home = home;
+  o.chunk_group = chunk_groups(layout);
+  o.group_slots = {layer_slots, 1, 1};
+  o.group_names = {"layers", "embedding", "head"};
+  o.prefetch_bytes = prefetch_bytes;
+  o.nvme_staging = nvme_staging;
+  o.name = name + " weights";
+  return o;
+}
+
+GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name) {
+  GradientOffloaderOptions o;
+  o.format = float_format_of(dtype, "gradients").value();
+  for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
+  for (uint32_t g : chunk_groups(layout)) o.chunk_group.push_back(g);
+  o.group_slots = {2, 1, 1};
+  o.group_names = {"layers", "embedding", "head"};
+  o.name = name + " gradients";
+  return o;
+}
+
+DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& o) {
+  DeviceBytes d;
+  const ParamLayout layout = build_param_layout(config, dtype_size(o.dtype)).value();
+  const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
+  uint64_t all_chunks = 0;
+  for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
+  if (o.offload_param == TrainOptions::ParamHome::none) {
+    d.weights = all_chunks;
+  } else {
+    d.weights = tier_device_bytes(
+        paged_weight_options(layout, o.offload_param == TrainOptions::ParamHome::cpu ? Tier::cpu : Tier::nvme,
+                             o.param_slots, o.prefetch_bytes, o.nvme_staging, config.name));
+  }
+  if (on_device) {
+    // DeviceGrads: each chunk's buffer, its fp32 sums and the norm's block partials.
+    uint64_t partials = 0;
+    for (const ChunkSpec& c : layout.chunks) {
+      const uint64_t elements = c.bytes / layout.element_bytes;
+      d.gradients += aligned(c.bytes) + aligned(elements * sizeof(float));
+      partials += (elements + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
+    }
+    d.gradients += aligned(partials * sizeof(double));
+    const uint64_t masters = build_param_layout(config, sizeof(float)).value().total_bytes();
+    d.optimizer = aligned(masters) * (o.dtype == DType::f32 ? 2 : 3);  // m, v (and fp32 masters for 16-bit)
+  } else {
+    d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
+  }
+  const TransformerOptions t{.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
+                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype};
+  d.activations = aligned(Transformer::activation_bytes(config, t));
+  d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
+  return d;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,41 @@
+// Placement: how the model's parameter chunks map onto the offload layer's device slots, and the
+// device bytes a training run will take before anything is allocated. One place for the slot
+// groups (the transformer layers share one group; the embedding and the head chunk have one each,
+// so a small chunk never takes a large slot), used by the trainer, `strata train` and the tests.
+// Pure arithmetic over a ParamLayout; allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/param_layout.h"
+#include "model/train_options.h"
+#include "model/transformer.h"
+#include "offload/gradient_offloader.h"
+#include "offload/tier_manager.h"
+
+namespace strata::model {
+
+// Slot group of each chunk of `layout`: 0 the layers, 1 the embedding, 2 the head.
+inline constexpr uint32_t kLayerGroup = 0, kEmbeddingGroup = 1, kHeadGroup = 2;
+std::vector<uint32_t> chunk_groups(const ParamLayout& layout);
+
+// Weights homed on `home` (cpu or nvme) paged through `layer_slots` layer slots and one slot each
+// for the embedding and the head; `prefetch_bytes` 0 = the TierManager's default.
+TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name);
+// The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
+// one each for the embedding and the head (both held at the tied head's backward).
+GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
+
+// The device arena a run takes, by what: working weights (every chunk, or the slots), gradients
+// (the model's DeviceGrads, or the offloader's slots), activations, the optimizer's state when it
+// lives on the device, and the batch buffers. Aligned as the arena aligns blocks (256 bytes).
+struct DeviceBytes {
+  uint64_t weights = 0, gradients = 0, activations = 0, optimizer = 0, batch = 0;
+  uint64_t total() const { return weights + gradients + activations + optimizer + batch; }
+};
+DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& options);
+
+}  // namespace strata::model

@@ -1,0 +1,140 @@
+// TrainOffload (train_offload.h): paged weights, NVMe store and trace of a `strata train` run.
+#include "tools/strata/train_offload.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "model/placement.h"
+#include "offload/config_keys.h"
+#include "offload/io_engine_factory.h"
+#include "runtime/units.h"
+
+namespace strata::cli {
+
+using model::TrainOptions;
+
+Status check_device_budget(const model::ModelConfig& config, const TrainOptions& o, const Backend& backend) {
+  const model::DeviceBytes d = model::estimate_device_bytes(config, o);
+  const uint64_t budget = backend.memory().capacity;
+  const std::string plan = fmt::format("weights {} ({}), gradients {}, activations {}{}, batch {}", format_size(d.weights),
+                                       o.offload_param == TrainOptions::ParamHome::none
+                                           ? "resident"
+                                           : fmt::format("{} slots, home {}", o.param_slots,
+                                                         model::param_home_name(o.offload_param)),
+                                       format_size(d.gradients), format_size(d.activations),
+                                       d.optimizer ? fmt::format(", optimizer {}", format_size(d.optimizer)) : "",
+                                       format_size(d.batch));
+  if (d.total() <= budget) {
+    spdlog::info("device memory: {} of {} ({})", format_size(d.total()), format_size(budget), plan);
+    return Status::ok();
+  }
+  std::string fix;
+  if (o.offload_param == TrainOptions::ParamHome::none) {
+    TrainOptions paged = o;
+    paged.offload_param = TrainOptions::ParamHome::cpu;
+    paged.optimizer_device = TrainOptions::OptimizerDevice::cpu;
+    const uint64_t need = model::estimate_device_bytes(config, paged).total();
+    fix = need <= budget ? "; --offload-param cpu (or nvme) pages the weights through the device and fits"
+                         : fmt::format("; with --offload-param cpu it needs {}: raise --gpu-mem to that, or lower "
+                                       "--micro-batch / --seq, or turn on --activation-checkpointing",
+                                       format_size(need));
+  } else {
+    fix = fmt::format("; the minimum with {} layer slots is {}: raise --gpu-mem, or lower --micro-batch / --seq, or "
+                      "turn on --activation-checkpointing",
+                      o.param_slots, format_size(d.total()));
+  }
+  return error(Code::out_of_memory, "{} needs {} of device memory but the budget (--gpu-mem) is {}: {}{}", config.name,
+               format_size(d.total()), format_size(budget), plan, fix);
+}
+
+StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& config, const TrainOptions& o,
+                                                             const model::ModelConfig& model, Backend& backend,
+                                                             PinnedPool& pinned) {
+  std::unique_ptr<TrainOffload> t(new TrainOffload(pinned));
+  if (!o.trace_path.empty()) t->trace_ = std::make_unique<TraceRecorder>();
+  if (o.offload_param == TrainOptions::ParamHome::none) return t;
+  STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(model, dtype_size(o.dtype)));
+  const bool nvme = o.offload_param == TrainOptions::ParamHome::nvme;
+  const TierManagerOptions to = model::paged_weight_options(layout, nvme ? Tier::nvme : Tier::cpu, o.param_slots,
+                                                            o.prefetch_bytes, o.nvme_staging, model.name);
+  if (nvme) {
+    const std::vector<std::string>& paths = config.get_list("nvme_path");
+    STRATA_ASSIGN_OR_RETURN(IoEngineConfig ec, io_engine_config(config));
+    STRATA_ASSIGN_OR_RETURN(IoEngineChoice choice, make_io_engine(ec, paths));
+    if (!choice.fallback_reason.empty()) spdlog::warn("nvme: {}", choice.fallback_reason);
+    t->engine_ = std::move(choice.engine);
+    register_pinned_pool(*t->engine_, pinned);
+    t->pool_registered_ = true;
+    NvmeStoreOptions so;
+    so.paths = paths;
+    // Every chunk's extent, each rounded up to whole stripe segments.
+    so.capacity = layout.total_bytes() + layout.chunks.size() * (so.stripe_unit / 8) + so.stripe_unit;
+    STRATA_ASSIGN_OR_RETURN(t->store_, NvmeStore::create(*t->engine_, so));
+  }
+  STRATA_ASSIGN_OR_RETURN(t->tiers_, TierManager::create(backend, pinned, t->store_.get(), t->trace_.get(), to));
+  const TierStats s = t->tiers_->stats();
+  spdlog::info("offload: weights homed on {} ({} pinned{}), paged through {} of device slots ({} for the layers), "
+               "prefetch window {}",
+               nvme ? "nvme" : "cpu", format_size(s.pinned_bytes),
+               nvme ? fmt::format(", {} on {}", format_size(s.nvme_bytes), fmt::join(config.get_list("nvme_path"), ", "))
+                    : "",
+               format_size(s.device_bytes), o.param_slots, format_size(t->tiers_->prefetch_window()));
+  return t;
+}
+
+TrainOffload::~TrainOffload() {
+  tiers_.reset();
+  store_.reset();
+  if (pool_registered_) pinned_.set_slab_listener(nullptr);
+  engine_.reset();
+}
+
+std::optional<model::TransferMetrics> TrainOffload::step_transfers(const model::Trainer& trainer, double step_s) {
+  const GradientOffloader* grads = trainer.gradients();
+  if (!tiers_ && grads == nullptr) return std::nullopt;
+  model::TransferMetrics m;
+  const double seconds = step_s > 0 ? step_s : 1e-9;
+  const auto gbps = [&](uint64_t bytes) { return double(bytes) / seconds / 1e9; };
+  if (grads != nullptr) {
+    const uint64_t d2h = grads->stats().d2h_bytes;
+    m.d2h_gbps = gbps(d2h - last_d2h_);
+    last_d2h_ = d2h;
+  }
+  if (tiers_) {
+    const TierStats s = tiers_->stats();
+    m.h2d_gbps = gbps(s.h2d_bytes - last_tiers_.h2d_bytes);
+    m.nvme_read_gbps = gbps(s.nvme_read_bytes - last_tiers_.nvme_read_bytes);
+    m.nvme_write_gbps = gbps(s.nvme_write_bytes - last_tiers_.nvme_write_bytes);
+    m.wait_s = s.compute_wait_seconds - last_tiers_.compute_wait_seconds;
+    m.wait_fraction = step_s > 0 ? m.wait_s / step_s : 0.0;
+    wait_total_s_ += m.wait_s;
+    last_tiers_ = s;
+  }
+  return m;
+}
+
+std::string TrainOffload::summary(double run_s) const {
+  if (!tiers_) return "";
+  const TierStats s = tiers_->stats();
+  const uint64_t acquires = s.hits + s.misses + s.staged_hits;
+  return fmt::format(
+      "offload: {} acquires, {:.1f}% found resident or in flight ({} prefetched, {} fetched on demand), {} fetched "
+      "({}/s){}; access order recorded {}x, replayed {}x; compute waited {:.2f} s ({:.1f}% of the run)",
+      acquires, acquires ? 100.0 * double(s.hits + s.staged_hits) / double(acquires) : 0.0, s.prefetches, s.misses,
+      format_size(s.h2d_bytes), format_size(run_s > 0 ? uint64_t(double(s.h2d_bytes) / run_s) : 0),
+      s.nvme_read_bytes ? fmt::format(", nvme read {} written {}", format_size(s.nvme_read_bytes),
+                                      format_size(s.nvme_write_bytes))
+                        : "",
+      s.sequences_recorded, s.sequences_replayed, s.compute_wait_seconds,
+      run_s > 0 ? 100.0 * s.compute_wait_seconds / run_s : 0.0);
+}
+
+Status TrainOffload::write_trace(const std::string& path) const {
+  if (!trace_) return Status::ok();
+  STRATA_RETURN_IF_ERROR(trace_->write(path));
+  spdlog::info("trace: {} spans written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+               trace_->span_count(), path);
+  return Status::ok();
+}
+
+}  // namespace strata::cli

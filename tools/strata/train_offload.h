@@ -1,0 +1,73 @@
+// The offload side of one `strata train` run: with --offload-param cpu or nvme, the paging weight
+// source (offload/tier_manager.h) the model takes its chunks from -- homed in pinned memory, or in
+// NVMe swap files under --nvme-path through the configured I/O engine -- and, with --trace, the
+// Chrome trace recorder every stream's spans go to. Also the per-step transfer figures for the
+// progress line and --metrics, and the device-memory preflight. Built after the backend and the
+// pinned pool, before the model; destroyed after the trainer and the model.
+// Thread-safety: the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/metrics_log.h"
+#include "model/model_config.h"
+#include "model/train_options.h"
+#include "model/trainer.h"
+#include "offload/io_engine.h"
+#include "offload/nvme_store.h"
+#include "offload/tier_manager.h"
+#include "offload/trace.h"
+#include "runtime/backend.h"
+#include "runtime/config.h"
+#include "runtime/pinned_pool.h"
+
+namespace strata::cli {
+
+// out_of_memory before anything is allocated when the run's device bytes (model/placement.h)
+// exceed the arena: the breakdown, the budget, and what would fit (--offload-param cpu, the
+// minimum --gpu-mem). Logs the plan otherwise.
+Status check_device_budget(const model::ModelConfig& config, const model::TrainOptions& o, const Backend& backend);
+
+class TrainOffload {
+ public:
+  // Opens the I/O engine and NVMe store (nvme home: capacity for every chunk; no_space naming the
+  // paths when they cannot hold it) and the TierManager (cpu/nvme home), or nothing (resident).
+  static StatusOr<std::unique_ptr<TrainOffload>> create(const Config& config, const model::TrainOptions& o,
+                                                        const model::ModelConfig& model, Backend& backend,
+                                                        PinnedPool& pinned);
+  ~TrainOffload();
+  TrainOffload(const TrainOffload&) = delete;
+  TrainOffload& operator=(const TrainOffload&) = delete;
+
+  WeightSource* weights() { return tiers_.get(); }  // null: the model keeps its weights resident
+  TraceRecorder* trace() { return trace_.get(); }   // null without --trace
+  const TierManager* tiers() const { return tiers_.get(); }
+  uint64_t nvme_bytes() const { return store_ ? store_->capacity() : 0; }
+
+  // The transfers since the last call (the previous step), as rates over `step_s`; nullopt when
+  // nothing is paged and no gradient streams (optimizer on the device).
+  std::optional<model::TransferMetrics> step_transfers(const model::Trainer& trainer, double step_s);
+  // The end-of-run lines: fetches, hits, prefetches, traces replayed, total compute wait; empty
+  // when resident.
+  std::string summary(double run_s) const;
+  // Writes the --trace file (no-op without one); errors name the path.
+  Status write_trace(const std::string& path) const;
+
+ private:
+  TrainOffload(PinnedPool& pinned) : pinned_(pinned) {}
+
+  PinnedPool& pinned_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<IoEngine> engine_;
+  bool pool_registered_ = false;
+  std::unique_ptr<NvmeStore> store_;
+  std::unique_ptr<TierManager> tiers_;
+  TierStats last_tiers_;
+  uint64_t last_d2h_ = 0;
+  double wait_total_s_ = 0;
+};
+
+}  // namespace strata::cli
