@@ -5,7 +5,9 @@
 // fp16, with 1 and 3 micro-batches; the paged runs get a device budget under a third of the
 // model's weights + gradients, so chunks really are evicted and fetched again. Losses, gradient
 // norms and the final fp32 masters must equal the resident run's exactly; the arena's peak stays
-// under the budget; the prefetcher replays its recorded trace from the second step on.
+// under the budget; the prefetcher replays its recorded trace from the second step on. And a
+// failing NVMe read (EIO, or a torn earlier write caught by the CRC) stops the step with an error
+// naming the chunk, never handing bad weights to the compute.
 #include <unistd.h>
 
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "model/placement.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
+#include "offload/fault_engine.h"
 #include "offload/io_engine_factory.h"
 #include "offload/nvme_store.h"
 #include "offload/tier_manager.h"
@@ -93,7 +96,8 @@ uint64_t resident_param_bytes(const ModelConfig& c, DType dt) {
   return 2 * layout.total_bytes();
 }
 
-Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home home) {
+Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home home,
+              const std::vector<FaultRule>& faults = {}, Status* failure = nullptr) {
   Outcome out;
   const uint64_t params = resident_param_bytes(config, dtype);
   // Paged: a third of weights + gradients (the slots and activations must fit under it).
@@ -115,6 +119,7 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
     if (home == Home::nvme) {
       std::filesystem::create_directories(swap_dir);
       engine = expect_value(make_io_engine({}, {swap_dir})).engine;
+      if (!faults.empty()) engine = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
       NvmeStoreOptions so;
       so.paths = {swap_dir};
       so.capacity = 2 * layout.total_bytes() + (8ull << 20);
@@ -138,7 +143,12 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
   Batches batches(11, config.vocab);
   const NextBatch next = [&]() { return batches.next(); };
   for (int s = 0; s < kSteps; ++s) {
-    const StepResult r = expect_value(trainer->step(next));
+    StatusOr<StepResult> step = trainer->step(next);
+    if (failure != nullptr && !step.is_ok()) {
+      *failure = step.status();
+      break;
+    }
+    const StepResult r = expect_value(std::move(step));
     out.losses.push_back(r.loss);
     out.norms.push_back(r.grad_norm);
     out.clips.push_back(r.clip_scale);
@@ -185,6 +195,32 @@ TEST_P(Transparency, PagedWeightsTrainBitIdenticallyToResident) {
     EXPECT_EQ(paged.tiers.sequences_replayed, uint64_t(kSteps - 1));
     EXPECT_GT(paged.tiers.prefetches, 0u);
   }
+}
+
+// Every read fails after the first few (more than the store's retries): step 1 stops with the
+// store's error naming the chunk, extent and path.
+TEST(PagedWeightFaults, AFailingNvmeReadStopsTheStepNamingTheChunk) {
+  Status failure;
+  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, Home::nvme,
+                          {FaultRule{.kind = FaultKind::eio, .op = IoOp::read, .skip = 5}}, &failure);
+  EXPECT_EQ(failure.code(), Code::io_error) << failure.to_string();
+  EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+  EXPECT_TRUE(o.losses.empty()) << "no step completed on bad weights";
+}
+
+// The first optimizer write is torn (only a prefix lands, success reported, as after a power
+// cut): the next read of that chunk fails its CRC on every retry and the step stops with
+// corruption naming it, after exactly one good step.
+TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
+  const ModelConfig config = tiny(Arch::gpt2);
+  const size_t chunks = build_param_layout(config, 2).value().chunks.size();
+  Status failure;
+  const Outcome o = train(config, DType::bf16, 1, Home::nvme,
+                          {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = uint32_t(chunks), .limit = 1}},
+                          &failure);
+  EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();
+  EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+  EXPECT_EQ(o.losses.size(), 1u) << "step 1 trains; step 2 needs the torn chunk";
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
