@@ -16,7 +16,10 @@
 # .debs), DEPS_ROOT (default /tmp/strata-deps), GPU_CHECK_STEPS (default 30), GPU_CHECK_BATCH
 # (default 16), GPU_CHECK_ONLY (build|tests: stop after that stage), GPU_CHECK_PRESETS (more models
 # to time after gpt2-124m, optimizer on the device, 10 steps each: "preset:micro_batch ...", e.g.
-# "gpt2-350m:16 gpt2-1.5b:8 llama-1b:8").
+# "gpt2-350m:16 gpt2-1.5b:8 llama-1b:8"), GPU_CHECK_OFFLOAD (paged weights against resident, one
+# bench/offload_train_bench.sh run per "preset:micro_batch", --gpu-mem a quarter of the weights +
+# gradients, 10 steps of 1024 random tokens; default "gpt2-1.5b:4"; "" skips), GPU_CHECK_NVME (a
+# directory on an NVMe drive for the nvme-homed run; default LOG_DIR/swap).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 LOG_DIR=${1:-gpu-check-logs}
@@ -183,5 +186,19 @@ for spec in ${GPU_CHECK_PRESETS:-}; do
   preset=${spec%%:*} batch=${spec#*:}
   train_run "$preset bf16 B=$batch" "$preset-bf16-b$batch" 10 --preset "$preset" --micro-batch "$batch" \
     --optimizer-device device
+done
+# Paged weights (--offload-param cpu|nvme) 4x over the device budget, beside the same model resident.
+for spec in ${GPU_CHECK_OFFLOAD-gpt2-1.5b:4}; do
+  preset=${spec%%:*} batch=${spec#*:}
+  log="$LOG_DIR/offload-$preset.log"
+  if STRATA="$BUILD_DIR/bin/strata" DEVICE=cuda RESIDENT_GPU_MEM=auto PRESET="$preset" MB="$batch" SEQ=1024 \
+       STEPS=10 OUT="$LOG_DIR/offload-$preset" bench/offload_train_bench.sh "${GPU_CHECK_NVME:-$LOG_DIR/swap}" \
+       --random-tokens 16M > "$log" 2>&1; then
+    say "offload $preset: $(tail -5 "$log" | tr '\n' ' ')"
+  else
+    status=1
+    echo "gpu_check: the offload bench ($preset) failed; the end of $log:" >&2
+    tail -8 "$log" >&2
+  fi
 done
 exit $status
