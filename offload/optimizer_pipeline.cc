@@ -1,0 +1,436 @@
+// OptimizerPipeline: layouts, carving, and the pipelined walk (see optimizer_pipeline.h).
+// Staging buffers (nvme home) cycle idle -> reading -> idle (write_back false, or an error) or
+// idle -> reading -> writing -> idle. A read is begun for walk position j into an idle buffer, or
+// into one whose write is two or more visits old (finished first), so the write of the chunk just
+// visited always overlaps the next visit; with 3 buffers that is exactly read(i+1) | visit(i) |
+// write(i-1), with more the reads run further ahead.
+#include "offload/optimizer_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "offload/trace.h"
+#include "runtime/units.h"
+
+namespace strata {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t image_alignment(uint32_t store_alignment) { return std::max<uint64_t>(kPage, store_alignment); }
+
+uint64_t scales_of(const OptimizerPipelineOptions& o, size_t c) {
+  return o.states == AdamStates::q8 && c < o.scale_count.size() ? o.scale_count[c] : 0;
+}
+
+uint64_t max_padded(const OptimizerPipelineOptions& o, uint64_t alignment) {
+  uint64_t m = 0;
+  for (size_t c = 0; c < o.fp32_slots.size(); c++)
+    m = std::max(m, optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment).padded);
+  return m;
+}
+
+// ---- trace wiring: the only place the pipeline talks to the TraceRecorder ----------------------
+void trace_io(TraceRecorder* t, std::string_view track, size_t c, uint64_t bytes, double begin_us) {
+  if (t) t->span(track, fmt::format("chunk {}", c), begin_us, t->now_us(),
+                 {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+}
+
+}  // namespace
+
+OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_slots, uint64_t scale_count,
+                                            uint64_t alignment) {
+  OptimizerStateLayout l;
+  l.states = states;
+  l.fp32_slots = fp32_slots;
+  l.scale_count = states == AdamStates::q8 ? scale_count : 0;
+  uint64_t at = 0;
+  auto place = [&](StateRegion& r, uint64_t bytes) {
+    at = round_up(at, kStateRegionAlignment);
+    r = StateRegion{at, bytes};
+    at += bytes;
+  };
+  place(l.master, fp32_slots * sizeof(float));
+  if (states == AdamStates::f32) {
+    place(l.m, fp32_slots * sizeof(float));
+    place(l.v, fp32_slots * sizeof(float));
+  } else {
+    place(l.m_code, fp32_slots);
+    place(l.v_code, fp32_slots);
+    place(l.m_scale, l.scale_count * sizeof(float));
+    place(l.v_scale, l.scale_count * sizeof(float));
+  }
+  l.bytes = at;
+  l.padded = round_up(at, std::max<uint64_t>(alignment, kStateRegionAlignment));
+  return l;
+}
+
+Status check_optimizer_pipeline_options(const OptimizerPipelineOptions& o, bool have_store) {
+  const std::string& n = o.name;
+  if (o.fp32_slots.empty()) return error(Code::invalid_argument, "{}: no chunks", n);
+  const bool q8 = o.states == AdamStates::q8;
+  if (q8 && o.scale_count.size() != o.fp32_slots.size())
+    return error(Code::invalid_argument, "{}: {} chunks but {} scale counts (8-bit states need one per chunk)", n,
+                 o.fp32_slots.size(), o.scale_count.size());
+  if (!q8 && !o.scale_count.empty() && o.scale_count.size() != o.fp32_slots.size())
+    return error(Code::invalid_argument, "{}: {} chunks but {} scale counts", n, o.fp32_slots.size(), o.scale_count.size());
+  for (size_t c = 0; c < o.fp32_slots.size(); c++) {
+    if (o.fp32_slots[c] == 0) return error(Code::invalid_argument, "{}: chunk {} has 0 fp32 slots", n, c);
+    if (q8 && o.scale_count[c] == 0)
+      return error(Code::invalid_argument, "{}: chunk {} has 8-bit states but 0 block scales", n, c);
+    if (!q8 && !o.scale_count.empty() && o.scale_count[c] != 0)
+      return error(Code::invalid_argument, "{}: chunk {} has {} block scales, but the states are fp32 (scales are for 8-bit states)",
+                   n, c, o.scale_count[c]);
+  }
+  if (o.home != Tier::cpu && o.home != Tier::nvme)
+    return error(Code::invalid_argument, "{}: the optimizer states' home must be cpu or nvme, not {}", n, tier_name(o.home));
+  if (o.home == Tier::nvme && !have_store)
+    return error(Code::invalid_argument, "{}: optimizer states homed on nvme need an NVMe store (none was given)", n);
+  if (o.home == Tier::nvme && o.staging < 3)
+    return error(Code::invalid_argument,
+                 "{}: optimizer states homed on nvme need at least 3 pinned staging buffers (read ahead, visit, write "
+                 "behind); got {}",
+                 n, o.staging);
+  return Status::ok();
+}
+
+uint64_t optimizer_pipeline_pinned_bytes(const OptimizerPipelineOptions& o, uint32_t store_alignment) {
+  const uint64_t a = image_alignment(store_alignment);
+  if (o.home == Tier::nvme) return (round_up(max_padded(o, a), kPage) + (a > kPage ? a : 0)) * o.staging;
+  uint64_t total = 0;
+  for (size_t c = 0; c < o.fp32_slots.size(); c++)
+    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kPage).padded, kPage);
+  return total;
+}
+
+uint64_t optimizer_pipeline_nvme_bytes(const OptimizerPipelineOptions& o, uint32_t store_alignment) {
+  if (o.home != Tier::nvme) return 0;
+  const uint64_t a = image_alignment(store_alignment);
+  uint64_t total = 0;
+  for (size_t c = 0; c < o.fp32_slots.size(); c++)
+    total += optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), a).padded;
+  return total;
+}
+
+// ---- state ---------------------------------------------------------------------------------------
+
+struct OptimizerPipeline::Staging {
+  enum class State : uint8_t { idle, reading, writing };
+  PinnedBuffer buffer;
+  std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
+  State state = State::idle;
+  size_t pos = 0;             // walk position of the read or write
+  size_t chunk = 0;
+  bool zero = false;          // reading: a never-written chunk, zero-filled, no I/O
+  Status begin_error;         // reading: begin_read failed; returned at the chunk's visit
+  ExtentIo io;
+  double begin_us = 0;
+};
+
+// ---- lifetime ------------------------------------------------------------------------------------
+
+OptimizerPipeline::OptimizerPipeline(PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
+                                     OptimizerPipelineOptions options)
+    : pool_(pool), store_(store), trace_(trace), options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::create(PinnedPool& pool, NvmeStore* store,
+                                                                       TraceRecorder* trace,
+                                                                       OptimizerPipelineOptions options) {
+  STRATA_RETURN_IF_ERROR(check_optimizer_pipeline_options(options, store != nullptr));
+  if (options.home != Tier::nvme) store = nullptr;  // a store given with a cpu home is not used
+  std::unique_ptr<OptimizerPipeline> p(new OptimizerPipeline(pool, store, trace, std::move(options)));
+  STRATA_RETURN_IF_ERROR(p->carve());
+  return p;
+}
+
+Status OptimizerPipeline::carve() {
+  const OptimizerPipelineOptions& o = options_;
+  const size_t chunks = o.fp32_slots.size();
+  alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kPage;
+  for (size_t c = 0; c < chunks; c++)
+    layouts_.push_back(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment_));
+  seen_.assign(chunks, 0);
+  buffer_of_.assign(chunks, -1);
+  const uint64_t pinned_total = optimizer_pipeline_pinned_bytes(o, alignment_);
+
+  if (o.home == Tier::cpu) {
+    homes_.reserve(chunks);
+    for (size_t c = 0; c < chunks; c++) {
+      auto b = pool_.acquire(layouts_[c].padded);
+      if (!b.is_ok())
+        return b.status().with_context(fmt::format("{}: pinned state of chunk {} (all chunks need {})", o.name, c,
+                                                   format_size(pinned_total)));
+      std::memset(b->data(), 0, b->size());
+      homes_.push_back(std::move(*b));
+    }
+    return Status::ok();
+  }
+
+  extents_.reserve(chunks);
+  for (size_t c = 0; c < chunks; c++) {
+    auto e = store_->allocate(fmt::format("{} chunk {}", o.name, c), layouts_[c].bytes);
+    if (!e.is_ok())
+      return e.status().with_context(fmt::format("{}: NVMe extent of chunk {} (all chunks need {})", o.name, c,
+                                                 format_size(optimizer_pipeline_nvme_bytes(o, alignment_))));
+    extents_.push_back(*e);
+  }
+  written_.assign(chunks, 0);
+  const uint64_t a = alignment_;
+  staging_bytes_ = round_up(max_padded(o, a), kPage);
+  staging_.resize(o.staging);
+  for (size_t i = 0; i < staging_.size(); i++) {
+    auto b = pool_.acquire(staging_bytes_ + (a > kPage ? a : 0));
+    if (!b.is_ok())
+      return b.status().with_context(fmt::format("{}: pinned NVMe staging buffer {} of {} ({} in all)", o.name, i + 1,
+                                                 staging_.size(), format_size(pinned_total)));
+    Staging& st = staging_[i];
+    st.buffer = std::move(*b);
+    st.data = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<uintptr_t>(st.buffer.data()), a));
+  }
+  return Status::ok();
+}
+
+OptimizerPipeline::~OptimizerPipeline() {
+  drain();  // nothing is in flight between walks; this is a guard
+  if (store_ == nullptr) return;
+  for (ExtentId e : extents_) {
+    Status r = store_->release(e);
+    if (!r.is_ok()) spdlog::error("{}: releasing an NVMe extent: {}", options_.name, r.to_string());
+  }
+}
+
+// ---- the visit's view ----------------------------------------------------------------------------
+
+ChunkState OptimizerPipeline::view(size_t c, std::byte* image) const {
+  const OptimizerStateLayout& l = layouts_[c];
+  ChunkState s;
+  s.chunk = c;
+  s.fp32_slots = l.fp32_slots;
+  s.scale_count = l.scale_count;
+  s.master = reinterpret_cast<float*>(image + l.master.offset);
+  if (l.states == AdamStates::f32) {
+    s.m = reinterpret_cast<float*>(image + l.m.offset);
+    s.v = reinterpret_cast<float*>(image + l.v.offset);
+  } else {
+    s.m_code = reinterpret_cast<int8_t*>(image + l.m_code.offset);
+    s.v_code = reinterpret_cast<uint8_t*>(image + l.v_code.offset);
+    s.m_scale = reinterpret_cast<float*>(image + l.m_scale.offset);
+    s.v_scale = reinterpret_cast<float*>(image + l.v_scale.offset);
+  }
+  s.image = std::span<std::byte>(image, l.bytes);
+  return s;
+}
+
+// ---- walks ---------------------------------------------------------------------------------------
+
+Status OptimizerPipeline::for_each_chunk(std::span<const size_t> order, const Visit& visit, bool write_back) {
+  STRATA_RETURN_IF_ERROR(write_error_);
+  Status bad;
+  for (size_t c : order) {
+    if (c >= layouts_.size()) {
+      bad = error(Code::invalid_argument, "{}: chunk {} in the walk's order, but there are {}", options_.name, c,
+                  layouts_.size());
+      break;
+    }
+    if (seen_[c]) {
+      bad = error(Code::invalid_argument, "{}: chunk {} appears twice in the walk's order", options_.name, c);
+      break;
+    }
+    seen_[c] = 1;
+  }
+  for (size_t c : order)
+    if (c < seen_.size()) seen_[c] = 0;
+  if (!bad.is_ok()) return bad;
+  return options_.home == Tier::cpu ? walk_cpu(order, visit) : walk_nvme(order, visit, write_back);
+}
+
+Status OptimizerPipeline::walk_cpu(std::span<const size_t> order, const Visit& visit) {
+  for (size_t c : order) {
+    ChunkState s = view(c, homes_[c].data());
+    const auto t0 = std::chrono::steady_clock::now();
+    Status v = visit(c, s);
+    counters_.visit_seconds += seconds_since(t0);
+    if (!v.is_ok()) return v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c));
+    counters_.chunks_visited++;
+  }
+  return Status::ok();
+}
+
+int OptimizerPipeline::take_for_read(size_t visiting) {
+  for (size_t b = 0; b < staging_.size(); b++)
+    if (staging_[b].state == Staging::State::idle) return static_cast<int>(b);
+  // The oldest write at least two visits old: the write of visiting - 1 overlaps this visit and
+  // is not waited for here; visiting - 2's is the youngest taken.
+  int best = -1;
+  for (size_t b = 0; b < staging_.size(); b++) {
+    const Staging& st = staging_[b];
+    if (st.state != Staging::State::writing || st.pos + 2 > visiting) continue;
+    if (best < 0 || st.pos < staging_[best].pos) best = static_cast<int>(b);
+  }
+  if (best >= 0) (void)finish_write(best);  // an error is recorded (sticky) and checked by the walk
+  return best;
+}
+
+void OptimizerPipeline::begin_read(size_t pos, size_t c, int b) {
+  Staging& st = staging_[b];
+  st.state = Staging::State::reading;
+  st.pos = pos;
+  st.chunk = c;
+  st.begin_error = Status();
+  st.zero = !written_[c];
+  buffer_of_[pos] = b;
+  if (st.zero) {
+    std::memset(st.data, 0, layouts_[c].padded);
+    return;
+  }
+  st.begin_us = trace_ ? trace_->now_us() : 0.0;
+  auto io = store_->begin_read(extents_[c], st.data);
+  if (!io.is_ok()) {
+    st.begin_error = io.status().with_context(fmt::format("{}: reading the state of chunk {} from NVMe", options_.name, c));
+    return;
+  }
+  st.io = std::move(*io);
+}
+
+Status OptimizerPipeline::finish_read(int b) {
+  Staging& st = staging_[b];
+  const size_t c = st.chunk;
+  Status s = st.begin_error;
+  if (st.zero) {
+    counters_.zero_fills++;
+  } else if (s.is_ok()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s = store_->finish(st.io);
+    counters_.read_wait_seconds += seconds_since(t0);
+    if (s.is_ok()) {
+      trace_io(trace_, "optimizer read", c, layouts_[c].padded, st.begin_us);
+      counters_.read_bytes += layouts_[c].padded;
+    } else {
+      s = s.with_context(fmt::format("{}: reading the state of chunk {} from NVMe", options_.name, c));
+    }
+  }
+  if (!s.is_ok()) st.state = Staging::State::idle;  // the bytes are never visited
+  return s;
+}
+
+Status OptimizerPipeline::finish_write(int b) {
+  Staging& st = staging_[b];
+  const size_t c = st.chunk;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = store_->finish(st.io);
+  counters_.write_wait_seconds += seconds_since(t0);
+  st.state = Staging::State::idle;
+  if (!s.is_ok()) {
+    written_[c] = 0;
+    s = s.with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
+    if (write_error_.is_ok()) write_error_ = s;
+    return s;
+  }
+  written_[c] = 1;
+  trace_io(trace_, "optimizer write", c, layouts_[c].padded, st.begin_us);
+  counters_.write_bytes += layouts_[c].padded;
+  return Status::ok();
+}
+
+void OptimizerPipeline::drain() {
+  for (size_t b = 0; b < staging_.size(); b++) {
+    Staging& st = staging_[b];
+    if (st.state == Staging::State::reading) {
+      if (!st.zero && st.begin_error.is_ok()) (void)store_->finish(st.io);  // dropped: never visited
+      st.state = Staging::State::idle;
+    } else if (st.state == Staging::State::writing) {
+      (void)finish_write(static_cast<int>(b));  // an error is recorded (sticky)
+    }
+  }
+}
+
+void OptimizerPipeline::note_in_use() {
+  uint64_t busy = 0;
+  for (const Staging& st : staging_) busy += st.state != Staging::State::idle;
+  counters_.peak_staging_in_use = std::max(counters_.peak_staging_in_use, busy);
+}
+
+Status OptimizerPipeline::walk_nvme(std::span<const size_t> order, const Visit& visit, bool write_back) {
+  std::fill(buffer_of_.begin(), buffer_of_.begin() + static_cast<std::ptrdiff_t>(order.size()), -1);
+  size_t next = 0;  // the next walk position to begin a read for
+  for (size_t i = 0; i < order.size(); i++) {
+    const size_t c = order[i];
+    // Read ahead: the current chunk (if not begun yet) and as many after it as the ring allows.
+    while (next < order.size()) {
+      const int b = take_for_read(i);
+      if (b < 0) break;
+      begin_read(next, order[next], b);
+      if (next > i) counters_.reads_ahead++;
+      next++;
+      note_in_use();
+    }
+    if (!write_error_.is_ok()) {  // a write finished to make room failed
+      drain();
+      return write_error_;
+    }
+    if (next <= i) {  // unreachable with >= 3 buffers; kept so the walk cannot stall
+      drain();
+      return error(Code::internal, "{}: no staging buffer for chunk {}", options_.name, c);
+    }
+    counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, next - 1 - i);
+
+    const int b = buffer_of_[i];
+    if (Status r = finish_read(b); !r.is_ok()) {
+      drain();
+      return r;
+    }
+    Staging& st = staging_[b];
+    ChunkState s = view(c, st.data);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status v = visit(c, s);
+    counters_.visit_seconds += seconds_since(t0);
+    if (!v.is_ok()) {
+      st.state = Staging::State::idle;
+      drain();
+      return v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c));
+    }
+    counters_.chunks_visited++;
+    if (!write_back) {
+      st.state = Staging::State::idle;
+      continue;
+    }
+    st.state = Staging::State::writing;
+    st.begin_us = trace_ ? trace_->now_us() : 0.0;
+    auto io = store_->begin_write(extents_[c], st.data);
+    if (!io.is_ok()) {
+      st.state = Staging::State::idle;
+      written_[c] = 0;
+      write_error_ = io.status().with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
+      drain();
+      return write_error_;
+    }
+    st.io = std::move(*io);
+  }
+  drain();  // the last writes
+  return write_error_;
+}
+
+// ---- stats ---------------------------------------------------------------------------------------
+
+OptimizerPipelineStats OptimizerPipeline::stats() const {
+  OptimizerPipelineStats s = counters_;
+  for (const PinnedBuffer& h : homes_) s.pinned_bytes += h.size();
+  for (const Staging& st : staging_) s.pinned_bytes += st.buffer.size();
+  if (store_ != nullptr)
+    for (const OptimizerStateLayout& l : layouts_) s.nvme_bytes += l.padded;
+  return s;
+}
+
+void OptimizerPipeline::reset_stats() { counters_ = OptimizerPipelineStats(); }
+
+}  // namespace strata
