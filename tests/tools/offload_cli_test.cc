@@ -95,6 +95,33 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
     EXPECT_TRUE(compute.count(name)) << name;
 }
 
+// A checkpoint taken with NVMe-homed bf16 weights resumes (the weights reloaded through the
+// paging source) into the uninterrupted run's losses, bit for bit.
+TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
+  const std::string swap = temp_path("strata_offload_cli_resume_swap");
+  std::filesystem::create_directories(swap);
+  const std::string dir = temp_path("strata_offload_cli_ckpt");
+  std::filesystem::remove_all(dir);
+  auto run = [&](const std::string& metrics, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--device", "cpu", "--n-layer", "6", "--eval-every", "0", "--dtype",
+                                     "bf16", "--lr-schedule", "constant", "--warmup-steps", "0", "--offload-param",
+                                     "nvme", "--nvme-path", swap, "--metrics", metrics};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const std::string straight = temp_path("strata_offload_straight.jsonl"), halves = temp_path("strata_offload_halves.jsonl");
+  const CliResult a = run(straight, {"--steps", "4"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const CliResult b = run(halves, {"--steps", "2", "--checkpoint-dir", dir});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const CliResult c = run(halves, {"--steps", "4", "--resume", dir});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("resumed from"), std::string::npos) << c.err;
+  const std::vector<double> want = losses(straight);
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(losses(halves), want);
+}
+
 TEST(OffloadCli, ABudgetBelowTheWorkingSetIsRefusedBeforeAllocating) {
   // 64 x 64 tokens: the activations alone outgrow the smallest budget.
   const CliResult r = train("cpu", temp_path("strata_offload_small.jsonl"),
