@@ -1,9 +1,7 @@
 // Adam/AdamW with 8-bit states, AVX-512 + AVX512_BF16 (adam8bit_bf16.h): the block loop of
 // adam8bit_kernel.h instantiated with Avx512Bf16Ops, which differ from Avx512Ops only in the bf16
-// store. Compiled with the AVX-512 flags (file name) plus AVX512_BF16 (the pragma, which must come
-// before any include so the intrinsic headers see it); called only after cpuid says so.
-#pragma GCC target("avx512bf16")
-
+// store. Compiled with the AVX-512 flags plus -mavx512bf16 (both from the file name,
+// kernels/CMakeLists.txt; GCC and clang accept the same flags); called only after cpuid says so.
 #include <bit>
 
 #include "kernels/cpu/adam8bit_bf16.h"

@@ -18,16 +18,25 @@
 // Bit-identical variants need every a*b+c rounded twice, as written: GCC contracts mul+add into
 // FMA by default (-ffp-contract=fast, also for intrinsics) in the files built with -mfma but cannot
 // in the baseline scalar file. Turn contraction off for everything after this point, intrinsic
-// headers included (so they still inline). Memory-bound kernels lose nothing by it.
+// headers included (so they still inline). Memory-bound kernels lose nothing by it. Clang (the
+// fuzz build) has no optimize pragma and contracts within an expression by default: its own pragma.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 // GCC 12 warns "__Y may be used uninitialized" inside its own AVX-512 intrinsics (they start from
 // _mm512_undefined_*; GCC bug 105593). The pragma covers the intrinsic headers included here.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 namespace strata::kernels {

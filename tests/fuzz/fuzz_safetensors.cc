@@ -14,12 +14,15 @@
 
 namespace {
 
-// One scratch directory per process, on tmpfs when there is one.
+// One scratch directory per process, on tmpfs when there is one, removed at exit. The name is
+// never destroyed: the atexit handler, registered inside the initializer, runs after a static
+// string's destructor (registered when the initializer returns), so it read freed memory (found
+// by ASan when libFuzzer exits).
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  static const std::string& dir = *[] {
     const std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
-    std::string d = (base / ("strata-fuzz-safetensors-" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(d);
+    auto* d = new std::string((base / ("strata-fuzz-safetensors-" + std::to_string(getpid()))).string());
+    std::filesystem::create_directories(*d);
     std::atexit([] { std::error_code ec; std::filesystem::remove_all(scratch_dir(), ec); });
     return d;
   }();
