@@ -262,11 +262,16 @@ Status Trainer::read_weights(std::byte* host) {
   return Status::ok();
 }
 
-Status Trainer::upload_batch(const BatchView& batch) {
+Status Trainer::check_batch(const BatchView& batch) const {
   const TransformerOptions& mo = model_.options();
   if (int64_t(batch.batch_size) > mo.batch || int64_t(batch.seq_len) > mo.seq_len)
     return error(Code::invalid_argument, "a batch of ({}, {}) does not fit the model's buffers for ({}, {})",
                  batch.batch_size, batch.seq_len, mo.batch, mo.seq_len);
+  return Status::ok();
+}
+
+Status Trainer::upload_batch(const BatchView& batch) {
+  STRATA_RETURN_IF_ERROR(check_batch(batch));
   const uint64_t bytes = uint64_t(batch.batch_size) * batch.seq_len * sizeof(int32_t);
   // The previous micro-batch's compute must be done with the device buffers before they change.
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
@@ -436,6 +441,7 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   for (uint64_t k = 0; k < K; ++k) {
     if (offloader_) offloader_->set_last_micro_batch(k + 1 == K);
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
+    STRATA_RETURN_IF_ERROR(check_batch(batch));  // before anything reads the batch
     const int64_t counted = counted_targets(batch);
     if (counted == 0)
       return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1,

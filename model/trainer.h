@@ -131,6 +131,8 @@ class Trainer {
           TraceRecorder* trace);
   Status allocate(PinnedPool& pinned);
   Status init_masters();
+  // invalid_argument when a batch's (B, T) exceeds the model's buffers.
+  Status check_batch(const BatchView& batch) const;
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work.
   Status upload_batch(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);

@@ -3,12 +3,11 @@
 #   unit  every test through CTest (build/); tests labelled `gpu` skip with the reason when no GPU
 #         is visible. Extra arguments go to this stage's ctest (e.g. -L gpu, -R Config).
 #   asan  every CPU test, fuzz corpus replays and CLI tests included, under ASan+UBSan (build-asan/,
-#         CPU backend; LeakSanitizer suppressions in tools/lsan.supp). One test is left to the unit
-#         stage until model/trainer.cc checks a batch's shape before reading it (see stage_asan).
-#   tsan  the I/O engine, NVMe store, CPU Adam, stream, backend and thread-pool tests and the
-#         trainer's CPU update pipeline and batch loader under TSan (build-tsan/, CPU backend,
-#         only the offload, runtime and model test binaries; suppressions in tools/tsan.supp; one
-#         CPU Adam test is left to the unit stage, see stage_tsan)
+#         CPU backend; LeakSanitizer suppressions in tools/lsan.supp).
+#   tsan  the offload tests (I/O engines, NVMe store, CPU Adam, tier manager, prefetcher, gradient
+#         offloader, optimizer pipeline), the stream, backend and thread-pool tests and the
+#         trainer's pipeline and batch loader under TSan (build-tsan/, CPU backend, only the
+#         offload, runtime and model test binaries; suppressions in tools/tsan.supp)
 #   fuzz  each tests/fuzz harness under libFuzzer with ASan+UBSan for 20 s from its corpus, two at
 #         a time (build-fuzz/, clang; skipped, saying why, where clang's libFuzzer is missing)
 # STRATA_TEST_STAGES picks stages. Default: unit tsan fuzz, which CI (.ci/run: setup, then this)
@@ -56,23 +55,13 @@ stage_asan() {
   # binaries (every test in them skips without CUDA), whose CTest stand-ins *_NOT_BUILT are excluded.
   # shellcheck disable=SC2046
   cmake --build build-asan --parallel "$JOBS" --target strata $(cpu_test_targets build-asan)
-  # TrainerTest.RefusesABatchLargerThanTheModelBuffers runs in the unit stage only: Trainer::step
-  # counts a batch's targets (counted_targets) before upload_batch refuses a shape larger than the
-  # model's buffers, so the test's oversized view is read 4 bytes past its end (heap-buffer-overflow
-  # in model/trainer.cc, whose owners fix it; then drop this exclusion).
-  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -LE gpu \
-        -E '_NOT_BUILT$|^TrainerTest\.RefusesABatchLargerThanTheModelBuffers$'
+  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -LE gpu -E '_NOT_BUILT$'
 }
 
 stage_tsan() {
   configure build-tsan -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=thread "$SANITIZER_OPT"
   cmake --build build-tsan --parallel "$JOBS" --target strata_offload_tests strata_runtime_tests strata_model_tests
-  # CpuAdamStatesTest.ParallelMultiTensor* runs in the unit stage only: it reads what TBB workers
-  # wrote, and the join that orders those writes (the end of ThreadPool::parallel_for) happens inside
-  # uninstrumented libtbb, so TSan reports a race whenever a worker, not the caller, ran a block.
-  # Drop this exclusion once runtime/thread_pool.cc publishes each block's end through an atomic.
-  ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L offload \
-        -E '^States/CpuAdamStatesTest\.ParallelMultiTensorEqualsSingleThreadedScalar/'
+  ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L offload
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L runtime \
         -R '^(Cpu(Backend|Stream)|Backend|ThreadPool|PinnedPool)'
   # The trainer's CPU update pipeline (D2H, host update and H2D on the CPU backend's stream threads)
