@@ -101,7 +101,7 @@ Status Trainer::allocate(PinnedPool& pinned) {
   const ParamLayout& masters = model_.master_layout();
   chunk_offsets_ = chunk_starts(layout);
   master_offsets_ = chunk_starts(masters);
-  const uint64_t total = chunk_offsets_.back(), master_total = master_offsets_.back();
+  const uint64_t master_total = master_offsets_.back();
   const bool q8 = options_.adam_states == AdamStates::q8;
   scale_offsets_ = {0};
   for (const ParamSpec& p : layout.params) scale_offsets_.push_back(scale_offsets_.back() + kernels::adam8bit_blocks(p.elements));
@@ -109,7 +109,6 @@ Status Trainer::allocate(PinnedPool& pinned) {
   const uint64_t scale_bytes = q8 ? scale_offsets_.back() * sizeof(float) : 0;
   const bool on_device = options_.optimizer_device == TrainOptions::OptimizerDevice::device;
   const bool half = options_.dtype != DType::f32;
-  (void)total;
   if (!on_device) {
     // Gradient slots on the device: two for the layers (one in backward, one draining), one
     // each for the embedding and the head chunks (used at the same time when the head is tied).
@@ -262,16 +261,11 @@ Status Trainer::read_weights(std::byte* host) {
   return Status::ok();
 }
 
-Status Trainer::check_batch(const BatchView& batch) const {
+Status Trainer::upload_batch(const BatchView& batch) {
   const TransformerOptions& mo = model_.options();
   if (int64_t(batch.batch_size) > mo.batch || int64_t(batch.seq_len) > mo.seq_len)
     return error(Code::invalid_argument, "a batch of ({}, {}) does not fit the model's buffers for ({}, {})",
                  batch.batch_size, batch.seq_len, mo.batch, mo.seq_len);
-  return Status::ok();
-}
-
-Status Trainer::upload_batch(const BatchView& batch) {
-  STRATA_RETURN_IF_ERROR(check_batch(batch));
   const uint64_t bytes = uint64_t(batch.batch_size) * batch.seq_len * sizeof(int32_t);
   // The previous micro-batch's compute must be done with the device buffers before they change.
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
@@ -296,12 +290,6 @@ Status Trainer::queue_loss_copy(uint64_t micro_batch) {
   STRATA_RETURN_IF_ERROR(backend_.record(*loss_copied_, Stream::d2h));
   return backend_.wait(Stream::compute, *loss_copied_);
 }
-
-// Sum of squares of every accumulated gradient element (of the loss-scaled gradient for fp16), by
-// the blocked definition both placements share. Inf or NaN anywhere makes it non-finite, which is
-// the step's overflow check (fp32 sums of finite fp16 gradients cannot overflow: at most 65504 per
-// element per micro-batch).
-StatusOr<double> Trainer::device_grad_norm_squared() { return model_.device_grads()->finish_step(); }
 
 StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   const uint64_t at = spec.offset / model_.layout().element_bytes;
@@ -441,20 +429,22 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   for (uint64_t k = 0; k < K; ++k) {
     if (offloader_) offloader_->set_last_micro_batch(k + 1 == K);
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
-    STRATA_RETURN_IF_ERROR(check_batch(batch));  // before anything reads the batch
+    STRATA_RETURN_IF_ERROR(upload_batch(batch));  // checks the batch's shape before anything reads it
     const int64_t counted = counted_targets(batch);
     if (counted == 0)
       return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1,
                    r.step);
-    STRATA_RETURN_IF_ERROR(upload_batch(batch));
     STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
     STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
     STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
   }
   STRATA_RETURN_IF_ERROR(model_.weights().end_sequence());
-  // Both synchronise d2h, after the loss copies: the losses are in.
-  STRATA_ASSIGN_OR_RETURN(const double norm_sq, offloader_ ? offloader_->finish_step() : device_grad_norm_squared());
+  // The squared norm of the accumulated (for fp16, loss-scaled) gradient, by the blocked definition
+  // both gradient placements share; non-finite anywhere is the step's overflow check. Both
+  // synchronise d2h, after the loss copies: the losses are in.
+  STRATA_ASSIGN_OR_RETURN(const double norm_sq,
+                          offloader_ ? offloader_->finish_step() : model_.device_grads()->finish_step());
   for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
   r.grad_norm = std::sqrt(norm_sq) / loss_scale;
   steps_done_ = r.step;

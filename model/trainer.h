@@ -131,13 +131,10 @@ class Trainer {
           TraceRecorder* trace);
   Status allocate(PinnedPool& pinned);
   Status init_masters();
-  // invalid_argument when a batch's (B, T) exceeds the model's buffers.
-  Status check_batch(const BatchView& batch) const;
-  // Copies one micro-batch to the device inputs/targets, ordered before the next compute work.
+  // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
+  // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
   Status upload_batch(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);
-  // The device optimizer's: over the model's DeviceGrads, on the device.
-  StatusOr<double> device_grad_norm_squared();
   // Every chunk's weights (working precision) into a host buffer laid out like model().layout().
   Status read_weights(std::byte* host);
   void build_cpu_tensors();

@@ -26,21 +26,13 @@ namespace {
 using test::aligned_buffer;
 using test::fill_random;
 
-// A probe that reports plenty of space and 4 KiB blocks, without an O_DIRECT probe per call.
-StatusOr<PathInfo> roomy(const std::string& p) {
-  PathInfo info;
-  info.path = p;
-  info.free_bytes = 1ull << 40;
-  info.o_direct = true;
-  return info;
-}
 
 NvmeStoreOptions options(std::vector<std::string> paths, uint64_t capacity, uint64_t unit = 64 << 10) {
   NvmeStoreOptions o;
   o.paths = std::move(paths);
   o.capacity = capacity;
   o.stripe_unit = unit;
-  o.probe = roomy;
+  o.probe = test::roomy_probe;
   return o;
 }
 

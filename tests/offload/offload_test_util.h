@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "offload/io_engine.h"
+#include "runtime/fs_probe.h"
 #include "offload/mem_engine.h"
 #include "offload/posix_engine.h"
 #include "offload/uring_engine.h"
@@ -55,6 +56,22 @@ inline AlignedBuffer aligned_buffer(size_t bytes, size_t alignment = 4096) {
 inline void fill_random(std::byte* p, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < n; i++) p[i] = static_cast<std::byte>(rng() & 0xFF);
+}
+
+// An NvmeStore probe that reports plenty of space and O_DIRECT, without probing the disk.
+inline StatusOr<PathInfo> roomy_probe(const std::string& path) {
+  PathInfo info;
+  info.path = path;
+  info.free_bytes = 1ull << 40;
+  info.o_direct = true;
+  return info;
+}
+
+// The value of `v`, failing the test (and returning a default) when it holds an error.
+template <typename T>
+T value_of(StatusOr<T> v) {
+  EXPECT_TRUE(v.is_ok()) << v.status().to_string();
+  return std::move(v).value();
 }
 
 // "io_uring", "posix" or "mem"; io_uring skips the test (with the reason) where it cannot start.

@@ -22,19 +22,7 @@
 namespace strata {
 namespace {
 
-StatusOr<PathInfo> roomy(const std::string& p) {
-  PathInfo info;
-  info.path = p;
-  info.free_bytes = 1ull << 40;
-  info.o_direct = true;
-  return info;
-}
-
-template <typename T>
-T value_of(StatusOr<T> v) {
-  EXPECT_TRUE(v.is_ok()) << v.status().to_string();
-  return std::move(v).value();
-}
+using test::value_of;
 
 // A pool, and for nvme homes a one-path store over `engine` whose stripe unit covers the whole
 // reservation, so each extent moves in one request (fault rules can count requests per chunk).
@@ -49,7 +37,7 @@ struct Rig {
       so.paths = {dir.path()};
       so.capacity = 4 << 20;
       so.stripe_unit = 4 << 20;
-      so.probe = roomy;
+      so.probe = test::roomy_probe;
       so.io_attempts = io_attempts;
       store = value_of(NvmeStore::create(*engine, so));
     }

@@ -25,13 +25,6 @@ constexpr uint64_t kLayer = 3 * 4096;  // a layer chunk
 constexpr uint64_t kEmbed = 2 * 4096;
 constexpr uint64_t kHead = 5 * 4096;
 
-StatusOr<PathInfo> roomy(const std::string& p) {
-  PathInfo info;
-  info.path = p;
-  info.free_bytes = 1ull << 40;
-  info.o_direct = true;
-  return info;
-}
 
 // Chunk 0: embedding (own group, 1 slot); 1..layers: layers (one group, `layer_slots`); last: head.
 TierManagerOptions model_options(Tier home, size_t layers, uint32_t layer_slots) {
@@ -57,8 +50,8 @@ std::byte pattern(size_t c, uint32_t v, uint64_t i) {
 
 struct Rig {
   explicit Rig(Tier home, std::unique_ptr<IoEngine> io = std::make_unique<MemEngine>(), uint32_t io_attempts = 3) {
-    backend = test_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = 8 << 20}));
-    pool = test_value(PinnedPool::create(PinnedPoolOptions{.capacity = 64 << 20, .slab_bytes = 1 << 20,
+    backend = test::value_of(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = 8 << 20}));
+    pool = test::value_of(PinnedPool::create(PinnedPoolOptions{.capacity = 64 << 20, .slab_bytes = 1 << 20,
                                                            .allow_cuda = false, .allow_mlock = false,
                                                            .huge_pages = false}));
     engine = std::move(io);
@@ -67,15 +60,10 @@ struct Rig {
       so.paths = {dir.path()};
       so.capacity = 4 << 20;
       so.stripe_unit = 64 << 10;
-      so.probe = roomy;
+      so.probe = test::roomy_probe;
       so.io_attempts = io_attempts;
-      store = test_value(NvmeStore::create(*engine, so));
+      store = test::value_of(NvmeStore::create(*engine, so));
     }
-  }
-  template <typename T>
-  static T test_value(StatusOr<T> v) {
-    EXPECT_TRUE(v.is_ok()) << v.status().to_string();
-    return std::move(v).value();
   }
   StatusOr<std::unique_ptr<TierManager>> make(TierManagerOptions o, TraceRecorder* trace = nullptr) {
     return TierManager::create(*backend, *pool, store.get(), trace, std::move(o));

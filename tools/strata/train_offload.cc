@@ -107,7 +107,6 @@ std::optional<model::TransferMetrics> TrainOffload::step_transfers(const model::
     m.nvme_write_gbps = gbps(s.nvme_write_bytes - last_tiers_.nvme_write_bytes);
     m.wait_s = s.compute_wait_seconds - last_tiers_.compute_wait_seconds;
     m.wait_fraction = step_s > 0 ? m.wait_s / step_s : 0.0;
-    wait_total_s_ += m.wait_s;
     last_tiers_ = s;
   }
   return m;

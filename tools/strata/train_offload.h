@@ -67,7 +67,6 @@ class TrainOffload {
   std::unique_ptr<TierManager> tiers_;
   TierStats last_tiers_;
   uint64_t last_d2h_ = 0;
-  double wait_total_s_ = 0;
 };
 
 }  // namespace strata::cli
