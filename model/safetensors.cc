@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/crc32c.h"
 #include "model/mapped_file.h"
 
 namespace strata::model {
@@ -144,6 +145,47 @@ Status write_all_at(int fd, const std::byte* p, uint64_t n, uint64_t offset, con
   return Status::ok();
 }
 
+Status read_all_at(int fd, std::byte* p, uint64_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = pread(fd, p, std::min<uint64_t>(n, 1ull << 30), static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno_status(errno, fmt::format("reading {} bytes at offset {} of {}", n, offset, path));
+    }
+    if (r == 0) {
+      return error(Code::io_error, "reading {} bytes at offset {} of {}: unexpected end of file", n, offset, path);
+    }
+    p += r;
+    n -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return Status::ok();
+}
+
+// The JSON header text, padded with spaces so the data section starts 8-byte aligned (as the
+// reference writer does). The same inputs give the same text: commit() relies on that to
+// rewrite the checksum entry in place.
+std::string header_text(const std::vector<SafetensorsSpec>& specs, const std::vector<uint64_t>& begins,
+                        const std::vector<uint64_t>& sizes, const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    header[specs[i].name] = {{"dtype", safe_dtype_name(specs[i].dtype)},
+                             {"shape", specs[i].shape},
+                             {"data_offsets", {begins[i], begins[i] + sizes[i]}}};
+  }
+  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+// The checksum metadata value: {"name":"xxxxxxxx",...}, every value 8 lowercase hex digits.
+std::string checksum_text(const std::vector<SafetensorsSpec>& specs, const std::vector<uint32_t>& crcs) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t i = 0; i < specs.size(); ++i) j[specs[i].name] = fmt::format("{:08x}", crcs[i]);
+  return j.dump();
+}
+
 Status fsync_directory_of(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();
@@ -267,9 +309,14 @@ StatusOr<std::span<const std::byte>> SafetensorsFile::data(std::string_view name
 
 StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::string path,
                                                                        std::vector<SafetensorsSpec> specs,
-                                                                       std::map<std::string, std::string> metadata) {
+                                                                       std::map<std::string, std::string> metadata,
+                                                                       std::string checksum_key) {
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
-  nlohmann::json header = nlohmann::json::object();
+  if (!checksum_key.empty() && metadata.contains(checksum_key)) {
+    return error(Code::invalid_argument,
+                 "metadata for {} already holds '{}', the key the writer records tensor checksums under", path,
+                 checksum_key);
+  }
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const SafetensorsSpec& spec : specs) {
@@ -282,19 +329,23 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
       return error(Code::invalid_argument, "tensor '{}' {} {} for {} is too large", spec.name,
                    safe_dtype_name(spec.dtype), shape_text(spec.shape), path);
     }
-    header[spec.name] = {{"dtype", safe_dtype_name(spec.dtype)},
-                         {"shape", spec.shape},
-                         {"data_offsets", {offset - *size, offset}}};
     w->begins_.push_back(offset - *size);
     w->sizes_.push_back(*size);
   }
-  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned, as the reference writer does
+  std::map<std::string, std::string> header_metadata = metadata;
+  if (!checksum_key.empty()) {
+    // Placeholders of the final length; commit() overwrites them with the real CRCs.
+    header_metadata[checksum_key] = checksum_text(specs, std::vector<uint32_t>(specs.size(), 0));
+    w->checksum_key_ = std::move(checksum_key);
+    w->metadata_ = std::move(metadata);
+    w->crcs_.assign(specs.size(), 0);
+    w->in_order_.assign(specs.size(), true);
+  }
+  const std::string text = header_text(specs, w->begins_, w->sizes_, header_metadata);
 
   w->path_ = std::move(path);
   w->temp_path_ = fmt::format("{}.tmp.{}", w->path_, getpid());
-  w->fd_ = ::open(w->temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->fd_ = ::open(w->temp_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) return errno_status(errno, fmt::format("creating checkpoint file {}", w->temp_path_));
   w->data_start_ = 8 + text.size();
   w->specs_ = std::move(specs);
@@ -328,8 +379,41 @@ Status SafetensorsWriter::write(size_t index, std::span<const std::byte> bytes, 
   }
   STRATA_RETURN_IF_ERROR(
       write_all_at(fd_, bytes.data(), bytes.size(), data_start_ + begins_[index] + offset, temp_path_));
+  if (!checksum_key_.empty() && !bytes.empty()) {
+    if (in_order_[index] && offset == written_[index]) {
+      crcs_[index] = kernels::crc32c(crcs_[index], bytes.data(), bytes.size());
+    } else {
+      in_order_[index] = false;  // commit() reads this tensor back
+    }
+  }
   written_[index] += bytes.size();
   return Status::ok();
+}
+
+Status SafetensorsWriter::record_checksums() {
+  std::vector<std::byte> buffer;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (in_order_[i]) continue;
+    if (buffer.empty()) buffer.resize(std::min<uint64_t>(sizes_[i], 4ull << 20));
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < sizes_[i];) {
+      const uint64_t n = std::min<uint64_t>(buffer.size(), sizes_[i] - done);
+      STRATA_RETURN_IF_ERROR(read_all_at(fd_, buffer.data(), n, data_start_ + begins_[i] + done, temp_path_));
+      crc = kernels::crc32c(crc, buffer.data(), n);
+      done += n;
+    }
+    crcs_[i] = crc;
+  }
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata[checksum_key_] = checksum_text(specs_, crcs_);
+  const std::string text = header_text(specs_, begins_, sizes_, metadata);
+  if (8 + text.size() != data_start_) {
+    return error(Code::internal,
+                 "the header of {} with checksums is {} bytes but {} were reserved at create(); the header was "
+                 "not rewritten",
+                 temp_path_, text.size(), data_start_ - 8);
+  }
+  return write_all_at(fd_, reinterpret_cast<const std::byte*>(text.data()), text.size(), 8, temp_path_);
 }
 
 Status SafetensorsWriter::commit() {
@@ -341,6 +425,7 @@ Status SafetensorsWriter::commit() {
                    specs_[i].name, path_, written_[i], sizes_[i]);
     }
   }
+  if (!checksum_key_.empty()) STRATA_RETURN_IF_ERROR(record_checksums());
   if (fsync(fd_) != 0) return errno_status(errno, fmt::format("fsync of {}", temp_path_));
   const int fd = fd_;
   fd_ = -1;
@@ -353,7 +438,7 @@ Status SafetensorsWriter::commit() {
 }
 
 Status write_safetensors(const std::string& path, std::span<const SafetensorsBlob> tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, const std::string& checksum_key) {
   std::vector<SafetensorsSpec> specs;
   for (const SafetensorsBlob& blob : tensors) {
     std::optional<uint64_t> size = byte_size(blob.spec.dtype, blob.spec.shape);
@@ -363,7 +448,7 @@ Status write_safetensors(const std::string& path, std::span<const SafetensorsBlo
     }
     specs.push_back(blob.spec);
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer, SafetensorsWriter::create(path, std::move(specs), metadata));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer, SafetensorsWriter::create(path, std::move(specs), metadata, checksum_key));
   for (size_t i = 0; i < tensors.size(); ++i) STRATA_RETURN_IF_ERROR(writer->write(i, tensors[i].bytes));
   return writer->commit();
 }

@@ -93,25 +93,42 @@ struct SafetensorsSpec {
 // Streams a checkpoint too big for memory: declare every tensor up front (the header with all
 // offsets is written at once), then write each tensor's bytes, in pieces and in any order, then
 // commit(). Destroying an uncommitted writer removes the temporary file.
+//
+// Checksums (optional, `checksum_key` non-empty): the header carries metadata[checksum_key], a
+// JSON object text {"name":"xxxxxxxx",...} with each tensor's CRC-32C (kernels::crc32c) as 8
+// lowercase hex digits, the form model/checkpoint.cc records under kCrcMetadataKey. create()
+// writes "00000000" for every tensor; commit() rewrites the header in place with the real values
+// before the fsync (same length, since every value is 8 characters; a length mismatch is
+// `internal` and the header is left alone). A tensor whose pieces arrive in increasing contiguous
+// order (each offset == the bytes written so far: the usual stream) is checksummed as it arrives
+// at no extra I/O; a tensor that gets any piece out of order is read back from the temporary file
+// at commit() and checksummed then (one extra read of that tensor). Either way the result is the
+// CRC of the bytes in the file.
 class SafetensorsWriter {
  public:
-  // invalid_argument for an empty or duplicate name, a name "__metadata__", or a size overflow;
-  // errno errors of creating the temporary file "<path>.tmp.<pid>" in the same directory.
+  // invalid_argument for an empty or duplicate name, a name "__metadata__", a size overflow, or a
+  // non-empty `checksum_key` that `metadata` already holds; errno errors of creating the temporary
+  // file "<path>.tmp.<pid>" in the same directory.
   static StatusOr<std::unique_ptr<SafetensorsWriter>> create(std::string path, std::vector<SafetensorsSpec> specs,
-                                                             std::map<std::string, std::string> metadata = {});
+                                                             std::map<std::string, std::string> metadata = {},
+                                                             std::string checksum_key = {});
   ~SafetensorsWriter();
 
   // Writes `bytes` at `offset` within tensor `index` (declaration order). Pieces of one tensor must
   // not overlap. out_of_range when the piece runs past the tensor; errno errors of pwrite.
   Status write(size_t index, std::span<const std::byte> bytes, uint64_t offset = 0);
-  // failed_precondition naming the first tensor whose bytes were not all written; else fsync,
-  // rename over `path`, fsync the directory.
+  // failed_precondition naming the first tensor whose bytes were not all written; with checksums,
+  // the read-back of out-of-order tensors (errno errors of pread) and the header rewrite (errno
+  // errors of pwrite, `internal` on a length mismatch); then fsync, rename over `path`, fsync the
+  // directory.
   Status commit();
 
   const std::string& temp_path() const { return temp_path_; }
 
  private:
   SafetensorsWriter() = default;
+  Status record_checksums();  // REQUIRES: checksummed and every tensor fully written
+
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
@@ -121,6 +138,12 @@ class SafetensorsWriter {
   std::vector<uint64_t> sizes_;
   std::vector<uint64_t> written_;
   bool committed_ = false;
+  // Checksums: empty key when off. crcs_[i] is the running CRC of tensor i while in_order_[i];
+  // once a piece arrives out of order, in_order_[i] is false and commit() reads the tensor back.
+  std::string checksum_key_;
+  std::map<std::string, std::string> metadata_;  // as given, without the checksum entry
+  std::vector<uint32_t> crcs_;
+  std::vector<bool> in_order_;
 };
 
 // One tensor held in memory, for write_safetensors.
@@ -129,9 +152,11 @@ struct SafetensorsBlob {
   std::span<const std::byte> bytes;  // exactly dtype size * product(shape) bytes
 };
 
-// Writes a whole file from memory, atomically (SafetensorsWriter underneath). invalid_argument
-// when a blob's byte count does not match its dtype and shape.
+// Writes a whole file from memory, atomically (SafetensorsWriter underneath), with per-tensor
+// CRC-32Cs under metadata[checksum_key] when the key is non-empty (see SafetensorsWriter).
+// invalid_argument when a blob's byte count does not match its dtype and shape, or as create().
 Status write_safetensors(const std::string& path, std::span<const SafetensorsBlob> tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {},
+                         const std::string& checksum_key = {});
 
 }  // namespace strata::model

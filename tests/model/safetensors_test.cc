@@ -1,5 +1,6 @@
-// Safetensors: round trips (whole-file and streamed writer), atomic replacement, and every
-// corruption the reader must reject, each with the file and tensor it names.
+// Safetensors: round trips (whole-file and streamed writer), atomic replacement, per-tensor
+// CRC-32C metadata computed while streaming, and every corruption the reader must reject, each
+// with the file and tensor it names.
 #include "model/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,10 @@
 #include <filesystem>
 #include <numeric>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/crc32c.h"
 #include "model_test_files.h"
 
 namespace strata::model {
@@ -134,6 +139,128 @@ TEST(SafetensorsTest, WriterRejectsBadDeclarations) {
   auto huge = SafetensorsWriter::create(dir.file("h"), {{"h", SafeDType::f64, {1ull << 40, 1ull << 30}}});
   EXPECT_EQ(huge.status().code(), Code::invalid_argument);
   EXPECT_EQ(SafetensorsWriter::create(dir.file("no/such/dir/x"), {}).status().code(), Code::not_found);
+}
+
+std::string crc_hex(std::span<const std::byte> bytes) {
+  return fmt::format("{:08x}", kernels::crc32c(0, bytes.data(), bytes.size()));
+}
+
+// The checksum entry of `path` under `key`, parsed; fails the test when absent or not an object.
+nlohmann::json checksums_of(const std::string& path, const std::string& key) {
+  auto f = SafetensorsFile::open(path);
+  EXPECT_TRUE(f.is_ok()) << f.status().to_string();
+  if (!f.is_ok() || !f->metadata().contains(key)) {
+    ADD_FAILURE() << "no metadata '" << key << "' in " << path;
+    return nlohmann::json::object();
+  }
+  nlohmann::json j = nlohmann::json::parse(f->metadata().at(key), nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << f->metadata().at(key);
+  return j;
+}
+
+TEST(SafetensorsTest, StreamedChecksumsMatchCrc32cOfEachTensor) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  std::vector<float> a(1000);
+  std::iota(a.begin(), a.end(), -3.25f);
+  std::vector<uint16_t> c = {0x3f80, 0xbf80, 0x4000, 0x1234, 0xffff};
+  auto w = SafetensorsWriter::create(
+      path, {{"a", SafeDType::f32, {10, 100}}, {"empty", SafeDType::u8, {0}}, {"c", SafeDType::bf16, {5}}},
+      {{"format", "pt"}}, "strata_crc32c");
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const std::span<const std::byte> ab = as_bytes(a);
+  // Three in-order pieces of uneven sizes, an empty piece, tensors interleaved.
+  ASSERT_TRUE((*w)->write(0, ab.first(1001)).is_ok());
+  ASSERT_TRUE((*w)->write(2, as_bytes(c)).is_ok());
+  ASSERT_TRUE((*w)->write(0, ab.subspan(1001, 2000), 1001).is_ok());
+  ASSERT_TRUE((*w)->write(1, {}).is_ok());
+  ASSERT_TRUE((*w)->write(0, ab.subspan(3001), 3001).is_ok());
+  ASSERT_TRUE((*w)->commit().is_ok());
+
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+  EXPECT_EQ(std::memcmp(f->data(*f->find("a")).data(), a.data(), ab.size()), 0);
+  const nlohmann::json crcs = checksums_of(path, "strata_crc32c");
+  ASSERT_EQ(crcs.size(), 3u) << crcs.dump();
+  EXPECT_EQ(crcs.at("a"), crc_hex(ab));
+  EXPECT_EQ(crcs.at("c"), crc_hex(as_bytes(c)));
+  EXPECT_EQ(crcs.at("empty"), "00000000");  // CRC-32C of no bytes
+  EXPECT_NE(crcs.at("a"), "00000000");
+  // The form model/checkpoint.cc writes: a nlohmann dump of {"name":"8 hex digits"}.
+  nlohmann::json want = nlohmann::json::object();
+  want["a"] = crc_hex(ab);
+  want["c"] = crc_hex(as_bytes(c));
+  want["empty"] = "00000000";
+  EXPECT_EQ(f->metadata().at("strata_crc32c"), want.dump());
+}
+
+TEST(SafetensorsTest, OutOfOrderPiecesAreChecksummedByReadingBack) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  std::vector<uint32_t> a(300), b(200), c(100);
+  std::iota(a.begin(), a.end(), 7u);
+  std::iota(b.begin(), b.end(), 1000u);
+  std::iota(c.begin(), c.end(), 5000u);
+  auto w = SafetensorsWriter::create(
+      path, {{"a", SafeDType::u32, {300}}, {"b", SafeDType::u32, {200}}, {"c", SafeDType::u32, {100}}}, {}, "crc");
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const auto ab = as_bytes(a), bb = as_bytes(b), cb = as_bytes(c);
+  // a: backwards from the start. b: in order, then a gap filled last. c: in order.
+  ASSERT_TRUE((*w)->write(0, ab.subspan(600), 600).is_ok());
+  ASSERT_TRUE((*w)->write(0, ab.first(600)).is_ok());
+  ASSERT_TRUE((*w)->write(1, bb.first(100)).is_ok());
+  ASSERT_TRUE((*w)->write(1, bb.subspan(400), 400).is_ok());
+  ASSERT_TRUE((*w)->write(1, bb.subspan(100, 300), 100).is_ok());
+  ASSERT_TRUE((*w)->write(2, cb).is_ok());
+  ASSERT_TRUE((*w)->commit().is_ok());
+  const nlohmann::json crcs = checksums_of(path, "crc");
+  EXPECT_EQ(crcs.at("a"), crc_hex(ab));
+  EXPECT_EQ(crcs.at("b"), crc_hex(bb));
+  EXPECT_EQ(crcs.at("c"), crc_hex(cb));
+}
+
+TEST(SafetensorsTest, WholeFileWriterRecordsChecksumsOnRequest) {
+  TempDir dir;
+  std::vector<float> v = {1.5f, -2.0f, 3.0f};
+  const std::vector<SafetensorsBlob> blobs = {{{"v", SafeDType::f32, {3}}, as_bytes(v)}};
+  ASSERT_TRUE(write_safetensors(dir.file("with"), blobs, {{"step", "3"}}, "strata_crc32c").is_ok());
+  EXPECT_EQ(checksums_of(dir.file("with"), "strata_crc32c").at("v"), crc_hex(as_bytes(v)));
+  ASSERT_TRUE(write_safetensors(dir.file("without"), blobs, {{"step", "3"}}).is_ok());
+  auto f = SafetensorsFile::open(dir.file("without"));
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(f->metadata().size(), 1u);  // no checksum entry unless asked for
+}
+
+TEST(SafetensorsTest, ChecksumKeyAlreadyInMetadataIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  auto w = SafetensorsWriter::create(path, {{"x", SafeDType::u8, {1}}}, {{"strata_crc32c", "{}"}}, "strata_crc32c");
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_EQ(w.status().code(), Code::invalid_argument);
+  EXPECT_NE(w.status().message().find("'strata_crc32c'"), std::string::npos) << w.status().to_string();
+  std::vector<uint8_t> x = {9};
+  const Status s = write_safetensors(path, std::vector<SafetensorsBlob>{{{"x", SafeDType::u8, {1}}, as_bytes(x)}},
+                                     {{"crc", "taken"}}, "crc");
+  EXPECT_EQ(s.code(), Code::invalid_argument);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "a refused create() leaves nothing behind";
+}
+
+TEST(SafetensorsTest, UncommittedChecksummedWriterLeavesNoFile) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  std::vector<int32_t> v = {1, 2};
+  std::string temp;
+  {
+    auto w = SafetensorsWriter::create(path, {{"v", SafeDType::i32, {2}}}, {}, "crc");
+    ASSERT_TRUE(w.is_ok());
+    ASSERT_TRUE((*w)->write(0, as_bytes(v)).is_ok());
+    temp = (*w)->temp_path();
+    EXPECT_TRUE(std::filesystem::exists(temp));
+  }
+  EXPECT_FALSE(std::filesystem::exists(temp));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 struct CorruptCase {
