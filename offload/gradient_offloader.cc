@@ -1,5 +1,6 @@
 // GradientOffloader (gradient_offloader.h): device slots per group, one pinned staging buffer,
-// pinned fp32 accumulators per chunk; copies and accumulations ordered on the d2h stream.
+// pinned fp32 accumulators per chunk (home cpu) or NVMe extents per chunk spilled through a few
+// pinned buffers (home nvme); copies, accumulations and extent writes ordered on the d2h stream.
 #include "offload/gradient_offloader.h"
 
 #include <algorithm>
@@ -7,10 +8,12 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "kernels/cpu/grad_accumulate.h"
 #include "offload/trace.h"
 #include "runtime/thread_pool.h"
+#include "runtime/units.h"
 
 namespace strata {
 namespace {
@@ -36,9 +39,31 @@ std::vector<uint64_t> group_slot_bytes(const GradientOffloaderOptions& o) {
   return bytes;
 }
 
-Status validate(const GradientOffloaderOptions& o) {
+// The largest chunk's gradient in fp32 bytes.
+uint64_t largest_fp32_bytes(const GradientOffloaderOptions& o) {
+  const size_t es = kernels::float_format_size(o.format);
+  uint64_t largest = 0;
+  for (uint64_t b : o.chunk_bytes) largest = std::max(largest, b / es * sizeof(float));
+  return largest;
+}
+
+Status validate(const GradientOffloaderOptions& o, bool have_store) {
   const size_t es = kernels::float_format_size(o.format);
   if (o.chunk_bytes.empty()) return error(Code::invalid_argument, "{}: no chunks", o.name);
+  if (o.home != Tier::cpu && o.home != Tier::nvme) {
+    return error(Code::invalid_argument, "{}: the fp32 accumulators' home must be cpu or nvme, not {}", o.name,
+                 tier_name(o.home));
+  }
+  if (o.home == Tier::nvme && !have_store) {
+    return error(Code::invalid_argument, "{}: fp32 accumulators homed on nvme need an NvmeStore (none was given)",
+                 o.name);
+  }
+  if (o.home == Tier::nvme && o.spill_buffers < 2) {
+    return error(Code::invalid_argument,
+                 "{}: fp32 accumulators homed on nvme need at least 2 spill buffers (the tied embedding keeps one "
+                 "from the head's contribution to its own while the layers use another); got {}",
+                 o.name, o.spill_buffers);
+  }
   if (o.chunk_group.size() != o.chunk_bytes.size()) {
     return error(Code::invalid_argument, "{}: {} chunk sizes but {} chunk groups", o.name, o.chunk_bytes.size(),
                  o.chunk_group.size());
@@ -78,19 +103,34 @@ uint64_t gradient_offloader_device_bytes(const GradientOffloaderOptions& options
   return total;
 }
 
-uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options) {
+uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
   const size_t es = kernels::float_format_size(options.format);
   uint64_t total = 0, largest = 0;
   for (uint64_t b : options.chunk_bytes) {
-    total += round_up(b / es * sizeof(float), kPinnedGranule);
+    if (options.home != Tier::nvme) total += round_up(b / es * sizeof(float), kPinnedGranule);
     largest = std::max(largest, b);
+  }
+  if (options.home == Tier::nvme) {
+    const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+    const uint64_t spill =
+        round_up(round_up(largest_fp32_bytes(options), a), kPinnedGranule) + (a > kPinnedGranule ? a : 0);
+    total = options.spill_buffers * spill;
   }
   return total + round_up(largest, kPinnedGranule);
 }
 
+uint64_t gradient_offloader_nvme_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
+  if (options.home != Tier::nvme) return 0;
+  const size_t es = kernels::float_format_size(options.format);
+  const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+  uint64_t total = 0;
+  for (uint64_t b : options.chunk_bytes) total += round_up(b / es * sizeof(float), a);
+  return total;
+}
+
 GradientOffloader::GradientOffloader(Backend& backend, const GradientOffloaderOptions& options, ThreadPool* pool,
-                                     TraceRecorder* trace)
-    : backend_(backend), options_(options), pool_(pool), trace_(trace) {
+                                     TraceRecorder* trace, NvmeStore* store)
+    : backend_(backend), options_(options), pool_(pool), trace_(trace), store_(store) {
   if (pool_ != nullptr) {
     parallel_for_ = [pool = pool_](size_t n, size_t grain, const std::function<void(size_t, size_t)>& body) {
       pool->parallel_for(n, grain, body);
@@ -100,9 +140,11 @@ GradientOffloader::GradientOffloader(Backend& backend, const GradientOffloaderOp
 
 StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& backend, PinnedPool& pinned,
                                                                        const GradientOffloaderOptions& options,
-                                                                       ThreadPool* pool, TraceRecorder* trace) {
-  STRATA_RETURN_IF_ERROR(validate(options));
-  std::unique_ptr<GradientOffloader> o(new GradientOffloader(backend, options, pool, trace));
+                                                                       ThreadPool* pool, TraceRecorder* trace,
+                                                                       NvmeStore* store) {
+  STRATA_RETURN_IF_ERROR(validate(options, store != nullptr));
+  if (options.home != Tier::nvme) store = nullptr;  // a store given with home cpu is not used
+  std::unique_ptr<GradientOffloader> o(new GradientOffloader(backend, options, pool, trace, store));
   // From here a failure returns and the destructor frees whatever was taken.
   const std::vector<uint64_t> slot_bytes = group_slot_bytes(options);
   o->groups_.resize(options.group_slots.size());
@@ -129,6 +171,7 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
     ch.bytes = options.chunk_bytes[c];
     ch.group = options.chunk_group[c];
     largest = std::max(largest, ch.bytes);
+    if (options.home == Tier::nvme) continue;
     StatusOr<PinnedBuffer> acc = pinned.acquire(ch.bytes / es * sizeof(float));
     if (!acc.is_ok()) {
       return acc.status().with_context(fmt::format("{}: fp32 accumulator of chunk {}", options.name, c));
@@ -136,16 +179,52 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
     ch.accumulator = std::move(*acc);
     std::memset(ch.accumulator.data(), 0, ch.accumulator.size());  // reads as zero before the first step
   }
+  if (options.home == Tier::nvme) STRATA_RETURN_IF_ERROR(o->carve_nvme(pinned));
   StatusOr<PinnedBuffer> staging = pinned.acquire(largest);
   if (!staging.is_ok()) return staging.status().with_context(fmt::format("{}: staging buffer", options.name));
   o->staging_ = std::move(*staging);
   return o;
 }
 
+Status GradientOffloader::carve_nvme(PinnedPool& pinned) {
+  const GradientOffloaderOptions& o = options_;
+  const uint32_t a = store_->alignment();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    StatusOr<ExtentId> e = store_->allocate(fmt::format("{} chunk {}", o.name, c), elements(c) * sizeof(float));
+    if (!e.is_ok()) {
+      return e.status().with_context(fmt::format("{}: NVMe extent of chunk {}'s fp32 gradient (all chunks need {})",
+                                                 o.name, c, format_size(gradient_offloader_nvme_bytes(o, a))));
+    }
+    chunks_[c].extent = *e;
+  }
+  spill_bytes_ = round_up(largest_fp32_bytes(o), a);
+  spills_.resize(o.spill_buffers);
+  for (size_t i = 0; i < spills_.size(); ++i) {
+    StatusOr<PinnedBuffer> b = pinned.acquire(round_up(spill_bytes_, kPinnedGranule) + (a > kPinnedGranule ? a : 0));
+    if (!b.is_ok()) {
+      return b.status().with_context(fmt::format("{}: pinned spill buffer {} of {} ({} in all)", o.name, i + 1,
+                                                 spills_.size(), format_size(gradient_offloader_pinned_bytes(o, a))));
+    }
+    Spill& s = spills_[i];
+    s.memory = std::move(*b);
+    s.data = reinterpret_cast<float*>(round_up(reinterpret_cast<uintptr_t>(s.memory.data()), a));
+    s.done = backend_.create_event();
+  }
+  return Status::ok();
+}
+
 GradientOffloader::~GradientOffloader() {
   // Every queued fill, copy and callback touches our slots or buffers: wait for them first.
   (void)backend_.synchronize(Stream::compute);
   (void)backend_.synchronize(Stream::d2h);
+  for (Spill& s : spills_) {
+    if (s.pending) (void)store_->finish(s.io);  // every transfer finished before its extent goes
+  }
+  for (Chunk& ch : chunks_) {
+    if (ch.extent == 0) continue;
+    Status r = store_->release(ch.extent);
+    if (!r.is_ok()) spdlog::error("{}: releasing an NVMe extent: {}", options_.name, r.to_string());
+  }
   for (Group& g : groups_) {
     for (Slot& s : g.slots) {
       if (s.device != nullptr) (void)backend_.release(s.device);
@@ -155,26 +234,42 @@ GradientOffloader::~GradientOffloader() {
 
 uint64_t GradientOffloader::chunk_bytes(size_t c) const { return chunks_[c].bytes; }
 
-const float* GradientOffloader::accumulated(size_t c) const { return chunks_[c].accumulator.as<float>(); }
+const float* GradientOffloader::accumulated(size_t c) const {
+  return nvme() ? nullptr : chunks_[c].accumulator.as<float>();
+}
 
 size_t GradientOffloader::accumulated_count(size_t c) const { return elements(c); }
 
 double GradientOffloader::partial(size_t c) const { return chunks_[c].partial; }
 
 Status GradientOffloader::begin_step() {
-  if (!sticky_.is_ok()) return sticky_;
+  STRATA_RETURN_IF_ERROR(check_errors());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
       return error(Code::failed_precondition, "{}: begin_step while chunk {} is still acquired", options_.name, c);
+    }
+    if (chunks_[c].reading) {
+      return error(Code::failed_precondition, "{}: begin_step while the read of chunk {} is outstanding (end_read first)",
+                   options_.name, c);
     }
   }
   // No callback of an earlier step may still run when the flags are reset (a no-op after finish_step).
   Status st = backend_.synchronize(Stream::d2h);
   if (!st.is_ok()) return sticky_ = st.with_context(options_.name);
+  STRATA_RETURN_IF_ERROR(check_errors());
+  // Home nvme: the buffers hold the last step's values; a step abandoned before finish_step may
+  // leave writes in flight. Finish them, then every buffer is free.
+  for (size_t b = 0; b < spills_.size(); ++b) {
+    st = settle(spills_[b]);
+    if (!st.is_ok()) return sticky_ = st;
+    detach(b);
+  }
   for (Chunk& ch : chunks_) {
     ch.touched = false;
     ch.partial_ready = false;
     ch.partial = 0.0;
+    ch.open = false;
+    ch.released = false;
   }
   in_step_ = true;
   last_micro_batch_ = true;
@@ -182,7 +277,7 @@ Status GradientOffloader::begin_step() {
 }
 
 StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
-  if (!sticky_.is_ok()) return sticky_;
+  STRATA_RETURN_IF_ERROR(check_errors());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
@@ -205,6 +300,16 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
     return error(Code::failed_precondition, "{}: chunk {}: all {} device slots of group '{}' are held (release one first)",
                  options_.name, c, n, group.name);
   }
+  if (nvme() && ch.spill < 0) {
+    // A buffer for c's accumulator; c's value so far (an earlier micro-batch's) comes back from its
+    // extent under the backward's compute. Still in a buffer (c kept it): no read.
+    STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
+    if (ch.released) {
+      Status st = begin_extent_read(c, b);
+      if (!st.is_ok()) return sticky_ = st;
+    }
+  }
+  if (nvme()) ch.open = true;
   Slot& slot = group.slots[static_cast<size_t>(found)];
   // The slot's previous copy-out must finish before the compute zeroes and writes it. The host
   // does not block: compute waits.
@@ -218,7 +323,7 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
 }
 
 Status GradientOffloader::release(size_t c, bool last) {
-  if (!sticky_.is_ok()) return sticky_;
+  STRATA_RETURN_IF_ERROR(check_errors());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
@@ -227,6 +332,7 @@ Status GradientOffloader::release(size_t c, bool last) {
   Slot& slot = groups_[ch.group].slots[static_cast<size_t>(ch.slot)];
   const uint64_t bytes = ch.bytes;
   const bool final = last && last_micro_batch_;
+  const long b = ch.spill;  // home nvme: the buffer acquire gave c
   auto copy = [&] { return backend_.copy_to_host(staging_.data(), slot.device, bytes, Stream::d2h); };
 
   // Stream order on d2h makes the one staging buffer safe: this copy starts only after every
@@ -240,23 +346,59 @@ Status GradientOffloader::release(size_t c, bool last) {
                                                  copy, {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
   }
   if (st.is_ok()) st = backend_.record(*slot.copied_out, Stream::d2h);
-  if (st.is_ok()) st = backend_.host_callback(Stream::d2h, [this, c, final] { accumulate_callback(c, final); });
+  if (st.is_ok()) {
+    if (nvme()) {
+      st = backend_.host_callback(Stream::d2h, [this, c, b, final, last] {
+        spill_callback(c, static_cast<size_t>(b), final, last);
+      });
+      // Marks the buffer's last callback: taking the buffer back waits for it.
+      if (st.is_ok()) st = backend_.record(*spills_[static_cast<size_t>(b)].done, Stream::d2h);
+    } else {
+      st = backend_.host_callback(Stream::d2h, [this, c, final] { accumulate_callback(c, final); });
+    }
+  }
   // The slot is free for a later acquire either way: that acquire orders itself after copied_out.
   slot.held_by = -1;
   ch.slot = -1;
+  if (nvme()) {
+    ch.open = !last;
+    ch.released = true;
+    if (last) spills_[static_cast<size_t>(b)].closed_at = ++use_clock_;
+  }
   if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: release of chunk {}", options_.name, c));
   d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::ok();
 }
 
 void GradientOffloader::accumulate_callback(size_t c, bool final) {
+  accumulate_into(c, chunks_[c].accumulator.as<float>(), final);
+}
+
+void GradientOffloader::spill_callback(size_t c, size_t b, bool final, bool last) {
+  Spill& s = spills_[b];
+  // After a failure nothing more is worth doing, but a transfer begun must still be finished.
+  if (has_callback_error()) {
+    (void)settle(s);
+    return;
+  }
+  // The read acquire began (c's value from an earlier micro-batch), or c's previous write from
+  // this buffer (c kept it): both begun before this callback was queued.
+  Status st = settle(s);
+  if (!st.is_ok()) return record_callback_error(st);
+  accumulate_into(c, s.data, final);
+  if (last) {
+    st = begin_extent_write(c, b);
+    if (!st.is_ok()) record_callback_error(st);
+  }
+}
+
+void GradientOffloader::accumulate_into(size_t c, float* acc, bool final) {
   Chunk& ch = chunks_[c];
   const bool first = !ch.touched;
   ch.touched = true;
   const size_t n = elements(c);
   const double trace_begin = trace_ != nullptr ? trace_->now_us() : 0.0;
   const auto t0 = std::chrono::steady_clock::now();
-  float* acc = ch.accumulator.as<float>();
   const std::byte* src = staging_.data();
   const size_t es = kernels::float_format_size(options_.format);
   const kernels::FloatFormat format = options_.format;
@@ -274,7 +416,7 @@ void GradientOffloader::accumulate_callback(size_t c, bool final) {
   // recomputes it.
   ch.partial_ready = false;
   if (final) {
-    ch.partial = chunk_sum_squares(c);
+    ch.partial = chunk_sum_squares(c, acc);
     ch.partial_ready = true;
   }
   if (trace_ != nullptr) {
@@ -283,15 +425,15 @@ void GradientOffloader::accumulate_callback(size_t c, bool final) {
   }
 }
 
-double GradientOffloader::chunk_sum_squares(size_t c) {
+double GradientOffloader::chunk_sum_squares(size_t c, const float* acc) {
   const auto t0 = std::chrono::steady_clock::now();
-  const double s = kernels::sum_squares(chunks_[c].accumulator.as<float>(), elements(c), parallel_for_);
+  const double s = kernels::sum_squares(acc, elements(c), parallel_for_);
   partials_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
   return s;
 }
 
 StatusOr<double> GradientOffloader::finish_step() {
-  if (!sticky_.is_ok()) return sticky_;
+  STRATA_RETURN_IF_ERROR(check_errors());
   if (!in_step_) return error(Code::failed_precondition, "{}: finish_step without begin_step", options_.name);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
@@ -300,22 +442,215 @@ StatusOr<double> GradientOffloader::finish_step() {
   }
   Status st = backend_.synchronize(Stream::d2h);
   if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: finish_step", options_.name));
+  STRATA_RETURN_IF_ERROR(check_errors());
+  // The callbacks are done (synchronize orders their writes before our reads). Home nvme: finish
+  // every write; a chunk never released with last = true (a misuse of `last`) is written now.
+  for (size_t b = 0; b < spills_.size(); ++b) {
+    Spill& s = spills_[b];
+    st = settle(s);
+    if (st.is_ok() && s.chunk >= 0 && chunks_[static_cast<size_t>(s.chunk)].open) {
+      const size_t c = static_cast<size_t>(s.chunk);
+      chunks_[c].open = false;
+      s.closed_at = ++use_clock_;
+      st = begin_extent_write(c, b);
+      if (st.is_ok()) st = settle(s);
+    }
+    if (!st.is_ok()) return sticky_ = st;
+  }
   in_step_ = false;
-  // The callbacks are done (synchronize orders their writes before our reads).
   double total = 0.0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     Chunk& ch = chunks_[c];
     if (!ch.touched) {
-      std::memset(ch.accumulator.data(), 0, elements(c) * sizeof(float));
+      if (!nvme()) std::memset(ch.accumulator.data(), 0, elements(c) * sizeof(float));
       ch.partial = 0.0;  // sum_squares of zeros, by the definition
       ch.partial_ready = true;
     } else if (!ch.partial_ready) {
-      ch.partial = chunk_sum_squares(c);
+      if (!nvme()) {
+        ch.partial = chunk_sum_squares(c, ch.accumulator.as<float>());
+      } else {
+        StatusOr<const float*> acc = wait_read(c);  // no I/O while c's value is still in a buffer
+        if (!acc.is_ok()) return sticky_ = acc.status();
+        ch.partial = chunk_sum_squares(c, *acc);
+        end_read(c);
+      }
       ch.partial_ready = true;
     }
     total += ch.partial;
   }
   return total;
+}
+
+// ---- reading the finished step ----------------------------------------------------------------
+
+Status GradientOffloader::begin_read(size_t c) {
+  if (c >= chunks_.size()) {
+    return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
+  }
+  STRATA_RETURN_IF_ERROR(check_errors());
+  if (in_step_) {
+    return error(Code::failed_precondition, "{}: read of chunk {} during a step (finish_step first)", options_.name, c);
+  }
+  Chunk& ch = chunks_[c];
+  if (!nvme() || ch.reading) return Status::ok();
+  if (ch.spill < 0) {
+    STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
+    if (ch.touched) {
+      Status st = begin_extent_read(c, b);
+      if (!st.is_ok()) {
+        detach(b);
+        return st;
+      }
+    } else {
+      std::memset(spills_[b].data, 0, elements(c) * sizeof(float));  // no contribution: zero
+    }
+  }
+  ch.reading = true;
+  return Status::ok();
+}
+
+StatusOr<const float*> GradientOffloader::wait_read(size_t c) {
+  STRATA_RETURN_IF_ERROR(begin_read(c));  // checks; a no-op when begun
+  if (!nvme()) return accumulated(c);
+  Chunk& ch = chunks_[c];
+  const size_t b = static_cast<size_t>(ch.spill);
+  Status st = settle(spills_[b]);
+  if (!st.is_ok()) {  // the buffer's contents are not c's: end the read
+    ch.reading = false;
+    detach(b);
+    return st;
+  }
+  return static_cast<const float*>(spills_[b].data);
+}
+
+void GradientOffloader::end_read(size_t c) {
+  if (!nvme() || c >= chunks_.size() || !chunks_[c].reading) return;
+  Chunk& ch = chunks_[c];
+  const size_t b = static_cast<size_t>(ch.spill);
+  ch.reading = false;
+  if (!settle(spills_[b]).is_ok()) {  // begun, never waited for, and failed: not c's value
+    detach(b);
+    return;
+  }
+  spills_[b].closed_at = ++use_clock_;  // c keeps the buffer (and its value) until another needs it
+}
+
+// ---- home nvme helpers ------------------------------------------------------------------------
+
+Status GradientOffloader::check_errors() {
+  if (!sticky_.is_ok()) return sticky_;
+  std::lock_guard lock(mu_);
+  if (!callback_error_.is_ok()) sticky_ = callback_error_;
+  return sticky_;
+}
+
+void GradientOffloader::record_callback_error(Status st) {
+  std::lock_guard lock(mu_);
+  if (callback_error_.is_ok()) callback_error_ = std::move(st);
+}
+
+bool GradientOffloader::has_callback_error() {
+  std::lock_guard lock(mu_);
+  return !callback_error_.is_ok();
+}
+
+StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
+  long best = -1;
+  for (size_t b = 0; b < spills_.size(); ++b) {
+    const Spill& s = spills_[b];
+    if (s.chunk < 0) {  // free
+      best = static_cast<long>(b);
+      break;
+    }
+    const Chunk& owner = chunks_[static_cast<size_t>(s.chunk)];
+    if (owner.open || owner.reading) continue;
+    if (best < 0 || s.closed_at < spills_[static_cast<size_t>(best)].closed_at) best = static_cast<long>(b);
+  }
+  if (best < 0) {
+    std::string held;
+    for (const Spill& s : spills_) held += fmt::format("{}{}", held.empty() ? "" : ", ", s.chunk);
+    if (!in_step_) {
+      return error(Code::failed_precondition,
+                   "{}: read of chunk {}: all {} spill buffers hold reads not ended (chunks {}); at most spill_buffers "
+                   "reads are outstanding: end_read one first",
+                   options_.name, c, spills_.size(), held);
+    }
+    return error(Code::failed_precondition,
+                 "{}: chunk {}: all {} spill buffers hold chunks still being accumulated (chunks {}: acquired, or "
+                 "released with last = false); raise spill_buffers",
+                 options_.name, c, spills_.size(), held);
+  }
+  const size_t b = static_cast<size_t>(best);
+  Spill& s = spills_[b];
+  if (s.chunk >= 0) {
+    // Take it back from a closed chunk: its last callback must have run (it began the write),
+    // and the write must be done. The callback waits for nothing this thread does next.
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = backend_.synchronize(*s.done);
+    nvme_write_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
+    if (!st.is_ok()) {
+      return sticky_ = st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.chunk));
+    }
+    STRATA_RETURN_IF_ERROR(check_errors());
+    st = settle(s);
+    if (!st.is_ok()) return sticky_ = st;
+    detach(b);
+  }
+  s.chunk = static_cast<long>(c);
+  chunks_[c].spill = static_cast<long>(b);
+  return b;
+}
+
+Status GradientOffloader::settle(Spill& s) {
+  if (!s.pending) return Status::ok();
+  const bool read = s.io.op() == IoOp::read;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = store_->finish(s.io);
+  s.pending = false;
+  (read ? nvme_read_wait_ns_ : nvme_write_wait_ns_).fetch_add(nanos_since(t0), std::memory_order_relaxed);
+  const uint64_t bytes = store_->padded_size(elements(s.io_chunk) * sizeof(float));
+  if (st.is_ok()) (read ? nvme_read_bytes_ : nvme_write_bytes_).fetch_add(bytes, std::memory_order_relaxed);
+  if (trace_ != nullptr) {
+    trace_->span(read ? "grad nvme read" : "grad nvme write", fmt::format("{} chunk {}", options_.name, s.io_chunk),
+                 s.io_begin_us, trace_->now_us(),
+                 {{"chunk", static_cast<int64_t>(s.io_chunk)},
+                  {"bytes", static_cast<int64_t>(bytes)},
+                  {"ok", st.is_ok() ? 1 : 0}});
+  }
+  return st.with_context(
+      fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name, read ? "read" : "write", s.io_chunk));
+}
+
+Status GradientOffloader::begin_extent_read(size_t c, size_t b) {
+  Spill& s = spills_[b];
+  s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
+  StatusOr<ExtentIo> io = store_->begin_read(chunks_[c].extent, reinterpret_cast<std::byte*>(s.data));
+  if (!io.is_ok()) {
+    return io.status().with_context(fmt::format("{}: NVMe read of chunk {}'s fp32 gradient", options_.name, c));
+  }
+  s.io = std::move(*io);
+  s.pending = true;
+  s.io_chunk = c;
+  return Status::ok();
+}
+
+Status GradientOffloader::begin_extent_write(size_t c, size_t b) {
+  Spill& s = spills_[b];
+  s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
+  StatusOr<ExtentIo> io = store_->begin_write(chunks_[c].extent, reinterpret_cast<std::byte*>(s.data));
+  if (!io.is_ok()) {
+    return io.status().with_context(fmt::format("{}: NVMe write of chunk {}'s fp32 gradient", options_.name, c));
+  }
+  s.io = std::move(*io);
+  s.pending = true;
+  s.io_chunk = c;
+  return Status::ok();
+}
+
+void GradientOffloader::detach(size_t b) {
+  Spill& s = spills_[b];
+  if (s.chunk >= 0) chunks_[static_cast<size_t>(s.chunk)].spill = -1;
+  s.chunk = -1;
 }
 
 GradientOffloaderStats GradientOffloader::stats() const {
@@ -324,6 +659,10 @@ GradientOffloaderStats GradientOffloader::stats() const {
   s.contributions = contributions_.load(std::memory_order_relaxed);
   s.accumulate_seconds = static_cast<double>(accumulate_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.partials_seconds = static_cast<double>(partials_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  s.nvme_read_bytes = nvme_read_bytes_.load(std::memory_order_relaxed);
+  s.nvme_write_bytes = nvme_write_bytes_.load(std::memory_order_relaxed);
+  s.nvme_read_wait_seconds = static_cast<double>(nvme_read_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  s.nvme_write_wait_seconds = static_cast<double>(nvme_write_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 
@@ -332,6 +671,10 @@ void GradientOffloader::reset_stats() {
   contributions_.store(0);
   accumulate_ns_.store(0);
   partials_ns_.store(0);
+  nvme_read_bytes_.store(0);
+  nvme_write_bytes_.store(0);
+  nvme_read_wait_ns_.store(0);
+  nvme_write_wait_ns_.store(0);
 }
 
 }  // namespace strata
