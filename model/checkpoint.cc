@@ -47,13 +47,6 @@ std::string crc_hex(std::span<const std::byte> bytes) {
   return fmt::format("{:08x}", kernels::crc32c(0, bytes.data(), bytes.size()));
 }
 
-// The "strata_crc32c" metadata value of `blobs`.
-std::string crc_metadata(std::span<const SafetensorsBlob> blobs) {
-  nlohmann::json crcs = nlohmann::json::object();
-  for (const SafetensorsBlob& b : blobs) crcs[b.spec.name] = crc_hex(b.bytes);
-  return crcs.dump();
-}
-
 // Checks `f`'s recorded checksums (when it has them) and that its F32 tensors are finite; appends
 // one CheckpointTensorInfo per tensor to `out`. Returns whether the file had checksums.
 StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std::vector<CheckpointTensorInfo>& out) {
@@ -104,6 +97,11 @@ StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std:
 
 }  // namespace
 
+// Streams the checkpoint: every file's header is declared up front, then one walk through the
+// trainer's optimizer state (a chunk's image at a time, read from NVMe ahead of the visit when
+// homed there) writes each chunk's fp32 masters (in HF layouts) into its model shard and its
+// moments into optimizer.safetensors; the writers record each tensor's CRC-32C as its bytes go by.
+// Memory: one tensor's HF-layout copy, never the model.
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
                        const CheckpointState& state, const CheckpointHook& hook, uint64_t shard_bytes) {
   std::error_code ec;
@@ -112,53 +110,43 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
   const std::string step = std::to_string(trainer.steps_done());
   STRATA_RETURN_IF_ERROR(trainer.sync_host_state());
 
-  // Weights: the trainer's fp32 masters (exact for every working precision), in HF layouts.
-  const ParamLayout& layout = model.master_layout();
-  std::vector<std::vector<float>> weights;
-  weights.reserve(layout.params.size());
-  std::vector<SafetensorsBlob> blobs;
-  for (const ParamSpec& p : layout.params) {
-    weights.push_back(to_hf_layout(p, trainer.master(p).data()));
-    std::vector<uint64_t> shape;
-    for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
-    blobs.push_back({.spec = {.name = p.name, .dtype = SafeDType::f32, .shape = shape}, .bytes = bytes_of(weights.back())});
-  }
-  // One model.safetensors, or shards with an index above shard_bytes (Hugging Face's layout), each
+  // Weights: the trainer's fp32 masters (exact for every working precision), in HF layouts. One
+  // model.safetensors, or shards with an index above shard_bytes (Hugging Face's layout), each
   // shard carrying the step and the checksums of its own tensors.
+  const ParamLayout& layout = model.master_layout();
   const std::vector<std::vector<size_t>> shards =
       plan_hf_shards(layout, {.dtype = SafeDType::f32, .shard_bytes = shard_bytes});
+  std::vector<std::pair<size_t, size_t>> place(layout.params.size());  // param -> (shard, index in it)
+  std::vector<std::unique_ptr<SafetensorsWriter>> model_files;
+  std::vector<std::string> shard_names;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string name = shards.size() == 1
-                                 ? std::string(kCheckpointModelFile)
-                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    std::vector<SafetensorsBlob> part;
+    shard_names.push_back(shards.size() == 1 ? std::string(kCheckpointModelFile)
+                                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()));
+    std::vector<SafetensorsSpec> specs;
     for (size_t i : shards[s]) {
-      part.push_back(blobs[i]);
-      weight_map[blobs[i].spec.name] = name;
-      total += blobs[i].bytes.size();
+      const ParamSpec& p = layout.params[i];
+      std::vector<uint64_t> shape;
+      for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
+      place[i] = {s, specs.size()};
+      specs.push_back({.name = p.name, .dtype = SafeDType::f32, .shape = shape});
+      weight_map[p.name] = shard_names.back();
+      total += p.elements * sizeof(float);
     }
-    STRATA_RETURN_IF_ERROR(write_safetensors(path_in(dir, name), part,
-                                             {{"format", "pt"},
-                                              {"strata_step", step},
-                                              {"strata_preset", state.preset},
-                                              {std::string(kCrcMetadataKey), crc_metadata(part)}}));
+    STRATA_ASSIGN_OR_RETURN(
+        model_files.emplace_back(),
+        SafetensorsWriter::create(path_in(dir, shard_names.back()), std::move(specs),
+                                  {{"format", "pt"}, {"strata_step", step}, {"strata_preset", state.preset}},
+                                  std::string(kCrcMetadataKey)));
   }
-  if (shards.size() > 1) {
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total}};
-    index["weight_map"] = weight_map;
-    STRATA_RETURN_IF_ERROR(write_text_atomically(path_in(dir, kHfIndexFile), index.dump(2) + "\n"));
-  }
-  // config.json beside the fp32 weights: transformers' from_pretrained(dir) loads the checkpoint.
-  STRATA_RETURN_IF_ERROR(write_hf_config(path_in(dir, kHfConfigFile), model.config(), SafeDType::f32));
-  if (hook) STRATA_RETURN_IF_ERROR(hook("model_written"));
 
-  blobs.clear();
-  for (const OptimizerBuffer& b : trainer.optimizer_buffers()) {
-    const uint64_t n = b.bytes.size() / safe_dtype_size(b.dtype);
-    blobs.push_back({.spec = {.name = b.name, .dtype = b.dtype, .shape = {n}}, .bytes = b.bytes});
+  std::vector<SafetensorsSpec> specs;
+  std::vector<size_t> first_buffer;  // per chunk: index of its first optimizer tensor
+  for (size_t c = 0; c < trainer.state_chunks(); ++c) {
+    first_buffer.push_back(specs.size());
+    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c)))
+      specs.push_back({.name = b.name, .dtype = b.dtype, .shape = {b.bytes / safe_dtype_size(b.dtype)}});
   }
   std::map<std::string, std::string> metadata = {
       {"strata_step", step},
@@ -173,10 +161,40 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       {"micro_batch", std::to_string(state.micro_batch)},
       {"seq", std::to_string(state.seq)},
       {"grad_accum", std::to_string(state.grad_accum)},
-      {std::string(kCrcMetadataKey), crc_metadata(blobs)},
   };
   if (const LossScaler* scaler = trainer.loss_scaler()) metadata["loss_scaler"] = scaler->serialize();
-  return write_safetensors(path_in(dir, kCheckpointOptimizerFile), blobs, metadata);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> optimizer_file,
+                          SafetensorsWriter::create(path_in(dir, kCheckpointOptimizerFile), std::move(specs),
+                                                    std::move(metadata), std::string(kCrcMetadataKey)));
+
+  std::vector<std::vector<size_t>> params_of(trainer.state_chunks());
+  for (size_t i = 0; i < layout.params.size(); ++i) params_of[layout.params[i].chunk].push_back(i);
+  const auto write_chunk = [&](size_t c, ChunkState& chunk) -> Status {
+    for (size_t i : params_of[c]) {
+      const ParamSpec& p = layout.params[i];
+      const std::vector<float> hf = to_hf_layout(p, chunk.master + p.offset / sizeof(float));
+      STRATA_RETURN_IF_ERROR(model_files[place[i].first]->write(place[i].second, bytes_of(hf)));
+    }
+    size_t index = first_buffer[c];
+    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c), chunk.image.data()))
+      STRATA_RETURN_IF_ERROR(optimizer_file->write(index++, {b.data, b.bytes}));
+    return Status::ok();
+  };
+  std::vector<size_t> order(trainer.state_chunks());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  STRATA_RETURN_IF_ERROR(trainer.visit_state(order, /*write_back=*/false, write_chunk));
+
+  for (std::unique_ptr<SafetensorsWriter>& f : model_files) STRATA_RETURN_IF_ERROR(f->commit());
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    STRATA_RETURN_IF_ERROR(write_text_atomically(path_in(dir, kHfIndexFile), index.dump(2) + "\n"));
+  }
+  // config.json beside the fp32 weights: transformers' from_pretrained(dir) loads the checkpoint.
+  STRATA_RETURN_IF_ERROR(write_hf_config(path_in(dir, kHfConfigFile), model.config(), SafeDType::f32));
+  if (hook) STRATA_RETURN_IF_ERROR(hook("model_written"));
+  return optimizer_file->commit();
 }
 
 StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
@@ -276,17 +294,26 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
     return error(Code::invalid_argument,
                  "{} holds {} Adam moments but this run keeps {} moments; pass --optimizer-type {} to resume it",
                  opt.path(), have_states, want_states, have_states == "8bit" ? "adamw8bit" : "adamw");
-  for (const OptimizerBuffer& b : trainer.optimizer_buffers()) {
-    const SafetensorsTensor* t = opt.find(b.name);
-    if (t == nullptr || t->dtype != b.dtype)
-      return error(Code::corruption, "{}: optimizer tensor '{}' is missing or not {}", opt.path(), b.name,
-                   safe_dtype_name(b.dtype));
-    const auto bytes = opt.data(*t);
-    if (bytes.size() != b.bytes.size())
-      return error(Code::invalid_argument, "{}: optimizer tensor '{}' has {} bytes; this model's has {}", opt.path(),
-                   b.name, bytes.size(), b.bytes.size());
-    std::memcpy(b.bytes.data(), bytes.data(), bytes.size());  // the mapping may be unaligned for floats
+  // Every tensor is checked before any state changes; then one walk writes each chunk's image.
+  for (size_t c = 0; c < trainer.state_chunks(); ++c) {
+    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c))) {
+      const SafetensorsTensor* t = opt.find(b.name);
+      if (t == nullptr || t->dtype != b.dtype)
+        return error(Code::corruption, "{}: optimizer tensor '{}' is missing or not {}", opt.path(), b.name,
+                     safe_dtype_name(b.dtype));
+      if (t->bytes() != b.bytes)
+        return error(Code::invalid_argument, "{}: optimizer tensor '{}' has {} bytes; this model's has {}",
+                     opt.path(), b.name, t->bytes(), b.bytes);
+    }
   }
+  const auto restore_chunk = [&](size_t c, ChunkState& chunk) {
+    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c), chunk.image.data()))
+      std::memcpy(b.data, opt.data(*opt.find(b.name)).data(), b.bytes);  // the mapping may be unaligned for floats
+    return Status::ok();
+  };
+  std::vector<size_t> order(trainer.state_chunks());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  STRATA_RETURN_IF_ERROR(trainer.visit_state(order, /*write_back=*/true, restore_chunk));
   const auto scaler = opt.metadata().find("loss_scaler");
   std::optional<std::string_view> scaler_json;
   if (scaler != opt.metadata().end() && scaler->second.starts_with("{")) scaler_json = scaler->second;

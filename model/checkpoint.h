@@ -1,4 +1,4 @@
-// Training checkpoints of the resident trainer: a directory holding model.safetensors (the fp32
+// Training checkpoints of the trainer: a directory holding model.safetensors (the fp32
 // master weights under their Hugging Face names and layouts -- GPT-2 Conv1D weights as (in, out) --
 // so HF tools and load_hf_safetensors read it, whatever the working precision) and
 // optimizer.safetensors (the trainer's OptimizerBuffers: fp32 or 8-bit Adam moments per chunk,
@@ -8,8 +8,9 @@
 // Beside them config.json (hf_config.h), so transformers' from_pretrained(dir) loads the weights.
 // Each file is written atomically (temporary file, fsync, rename); the optimizer file is written
 // last and both carry the step, so an interrupted save is detected on load. The run directory of
-// rotated step-NNNNNN/ checkpoints is model/checkpoint_store.h. Not a streaming format for
-// offloaded models: a save holds one more copy of the weights in memory.
+// rotated step-NNNNNN/ checkpoints is model/checkpoint_store.h. Saves and loads stream: one walk
+// through the trainer's optimizer state (pinned or NVMe-homed, a chunk at a time); a save holds
+// one tensor's copy in memory, never the model's.
 #pragma once
 
 #include <cstdint>

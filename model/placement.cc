@@ -43,6 +43,30 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
   return o;
 }
 
+GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
+                                          const std::string& name) {
+  GradientOffloaderOptions o = gradient_slot_options(layout, options.dtype, name);
+  o.home = options.offload_grad == TrainOptions::GradHome::nvme ? Tier::nvme : Tier::cpu;
+  o.spill_buffers = 3;
+  return o;
+}
+
+OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options) {
+  OptimizerPipelineOptions o;
+  o.states = options.adam_states;
+  const bool q8 = o.states == AdamStates::q8;
+  for (const ChunkSpec& c : master_layout.chunks) o.fp32_slots.push_back(c.bytes / sizeof(float));
+  o.scale_count.assign(master_layout.chunks.size(), 0);
+  if (q8)
+    for (const ParamSpec& p : master_layout.params) o.scale_count[p.chunk] += kernels::adam8bit_blocks(p.elements);
+  const bool nvme = options.optimizer_device == TrainOptions::OptimizerDevice::cpu &&
+                    options.optimizer_home == TrainOptions::OptimizerHome::nvme;
+  o.home = nvme ? Tier::nvme : Tier::cpu;
+  o.staging = options.optimizer_staging;
+  o.name = "optimizer";
+  return o;
+}
+
 DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& o) {
   DeviceBytes d;
   const ParamLayout layout = build_param_layout(config, dtype_size(o.dtype)).value();

@@ -13,6 +13,7 @@
 #include "model/train_options.h"
 #include "model/transformer.h"
 #include "offload/gradient_offloader.h"
+#include "offload/optimizer_pipeline.h"
 #include "offload/tier_manager.h"
 
 namespace strata::model {
@@ -28,6 +29,15 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
 // The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
 // one each for the embedding and the head (both held at the tied head's backward).
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
+// The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
+// options.offload_grad says (nvme: three spill buffers).
+GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
+                                          const std::string& name);
+
+// The trainer's optimizer state: one image per chunk of `master_layout` (fp32 slots, and for 8-bit
+// moments the block scales of the chunk's tensors), homed where options.optimizer_home says
+// (always cpu for the optimizer on the device: the pinned images mirror the device state).
+OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options);
 
 // The device arena a run takes, by what: working weights (every chunk, or the slots), gradients
 // (the model's DeviceGrads, or the offloader's slots), activations, the optimizer's state when it

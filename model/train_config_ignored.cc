@@ -23,14 +23,15 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                            "and optimizer work from its memory budgets (--gpu-mem, --cpu-mem), not per parameter");
   schema.ignore_file_paths({"zero_optimization.stage3_gather_16bit_weights_on_model_save"},
                            "strata's checkpoints always hold the whole model in one safetensors file");
-  schema.ignore_file_paths({"zero_optimization.offload_optimizer.device"},
-                           "strata train does not take the optimizer's placement from DeepSpeed's offload_optimizer "
-                           "section: the fp32 master weights and Adam states live where --optimizer-device says "
-                           "(default cpu: pinned CPU memory; its nvme_path is read, as --nvme-path)");
+  // offload_optimizer.device, .nvme_path and .buffer_count are keys (offload_optimizer, nvme_path,
+  // optimizer_staging); these are not.
   schema.ignore_file_paths({"zero_optimization.offload_optimizer.pin_memory",
-                            "zero_optimization.offload_optimizer.buffer_count",
                             "zero_optimization.offload_optimizer.fast_init"},
-                           "strata always pins its host buffers and sizes its staging buffers from --cpu-mem");
+                           "strata always pins its host buffers for the optimizer state and initialises it as it "
+                           "writes each chunk's image once");
+  schema.ignore_file_paths({"zero_optimization.offload_optimizer.ratio"},
+                           "strata places each chunk's whole optimizer state on one tier (--offload-optimizer); a "
+                           "partial CPU/GPU split of the update is not supported, so the whole update runs there");
   // offload_param.device and .buffer_count are keys (offload_param, nvme_staging); these are not.
   schema.ignore_file_paths({"zero_optimization.offload_param.buffer_size"},
                            "strata sizes each staging buffer to the largest weight chunk (a layer), not to a byte "

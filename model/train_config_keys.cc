@@ -156,6 +156,31 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "the SIMD CPU kernels; the device holds only the working weights) or device (beside the "
                       "weights, the backend's AdamW kernel: fastest when they fit; adamw only)",
               .choices = {"cpu", "device"}});
+  schema.add({.name = "offload_optimizer",
+              .type = ValueType::choice,
+              .default_text = "cpu",
+              .help = "Where the fp32 master weights and Adam states live: none (on the device, as --optimizer-device "
+                      "device), cpu (pinned host memory) or nvme (swap files under --nvme-path, streamed through "
+                      "--optimizer-staging buffers: read ahead, updated, written behind)",
+              .choices = {"none", "cpu", "nvme"},
+              .file_aliases = {"zero_optimization.offload_optimizer.device"}});
+  schema.add({.name = "offload_grad",
+              .type = ValueType::choice,
+              .default_text = "cpu",
+              .help = "With the optimizer on the CPU: where the step's fp32 gradient sums live: cpu (pinned host memory, "
+                      "4 bytes per parameter) or nvme (spilled per chunk to swap files under --nvme-path through three "
+                      "pinned buffers, read back by the optimizer)",
+              .choices = {"cpu", "nvme"}});
+  // 4: DeepSpeed's default buffer_count; 3 is the least (read ahead | update | write behind).
+  schema.add({.name = "optimizer_staging",
+              .type = ValueType::integer,
+              .default_text = "4",
+              .help = "With --offload-optimizer nvme: pinned staging buffers (each the largest chunk's state) "
+                      "between NVMe and the CPU optimizer, at least 3; more read further ahead (DeepSpeed's "
+                      "offload_optimizer.buffer_count)",
+              .min = 0,  // below 3 is train_options_from_config's error, which says why
+              .max = 64,
+              .file_aliases = {"zero_optimization.offload_optimizer.buffer_count"}});
   // 1e-3: gpt2-tiny learns the built-in corpus visibly within a few hundred steps at this rate.
   schema.add({.name = "lr",
               .type = ValueType::real,

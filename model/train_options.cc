@@ -15,6 +15,11 @@ bool is_set(const Config& config, std::string_view key) {
 }
 
 // "warmup_steps 300 (flag --warmup-steps)": a key, its value and where the value came from.
+// nvme_path is an offload key: absent from a schema without them.
+bool has_nvme_path(const Config& config) {
+  return config.schema().find("nvme_path") != nullptr && !config.get_list("nvme_path").empty();
+}
+
 std::string describe(const Config& config, std::string_view key) {
   return fmt::format("{} {} ({})", key, config.text(key), config.describe_source(key));
 }
@@ -137,8 +142,47 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   o.optimizer = config.get_text("optimizer_type");
   o.adam_hyper.mode = o.optimizer == "adam" ? kernels::AdamMode::adam : kernels::AdamMode::adamw;
   o.adam_states = o.optimizer == "adamw8bit" ? AdamStates::q8 : AdamStates::f32;
-  o.optimizer_device = config.get_text("optimizer_device") == "device" ? TrainOptions::OptimizerDevice::device
-                                                                      : TrainOptions::OptimizerDevice::cpu;
+  // offload_optimizer (DeepSpeed's offload_optimizer.device) and optimizer_device say the same
+  // thing two ways: explicit values must agree.
+  const std::string& offload = config.get_text("offload_optimizer");
+  const bool device_set = is_set(config, "optimizer_device"), offload_set = is_set(config, "offload_optimizer");
+  const bool on_device = config.get_text("optimizer_device") == "device";
+  if (device_set && offload_set && on_device != (offload == "none"))
+    return error(Code::invalid_argument,
+                 "{} and {} disagree: offload_optimizer none is the optimizer on the device, cpu or nvme on the CPU; "
+                 "pass one of them",
+                 describe(config, "optimizer_device"), describe(config, "offload_optimizer"));
+  o.optimizer_device = (device_set ? on_device : offload == "none") ? TrainOptions::OptimizerDevice::device
+                                                                    : TrainOptions::OptimizerDevice::cpu;
+  o.optimizer_home = offload == "nvme" ? TrainOptions::OptimizerHome::nvme : TrainOptions::OptimizerHome::cpu;
+  o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
+  if (o.optimizer_home == TrainOptions::OptimizerHome::nvme) {
+    if (o.optimizer_staging < 3)
+      return error(Code::invalid_argument,
+                   "{}: the optimizer state on NVMe needs at least 3 staging buffers: one read ahead, one updated, "
+                   "one written behind; pass --optimizer-staging 3 or more",
+                   describe(config, "optimizer_staging"));
+    if (!has_nvme_path(config))
+      return error(Code::invalid_argument,
+                   "{} homes the optimizer state in NVMe swap files, but no nvme_path is given; pass --nvme-path DIR "
+                   "or set zero_optimization.offload_optimizer.nvme_path",
+                   describe(config, "offload_optimizer"));
+  } else if (is_set(config, "optimizer_staging")) {
+    o.warnings.push_back(fmt::format("{} only applies to optimizer state homed on NVMe and is ignored with {}",
+                                     describe(config, "optimizer_staging"), describe(config, "offload_optimizer")));
+  }
+  o.offload_grad = config.get_text("offload_grad") == "nvme" ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
+  if (o.offload_grad == TrainOptions::GradHome::nvme) {
+    if (o.optimizer_device == TrainOptions::OptimizerDevice::device)
+      return error(Code::invalid_argument,
+                   "{} spills the gradients the CPU optimizer reads, but the optimizer runs on the device ({}); pass "
+                   "--optimizer-device cpu or --offload-grad cpu",
+                   describe(config, "offload_grad"), describe(config, "optimizer_device"));
+    if (!has_nvme_path(config))
+      return error(Code::invalid_argument,
+                   "{} spills the gradients to NVMe swap files, but no nvme_path is given; pass --nvme-path DIR",
+                   describe(config, "offload_grad"));
+  }
   const double lr = config.get_real("lr");
   if (!(lr > 0.0))
     return error(Code::invalid_argument, "{}: the learning rate must be above 0 (e.g. 6e-4)", describe(config, "lr"));
@@ -188,8 +232,7 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                  "resident weights; pass --optimizer-device cpu (or --offload-param none)",
                  describe(config, "offload_param"), describe(config, "optimizer_device"));
   if (o.offload_param == ParamHome::nvme) {
-    const bool has_path = config.schema().find("nvme_path") != nullptr && !config.get_list("nvme_path").empty();
-    if (!has_path)
+    if (!has_nvme_path(config))
       return error(Code::invalid_argument,
                    "{} homes the working weights in NVMe swap files, but no nvme_path is given; pass --nvme-path DIR "
                    "or set zero_optimization.offload_param.nvme_path",
@@ -360,6 +403,11 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
                  describe(config, "checkpoint_every"));
   for (std::string& w : config.ignored_file_warnings()) o.warnings.push_back(std::move(w));
   return o;
+}
+
+std::string_view optimizer_home_name(const TrainOptions& o) {
+  if (o.optimizer_device == TrainOptions::OptimizerDevice::device) return "none";
+  return o.optimizer_home == TrainOptions::OptimizerHome::nvme ? "nvme" : "cpu";
 }
 
 std::string_view param_home_name(TrainOptions::ParamHome home) {

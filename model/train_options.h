@@ -55,6 +55,15 @@ struct TrainOptions {
   // Where the fp32 masters and moments live and AdamW runs: pinned host memory with the CPU
   // kernels, or the backend's memory with its adam_update op (fp32 moments only).
   enum class OptimizerDevice : uint8_t { cpu, device } optimizer_device = OptimizerDevice::cpu;
+  // With the optimizer on the CPU: where its state (fp32 masters + moments, one image per chunk)
+  // is homed: pinned host memory (cpu) or NVMe swap files under nvme_path (nvme), streamed through
+  // optimizer_staging pinned buffers (>= 3: one read ahead, one updated, one written behind).
+  enum class OptimizerHome : uint8_t { cpu, nvme } optimizer_home = OptimizerHome::cpu;
+  uint32_t optimizer_staging = 4;
+  // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
+  // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
+  // larger than RAM spill per chunk, the optimizer reads them back).
+  enum class GradHome : uint8_t { cpu, nvme } offload_grad = GradHome::cpu;
   double clip_grad_norm = 1.0;      // 0 = no clipping
   LrScheduleOptions lr_schedule;    // peak_lr, warmup, decay, total_steps (lr_schedule_steps or steps), ...
 
@@ -118,6 +127,8 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config);
 
 // "none", "cpu", "nvme": the offload_param value of `home`.
 std::string_view param_home_name(TrainOptions::ParamHome home);
+// "none" (the optimizer on the device), "cpu", "nvme": the offload_optimizer value of `o`.
+std::string_view optimizer_home_name(const TrainOptions& o);
 
 // The layout of the token file `path`: options.data_format when set, else by extension (".bin":
 // llmc_bin, ".txt": text). Any other name with auto is invalid_argument asking for --data-format.

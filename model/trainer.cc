@@ -63,9 +63,18 @@ Status check_trainer_options(const TrainOptions& options) {
   return LrSchedule::create(options.lr_schedule).status();
 }
 
+std::vector<OptimizerBuffer> optimizer_buffers(size_t chunk, const OptimizerStateLayout& layout, std::byte* image) {
+  const auto buffer = [&](std::string_view what, SafeDType dtype, const StateRegion& r) {
+    return OptimizerBuffer{.name = fmt::format("{}.{}", what, chunk), .dtype = dtype,
+                           .data = image == nullptr ? nullptr : image + r.offset, .bytes = r.bytes};
+  };
+  if (layout.states == AdamStates::f32) return {buffer("m", SafeDType::f32, layout.m), buffer("v", SafeDType::f32, layout.v)};
+  return {buffer("m_code", SafeDType::i8, layout.m_code), buffer("v_code", SafeDType::u8, layout.v_code),
+          buffer("m_scale", SafeDType::f32, layout.m_scale), buffer("v_scale", SafeDType::f32, layout.v_scale)};
+}
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
-                                                   ThreadPool* pool, const TrainOptions& options,
-                                                   TraceRecorder* trace) {
+                                                   ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
   STRATA_RETURN_IF_ERROR(check_trainer_options(options));
   if (model.dtype() != options.dtype)
     return error(Code::invalid_argument, "the model computes in {} but the trainer options ask for {}; create both "
@@ -79,11 +88,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
                    "the model with device_grads = true)");
   }
   STRATA_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr_schedule));
-  std::unique_ptr<Trainer> t(new Trainer(backend, model, pool, options, std::move(schedule), trace));
+  std::unique_ptr<Trainer> t(new Trainer(backend, model, pool, options, std::move(schedule), io.trace));
   if (options.dtype == DType::f16) {
     STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
   }
-  STRATA_RETURN_IF_ERROR(t->allocate(pinned));
+  STRATA_RETURN_IF_ERROR(t->allocate(pinned, io.store));
   STRATA_RETURN_IF_ERROR(t->init_masters());
   return t;
 }
@@ -96,29 +105,27 @@ Trainer::~Trainer() {
     if (p != nullptr) (void)backend_.release(p);
 }
 
-Status Trainer::allocate(PinnedPool& pinned) {
+Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
-  chunk_offsets_ = chunk_starts(layout);
   master_offsets_ = chunk_starts(masters);
   const uint64_t master_total = master_offsets_.back();
-  const bool q8 = options_.adam_states == AdamStates::q8;
-  scale_offsets_ = {0};
-  for (const ParamSpec& p : layout.params) scale_offsets_.push_back(scale_offsets_.back() + kernels::adam8bit_blocks(p.elements));
-  const uint64_t moment_bytes = q8 ? master_total / sizeof(float) : master_total;
-  const uint64_t scale_bytes = q8 ? scale_offsets_.back() * sizeof(float) : 0;
   const bool on_device = options_.optimizer_device == TrainOptions::OptimizerDevice::device;
   const bool half = options_.dtype != DType::f32;
   if (!on_device) {
     // Gradient slots on the device: two for the layers (one in backward, one draining), one
     // each for the embedding and the head chunks (used at the same time when the head is tied).
-    const GradientOffloaderOptions go = gradient_slot_options(layout, options_.dtype, model_.config().name);
-    STRATA_ASSIGN_OR_RETURN(offloader_, GradientOffloader::create(backend_, pinned, go, pool_, trace_));
+    const GradientOffloaderOptions go = gradient_options(layout, options_, model_.config().name);
+    if (go.home == Tier::nvme && store == nullptr)
+      return error(Code::invalid_argument, "the gradients spill to NVMe but the trainer got no NVMe store; pass "
+                   "--nvme-path DIR");
+    STRATA_ASSIGN_OR_RETURN(offloader_, GradientOffloader::create(backend_, pinned, go, pool_, trace_,
+                                                                  go.home == Tier::nvme ? store : nullptr));
     offloader_host_bytes_ = gradient_offloader_pinned_bytes(go);
     STRATA_RETURN_IF_ERROR(model_.set_grad_sink(offloader_.get()));
   }
   if (on_device) {
-    // Masters (16-bit only) and moments beside the weights; the pinned copies below are mirrors.
+    // Masters (16-bit only) and moments beside the weights; the pinned images are mirrors.
     for (auto [slot, what] : {std::pair{&device_masters_, "fp32 master weights"}, {&device_m_, "Adam m"},
                               {&device_v_, "Adam v"}}) {
       if (slot == &device_masters_ && !half) continue;
@@ -127,15 +134,12 @@ Status Trainer::allocate(PinnedPool& pinned) {
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(block, master_total));
     }
   }
-  const std::pair<PinnedBuffer*, uint64_t> buffers[] = {{&masters_, master_total}, {&m_, moment_bytes},
-                                                         {&v_, moment_bytes}, {&m_scale_, scale_bytes},
-                                                         {&v_scale_, scale_bytes}};
-  for (auto [buffer, bytes] : buffers) {
-    if (bytes == 0) continue;
-    STRATA_ASSIGN_OR_RETURN(*buffer, pinned.acquire(bytes));
-    std::memset(buffer->data(), 0, bytes);
-  }
-  if (!on_device) build_cpu_tensors();
+  const OptimizerPipelineOptions po = optimizer_state_options(masters, options_);
+  if (po.home == Tier::nvme && store == nullptr)
+    return error(Code::invalid_argument, "the optimizer state is homed on NVMe but the trainer got no NVMe store; "
+                 "pass --nvme-path DIR");
+  STRATA_ASSIGN_OR_RETURN(states_, OptimizerPipeline::create(pinned, po.home == Tier::nvme ? store : nullptr, trace_, po));
+  build_tensor_refs();
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
   const uint64_t batch_bytes = uint64_t(mo.batch * mo.seq_len) * sizeof(int32_t);
@@ -151,88 +155,90 @@ Status Trainer::allocate(PinnedPool& pinned) {
 }
 
 // The exact fp32 values of the model's last load or init when it kept them (16-bit models), else
-// the device weights (exact for fp32; for 16-bit only the rounded values are left: warned).
+// the device weights (exact for fp32; for 16-bit only the rounded values are left: warned). One
+// walk over the chunks writes each chunk's image (the moments start at zero).
 Status Trainer::init_masters() {
   std::vector<std::vector<float>> exact = model_.take_fp32_weights();
-  const std::vector<ChunkSpec>& chunks = model_.master_layout().chunks;
-  if (!exact.empty()) {
-    for (size_t c = 0; c < chunks.size(); ++c)
-      std::memcpy(masters_.data() + master_offsets_[c], exact[c].data(), chunks[c].bytes);
-    return copy_device_state(/*to_device=*/true);
-  }
-  if (options_.dtype == DType::f32) return read_weights(masters_.data());
-  spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
-               "another trainer took its fp32 values)", dtype_name(options_.dtype));
-  std::vector<std::byte> staged(chunk_offsets_.back());
-  STRATA_RETURN_IF_ERROR(read_weights(staged.data()));
-  const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
   const ParamLayout& layout = model_.layout();
-  for (size_t i = 0; i < layout.params.size(); ++i) {
-    const ParamSpec& p = layout.params[i];
-    const auto* src = reinterpret_cast<const uint16_t*>(staged.data() + chunk_offsets_[p.chunk] + p.offset);
-    auto* dst = reinterpret_cast<float*>(masters_.data() + master_offsets_[p.chunk] +
-                                         model_.master_layout().params[i].offset);
-    for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::half_to_float(format, src[e]);
-  }
+  const ParamLayout& masters = model_.master_layout();
+  if (exact.empty() && options_.dtype != DType::f32)
+    spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
+                 "another trainer took its fp32 values)", dtype_name(options_.dtype));
+  std::vector<std::byte> staged;
+  const auto fill = [&](size_t c, ChunkState& state) -> Status {
+    const uint64_t bytes = masters.chunks[c].bytes;
+    if (!exact.empty()) {
+      std::memcpy(state.master, exact[c].data(), bytes);
+      std::vector<float>().swap(exact[c]);  // a chunk at a time: the copies go as the images fill
+      return Status::ok();
+    }
+    if (options_.dtype == DType::f32) return model_.weights().read(c, reinterpret_cast<std::byte*>(state.master));
+    staged.resize(layout.chunks[c].bytes);
+    STRATA_RETURN_IF_ERROR(model_.weights().read(c, staged.data()));
+    const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const ParamSpec& p = layout.params[i];
+      if (size_t(p.chunk) != c) continue;
+      const auto* src = reinterpret_cast<const uint16_t*>(staged.data() + p.offset);
+      float* dst = state.master + masters.params[i].offset / sizeof(float);
+      for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::half_to_float(format, src[e]);
+    }
+    return Status::ok();
+  };
+  std::vector<size_t> order(masters.chunks.size());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(order, fill, /*write_back=*/true));
   return copy_device_state(/*to_device=*/true);
 }
 
-// Masters (16-bit; fp32's are the model's weights, which the device already holds) and moments.
+// Masters (16-bit; fp32's are the model's weights, which the device already holds) and moments,
+// chunk by chunk between the pinned images (a cpu home: the device optimizer's mirrors) and the
+// device arrays.
 Status Trainer::copy_device_state(bool to_device) {
   if (device_m_ == nullptr) return Status::ok();
-  const uint64_t bytes = masters_.size();
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
-  std::pair<std::byte*, std::byte*> pairs[] = {{device_masters_, masters_.data()}, {device_m_, m_.data()},
-                                               {device_v_, v_.data()}};
-  for (auto [device, host] : pairs) {
-    if (device == nullptr) continue;
-    STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device, host, bytes, stream)
-                                     : backend_.copy_to_host(host, device, bytes, stream));
-  }
-  if (!to_device && device_masters_ == nullptr) {  // fp32: the masters are the model's weights
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
-    return read_weights(masters_.data());
-  }
+  const auto copy = [&](size_t c, ChunkState& state) -> Status {
+    const uint64_t at = master_offsets_[c], bytes = state.fp32_slots * sizeof(float);
+    std::pair<std::byte*, float*> pairs[] = {{device_masters_, state.master}, {device_m_, state.m}, {device_v_, state.v}};
+    for (auto [device, host] : pairs) {
+      if (device == nullptr) continue;
+      STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device + at, host, bytes, stream)
+                                       : backend_.copy_to_host(host, device + at, bytes, stream));
+    }
+    return Status::ok();
+  };
+  std::vector<size_t> order(states_->chunk_count());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(order, copy, /*write_back=*/false));
   STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, stream));
   if (to_device) return backend_.wait(Stream::compute, *params_sent_);  // the next step reads them
-  return backend_.synchronize(*params_sent_);
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(*params_sent_));
+  if (device_masters_ != nullptr) return Status::ok();
+  // fp32: the masters are the model's weights.
+  const auto read = [&](size_t c, ChunkState& state) {
+    return model_.weights().read(c, reinterpret_cast<std::byte*>(state.master));
+  };
+  return states_->for_each_chunk(order, read, /*write_back=*/false);
 }
 
 Status Trainer::sync_host_state() { return copy_device_state(/*to_device=*/false); }
 
-std::span<const float> Trainer::master(const ParamSpec& spec) const {
-  const auto* at = reinterpret_cast<const float*>(masters_.data() + master_offsets_.at(spec.chunk) + spec.offset);
-  return {at, spec.elements};
+Status Trainer::visit_state(std::span<const size_t> order, bool write_back, const OptimizerPipeline::Visit& visit) {
+  return states_->for_each_chunk(order, visit, write_back);
 }
 
-std::vector<OptimizerBuffer> Trainer::optimizer_buffers() {
-  std::vector<OptimizerBuffer> out;
-  const ParamLayout& masters = model_.master_layout();
-  const auto name = [](std::string_view what, size_t c) { return std::string(what) + "." + std::to_string(c); };
-  for (size_t c = 0; c < masters.chunks.size(); ++c) {
-    const uint64_t at = master_offsets_[c], bytes = masters.chunks[c].bytes;
-    if (options_.adam_states == AdamStates::f32) {
-      out.push_back({name("m", c), SafeDType::f32, {m_.data() + at, bytes}});
-      out.push_back({name("v", c), SafeDType::f32, {v_.data() + at, bytes}});
-      continue;
-    }
-    // 8-bit: one code per fp32 slot; the chunk's block scales are those of its tensors, in order.
-    const uint64_t codes_at = at / sizeof(float), codes = bytes / sizeof(float);
-    uint64_t first = UINT64_MAX, last = 0;
-    for (size_t i = 0; i < masters.params.size(); ++i) {
-      if (size_t(masters.params[i].chunk) != c) continue;
-      first = std::min<uint64_t>(first, scale_offsets_[i]);
-      last = std::max<uint64_t>(last, scale_offsets_[i + 1]);
-    }
-    if (first > last) first = last;  // a chunk without tensors
-    const uint64_t scale_at = first * sizeof(float), scale_bytes = (last - first) * sizeof(float);
-    out.push_back({name("m_code", c), SafeDType::i8, {m_.data() + codes_at, codes}});
-    out.push_back({name("v_code", c), SafeDType::u8, {v_.data() + codes_at, codes}});
-    out.push_back({name("m_scale", c), SafeDType::f32, {m_scale_.data() + scale_at, scale_bytes}});
-    out.push_back({name("v_scale", c), SafeDType::f32, {v_scale_.data() + scale_at, scale_bytes}});
-  }
+StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {
+  std::vector<float> out(spec.elements);
+  const size_t chunk = spec.chunk;
+  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(
+      std::span(&chunk, 1),
+      [&](size_t, ChunkState& state) {
+        std::copy_n(state.master + spec.offset / sizeof(float), spec.elements, out.begin());
+        return Status::ok();
+      },
+      /*write_back=*/false));
   return out;
 }
 
@@ -248,18 +254,7 @@ Status Trainer::restore_progress(uint64_t steps_done, uint64_t updates_done,
   return Status::ok();
 }
 
-uint64_t Trainer::host_bytes() const {
-  uint64_t bytes = 0;
-  for (const PinnedBuffer* b : {&masters_, &m_, &v_, &m_scale_, &v_scale_}) bytes += b->size();
-  return bytes + offloader_host_bytes_;
-}
-
-Status Trainer::read_weights(std::byte* host) {
-  const ParamLayout& layout = model_.layout();
-  for (size_t c = 0; c < layout.chunks.size(); ++c)
-    STRATA_RETURN_IF_ERROR(model_.weights().read(c, host + chunk_offsets_[c]));
-  return Status::ok();
-}
+uint64_t Trainer::host_bytes() const { return states_->stats().pinned_bytes + offloader_host_bytes_; }
 
 Status Trainer::upload_batch(const BatchView& batch) {
   const TransformerOptions& mo = model_.options();
@@ -295,8 +290,9 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   const uint64_t at = spec.offset / model_.layout().element_bytes;
   std::vector<float> out(spec.elements);
   if (offloader_) {
-    const float* acc = offloader_->accumulated(spec.chunk);
+    STRATA_ASSIGN_OR_RETURN(const float* acc, offloader_->wait_read(spec.chunk));
     std::copy(acc + at, acc + at + spec.elements, out.begin());
+    offloader_->end_read(spec.chunk);
     return out;
   }
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
@@ -306,40 +302,30 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   return out;
 }
 
-// The CPU optimizer's tensors, per chunk and decay group: fp32 masters and moments (or 8-bit
-// codes) in the pinned buffers, which never move, so they are built once. The gradient (the
-// offloader's fp32 accumulator) and the copy-out (the weight source's update buffer) are bound per
-// update from each tensor's element offset in the working layout.
-void Trainer::build_cpu_tensors() {
+// Each tensor's place in its chunk's state image and in the working layout: the images move
+// (NVMe-homed state is visited in whichever staging buffer its read used), so the CPU optimizer's
+// tensors are bound per visit from these offsets.
+void Trainer::build_tensor_refs() {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
-  const bool q8 = options_.adam_states == AdamStates::q8;
-  cpu_tensors_.assign(layout.chunks.size(), {});
+  tensor_refs_.assign(layout.chunks.size(), {});
+  std::vector<uint64_t> scales(layout.chunks.size(), 0);
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    const uint64_t master_at = master_offsets_[p.chunk] + masters.params[i].offset;
-    CpuAdamTensor t;
-    t.param = reinterpret_cast<float*>(masters_.data() + master_at);
-    if (q8) {
-      t.m_code = reinterpret_cast<int8_t*>(m_.data() + master_at / sizeof(float));
-      t.v_code = reinterpret_cast<uint8_t*>(v_.data() + master_at / sizeof(float));
-      t.m_scale = m_scale_.as<float>() + scale_offsets_[i];
-      t.v_scale = v_scale_.as<float>() + scale_offsets_[i];
-    } else {
-      t.m = reinterpret_cast<float*>(m_.data() + master_at);
-      t.v = reinterpret_cast<float*>(v_.data() + master_at);
-    }
-    t.n = p.elements;
-    CpuChunkTensors& chunk = cpu_tensors_[p.chunk];
-    (p.weight_decay ? chunk.decay : chunk.no_decay).push_back(t);
-    (p.weight_decay ? chunk.decay_at : chunk.no_decay_at).push_back(p.offset / layout.element_bytes);
+    tensor_refs_[p.chunk].push_back(TensorRef{.master_slot = masters.params[i].offset / sizeof(float),
+                                              .scale_at = scales[p.chunk],
+                                              .work_at = p.offset / layout.element_bytes,
+                                              .n = p.elements,
+                                              .decay = p.weight_decay});
+    scales[p.chunk] += kernels::adam8bit_blocks(p.elements);
   }
 }
 
-// AdamW over the tensors of chunk `chunk` on the CPU: decaying tensors (>= 2 dims) and the others
-// (norms, biases) in two calls. Gradients: the offloader's fp32 sums; for 16-bit training the
+// AdamW over the tensors of one chunk on the CPU: decaying tensors (>= 2 dims) and the others
+// (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the chunk; for 16-bit training the
 // rounded weights go straight into `copy_out` (the chunk's update buffer, working layout).
-Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk, std::byte* copy_out) {
+Status Trainer::adam_update(double lr, double grad_multiplier, const ChunkState& state, const float* grads,
+                            std::byte* copy_out) {
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
   o.hyper.lr = float(lr);
@@ -347,15 +333,28 @@ Status Trainer::adam_update(double lr, double grad_multiplier, size_t chunk, std
   o.hyper.grad_scale = float(grad_multiplier);
   o.formats = kernels::AdamFormats{.grad = kernels::FloatFormat::f32, .copy = copy_out_for(options_.dtype)};
   o.states = options_.adam_states;
-  const float* grads = offloader_->accumulated(chunk);
   const uint64_t esize = model_.layout().element_bytes;
-  CpuChunkTensors& t = cpu_tensors_[chunk];
+  const bool q8 = options_.adam_states == AdamStates::q8;
+  std::vector<CpuAdamTensor> group;
   for (const bool decayed : {true, false}) {
-    std::vector<CpuAdamTensor>& group = decayed ? t.decay : t.no_decay;
-    const std::vector<uint64_t>& at = decayed ? t.decay_at : t.no_decay_at;
-    for (size_t i = 0; i < group.size(); ++i) {
-      group[i].grad = grads + at[i];
-      group[i].copy_out = o.formats.copy == kernels::CopyOut::none ? nullptr : copy_out + at[i] * esize;
+    group.clear();
+    for (const TensorRef& r : tensor_refs_[state.chunk]) {
+      if (r.decay != decayed) continue;
+      CpuAdamTensor t;
+      t.param = state.master + r.master_slot;
+      if (q8) {
+        t.m_code = state.m_code + r.master_slot;
+        t.v_code = state.v_code + r.master_slot;
+        t.m_scale = state.m_scale + r.scale_at;
+        t.v_scale = state.v_scale + r.scale_at;
+      } else {
+        t.m = state.m + r.master_slot;
+        t.v = state.v + r.master_slot;
+      }
+      t.n = r.n;
+      t.grad = grads + r.work_at;
+      t.copy_out = o.formats.copy == kernels::CopyOut::none ? nullptr : copy_out + r.work_at * esize;
+      group.push_back(t);
     }
     if (!decayed) o.hyper.weight_decay = 0.0f;
     STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, group, o).status());
@@ -399,22 +398,31 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
 }
 
 // The CPU optimizer's update, chunk by chunk in chunk order, once every gradient is on the host:
-// Adam over chunk c writes its new working weights into the weight source's update buffer, and the
+// one walk through the optimizer state (NVMe-homed state is read ahead and written behind); Adam
+// over chunk c writes its new working weights into the weight source's update buffer, and the
 // commit sends them home (resident: uploaded while chunk c + 1 is updated; pinned CPU: in place;
 // NVMe: written behind). fp32 training updates the masters in place and copies them out. The
 // same arithmetic per tensor as one pass over everything: the order of chunks changes no bit.
 Status Trainer::cpu_update(double lr, double grad_multiplier) {
   const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
   WeightSource& weights = model_.weights();
-  for (size_t c = 0; c < chunks.size(); ++c) {
+  std::vector<size_t> order(chunks.size());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  // Spilled gradients: chunk c + 1's read runs while chunk c is updated.
+  STRATA_RETURN_IF_ERROR(offloader_->begin_read(0));
+  const auto update = [&](size_t c, ChunkState& state) -> Status {
+    if (c + 1 < chunks.size()) STRATA_RETURN_IF_ERROR(offloader_->begin_read(c + 1));
+    STRATA_ASSIGN_OR_RETURN(const float* grads, offloader_->wait_read(c));
     STRATA_ASSIGN_OR_RETURN(std::byte* out, weights.update_buffer(c));
     const double t0 = trace_ ? trace_->now_us() : 0;
-    STRATA_RETURN_IF_ERROR(adam_update(lr, grad_multiplier, c, out));
-    if (options_.dtype == DType::f32) std::memcpy(out, masters_.data() + master_offsets_[c], chunks[c].bytes);
+    const Status updated = adam_update(lr, grad_multiplier, state, grads, out);
+    offloader_->end_read(c);
+    STRATA_RETURN_IF_ERROR(updated);
+    if (options_.dtype == DType::f32) std::memcpy(out, state.master, chunks[c].bytes);
     if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
-    STRATA_RETURN_IF_ERROR(weights.commit_update(c));
-  }
-  return Status::ok();
+    return weights.commit_update(c);
+  };
+  return states_->for_each_chunk(order, update, /*write_back=*/true);
 }
 
 StatusOr<StepResult> Trainer::step(const NextBatch& next) {

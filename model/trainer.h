@@ -4,9 +4,12 @@
 // - on the CPU (offload/cpu_adam.h): each chunk's gradient leaves the device as soon as its
 //   backward is done and accumulates in fp32 in pinned host memory (offload/gradient_offloader.h,
 //   the same arithmetic whatever the placement of the weights); the norm is the sum of per-chunk
-//   partials in chunk order; fp32 or 8-bit moments; the updated weights (rounded to bf16/fp16 by
-//   the same pass for 16-bit training) go to each chunk's home through the model's WeightSource
-//   (resident on the device, pinned CPU or NVMe: the model's source decides);
+//   partials in chunk order; fp32 or 8-bit moments; the fp32 masters and moments of each chunk
+//   are one image in an OptimizerPipeline (offload/optimizer_pipeline.h), homed in pinned memory or
+//   on NVMe (options.optimizer_home), and the update is one walk through them: read(c + 1) |
+//   AdamW(c) | write(c - 1); the updated weights (rounded to bf16/fp16 by the same pass for 16-bit
+//   training) go to each chunk's home through the model's WeightSource (resident on the device,
+//   pinned CPU or NVMe: the model's source decides);
 // - on the device beside resident weights (the backend's adam_update op, fp32 moments, gradients
 //   accumulated in the working precision in the model's DeviceGrads; nothing crosses PCIe).
 // fp16 training scales the loss (model/loss_scaler.h) and checks for overflow once per optimizer
@@ -30,6 +33,8 @@
 #include "model/transformer.h"
 #include "offload/cpu_adam.h"
 #include "offload/gradient_offloader.h"
+#include "offload/nvme_store.h"
+#include "offload/optimizer_pipeline.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -60,14 +65,26 @@ struct StepResult {
 // what to pass instead. create() runs it; a CLI runs it before any setup.
 Status check_trainer_options(const TrainOptions& options);
 
-// One named buffer of optimizer state (the trainer owns the bytes), as a checkpoint stores it.
-// fp32 moments: "m.<chunk>", "v.<chunk>" F32, the chunk's padded fp32 bytes. 8-bit moments:
-// "m_code.<chunk>" I8 and "v_code.<chunk>" U8 (one byte per padded fp32 slot of the chunk),
-// "m_scale.<chunk>", "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order).
+// One named buffer of a chunk's optimizer state, as a checkpoint stores it. fp32 moments:
+// "m.<chunk>", "v.<chunk>" F32, the chunk's padded fp32 bytes. 8-bit moments: "m_code.<chunk>" I8
+// and "v_code.<chunk>" U8 (one byte per padded fp32 slot of the chunk), "m_scale.<chunk>",
+// "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order). `data` points into
+// the chunk's state image during a visit (null when only the names and sizes are wanted).
 struct OptimizerBuffer {
   std::string name;
   SafeDType dtype = SafeDType::f32;
-  std::span<std::byte> bytes;
+  std::byte* data = nullptr;
+  uint64_t bytes = 0;
+};
+// The buffers of chunk `chunk` whose state image is laid out as `layout` (offload/
+// optimizer_pipeline.h), pointing into `image` when given.
+std::vector<OptimizerBuffer> optimizer_buffers(size_t chunk, const OptimizerStateLayout& layout,
+                                               std::byte* image = nullptr);
+
+// What a Trainer borrows besides the model: both optional, both must outlive it.
+struct TrainerIo {
+  TraceRecorder* trace = nullptr;  // a span per transfer, accumulation and Adam chunk
+  NvmeStore* store = nullptr;      // required for options.optimizer_home nvme: the optimizer state's extents
 };
 
 // Thread-safety: one thread drives a Trainer (as the Transformer). Lifetime: the backend, model,
@@ -81,11 +98,13 @@ class Trainer {
   // not resident or a model without device gradients, the loss scaler's options (fp16), the pool's
   // or arena's out_of_memory for the host copies, the gradient slots or the device scalars.
   // With the optimizer on the CPU the model's gradients go to this trainer's GradientOffloader
-  // (set as the model's sink until the trainer is destroyed). `trace` (may be null) gets a span
-  // per transfer, accumulation and Adam chunk.
+  // (set as the model's sink until the trainer is destroyed). The optimizer state (fp32 masters
+  // and moments) lives in an OptimizerPipeline: one image per chunk, in pinned memory or (options.
+  // optimizer_home nvme) in extents of io.store, streamed through a few pinned staging buffers.
+  // Errors also: invalid_argument for an nvme home without a store; the store's no_space.
   static StatusOr<std::unique_ptr<Trainer>> create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options,
-                                                   TraceRecorder* trace = nullptr);
+                                                   TrainerIo io = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -98,17 +117,22 @@ class Trainer {
   // Mean loss over `batches` micro-batches from `next` with the current weights; no gradients.
   StatusOr<double> evaluate(const NextBatch& next, uint64_t batches);
 
-  // Checkpoints. With the optimizer on the device the host copies below are mirrors: call
+  // Checkpoints. With the optimizer on the device the host images below are mirrors: call
   // sync_host_state() before reading them (it waits for the step's work and copies the device
-  // state down; a no-op on the CPU). The fp32 master copy of the tensor `spec` of
-  // model().master_layout() (strata's layout: p.elements values). The optimizer state buffers:
-  // read them to save, write into them (before the next step) to restore, then call
-  // restore_progress (which uploads them to the device) with the step count, the
-  // count of applied (not skipped) updates that Adam's bias correction uses and, for fp16, the
-  // loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  // state down; a no-op on the CPU). visit_state walks the chunks of `order` through the optimizer
+  // state (OptimizerPipeline::for_each_chunk: one chunk's image at a time, read from NVMe ahead of
+  // the visit when homed there): read them to save; write into them with write_back (before the
+  // next step) to restore, then call restore_progress (which uploads them to the device) with the
+  // step count, the count of applied (not skipped) updates that Adam's bias correction uses and,
+  // for fp16, the loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  // master(): a copy of the fp32 master of tensor `spec` of model().master_layout() (strata's
+  // layout: spec.elements values); one chunk's walk per call, for tests and diagnostics.
   Status sync_host_state();
-  std::span<const float> master(const ParamSpec& spec) const;
-  std::vector<OptimizerBuffer> optimizer_buffers();
+  Status visit_state(std::span<const size_t> order, bool write_back, const OptimizerPipeline::Visit& visit);
+  StatusOr<std::vector<float>> master(const ParamSpec& spec);
+  const OptimizerStateLayout& state_layout(size_t chunk) const { return states_->layout(chunk); }
+  size_t state_chunks() const { return states_->chunk_count(); }
+  OptimizerPipelineStats state_stats() const { return states_->stats(); }
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
   // The gradient of tensor `spec` (strata's layout, spec.elements fp32 values) the last step
   // accumulated over its micro-batches: before clipping, loss-scaled for fp16. Valid until the next
@@ -121,7 +145,8 @@ class Trainer {
   uint64_t updates_done() const { return updates_done_; }  // steps_done() less the skipped ones
   const TrainOptions& options() const { return options_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
-  // Pinned host bytes this trainer holds (masters, moments, gradient accumulators and staging).
+  // Pinned host bytes this trainer holds (masters and moments or their staging ring, gradient
+  // accumulators and staging).
   uint64_t host_bytes() const;
   // The gradient offloader (optimizer on the CPU), else null.
   const GradientOffloader* gradients() const { return offloader_.get(); }
@@ -129,17 +154,16 @@ class Trainer {
  private:
   Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options, LrSchedule schedule,
           TraceRecorder* trace);
-  Status allocate(PinnedPool& pinned);
+  Status allocate(PinnedPool& pinned, NvmeStore* store);
   Status init_masters();
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
   // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
   Status upload_batch(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);
-  // Every chunk's weights (working precision) into a host buffer laid out like model().layout().
-  Status read_weights(std::byte* host);
-  void build_cpu_tensors();
-  // AdamW over the tensors of chunk `chunk` on the CPU (thread pool).
-  Status adam_update(double lr, double grad_multiplier, size_t chunk, std::byte* copy_out);
+  void build_tensor_refs();
+  // AdamW over the tensors of chunk `chunk` on the CPU (thread pool), its state in `state`.
+  Status adam_update(double lr, double grad_multiplier, const ChunkState& state, const float* grads,
+                     std::byte* copy_out);
   Status cpu_update(double lr, double grad_multiplier);
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
@@ -151,25 +175,25 @@ class Trainer {
   const TrainOptions options_;
   const LrSchedule schedule_;
   std::optional<LossScaler> scaler_;         // fp16 only
-  std::vector<uint64_t> chunk_offsets_;      // host byte offset of each chunk, working precision
-  std::vector<uint64_t> master_offsets_;     // host byte offset of each chunk, fp32 (masters, moments)
-  std::vector<uint64_t> scale_offsets_;      // 8-bit: first block scale of each parameter (+ total)
-  struct CpuChunkTensors {
-    std::vector<CpuAdamTensor> decay, no_decay;  // >= 2-D tensors; norms and biases
-    std::vector<uint64_t> decay_at, no_decay_at;  // each tensor's element offset in the chunk (working layout)
+  std::vector<uint64_t> master_offsets_;     // device byte offset of each chunk, fp32 (optimizer on the device)
+  // Where each tensor's state sits in its chunk's image, and its gradient in the working layout.
+  struct TensorRef {
+    uint64_t master_slot = 0;  // first fp32 slot in the chunk (master, fp32 moments, 8-bit codes)
+    uint64_t scale_at = 0;     // 8-bit: first block scale in the chunk's scales
+    uint64_t work_at = 0;      // first element in the chunk's working layout (gradient, copy-out)
+    uint64_t n = 0;
+    bool decay = false;
   };
-  std::vector<CpuChunkTensors> cpu_tensors_;  // per chunk, the CPU optimizer's (built once)
+  std::vector<std::vector<TensorRef>> tensor_refs_;  // per chunk, layout order (built once)
   TraceRecorder* trace_;                     // may be null
   std::unique_ptr<GradientOffloader> offloader_;  // optimizer on the CPU
   uint64_t offloader_host_bytes_ = 0;
-  PinnedBuffer masters_;
-  PinnedBuffer m_, v_;                       // fp32 moments, or the 8-bit codes (1 byte per slot)
-  PinnedBuffer m_scale_, v_scale_;           // 8-bit block scales
+  std::unique_ptr<OptimizerPipeline> states_;  // masters + moments, one image per chunk
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
   // Optimizer on the device: fp32 masters (16-bit training only; fp32 updates the model's
-  // weights in place) and moments, laid out like masters_.
+  // weights in place) and moments, each chunk at master_offsets_.
   std::byte* device_masters_ = nullptr;
   std::byte* device_m_ = nullptr;
   std::byte* device_v_ = nullptr;

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "model/checkpoint.h"
 #include "model/placement.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
@@ -54,6 +55,20 @@ ModelConfig tiny(Arch arch) {
 
 enum class Home { resident, cpu, nvme };
 const char* home_name(Home h) { return h == Home::resident ? "resident" : h == Home::cpu ? "cpu" : "nvme"; }
+// Where the optimizer state lives: on the device (the backend's AdamW beside resident weights),
+// in pinned host memory, or on NVMe (streamed through the OptimizerPipeline's staging buffers).
+enum class OptHome { device, cpu, nvme };
+const char* opt_name(OptHome h) { return h == OptHome::device ? "device" : h == OptHome::cpu ? "cpu" : "nvme"; }
+
+struct Placement {
+  Home weights = Home::resident;
+  OptHome optimizer = OptHome::cpu;
+  bool grads_on_nvme = false;  // the step's fp32 gradient sums spill to NVMe (the CPU optimizer reads them back)
+};
+std::string placement_name(Placement p) {
+  return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
+         (p.grads_on_nvme ? ", gradients nvme" : "");
+}
 
 struct Outcome {
   std::vector<double> losses, norms, clips;
@@ -96,8 +111,18 @@ uint64_t resident_param_bytes(const ModelConfig& c, DType dt) {
   return 2 * layout.total_bytes();
 }
 
-Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home home,
-              const std::vector<FaultRule>& faults = {}, Status* failure = nullptr) {
+// What a run does besides training kSteps steps: stop after `stop_after` steps (0: never) and save
+// a checkpoint into `save_dir`, or start from the checkpoint in `resume_dir`.
+struct RunControl {
+  int stop_after = 0;
+  std::string save_dir;
+  std::string resume_dir;
+};
+
+Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Placement place,
+              AdamStates states = AdamStates::f32, const std::vector<FaultRule>& faults = {},
+              Status* failure = nullptr, const RunControl& control = {}) {
+  const Home home = place.weights;
   Outcome out;
   const uint64_t params = resident_param_bytes(config, dtype);
   // Paged: a third of weights + gradients (the slots and activations must fit under it).
@@ -112,26 +137,34 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
   std::unique_ptr<IoEngine> engine;
   std::unique_ptr<NvmeStore> store;
   std::unique_ptr<TierManager> tiers;
+  if (home == Home::nvme || place.optimizer == OptHome::nvme || place.grads_on_nvme) {
+    std::filesystem::create_directories(swap_dir);
+    engine = expect_value(make_io_engine({}, {swap_dir})).engine;
+    if (!faults.empty()) engine = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
+    NvmeStoreOptions so;
+    so.paths = {swap_dir};
+    // Weights, the optimizer's images (masters + moments: 3x the fp32 weights at most) and the
+    // gradient sums (fp32).
+    so.capacity = 2 * layout.total_bytes() + 5 * build_param_layout(config, 4).value().total_bytes() + (8ull << 20);
+    so.stripe_unit = 64 << 10;
+    store = expect_value(NvmeStore::create(*engine, so));
+  }
   if (home != Home::resident) {
     const TierManagerOptions to = paged_weight_options(layout, home == Home::cpu ? Tier::cpu : Tier::nvme,
                                                        /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
                                                        config.name);
-    if (home == Home::nvme) {
-      std::filesystem::create_directories(swap_dir);
-      engine = expect_value(make_io_engine({}, {swap_dir})).engine;
-      if (!faults.empty()) engine = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
-      NvmeStoreOptions so;
-      so.paths = {swap_dir};
-      so.capacity = 2 * layout.total_bytes() + (8ull << 20);
-      so.stripe_unit = 64 << 10;
-      store = expect_value(NvmeStore::create(*engine, so));
-    }
-    tiers = expect_value(TierManager::create(*backend, *pinned, store.get(), nullptr, to));
+    tiers = expect_value(TierManager::create(*backend, *pinned, home == Home::nvme ? store.get() : nullptr, nullptr, to));
   }
+  const bool on_device = place.optimizer == OptHome::device;
   auto model = expect_value(Transformer::create(
-      *backend, config, {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = false},
+      *backend, config,
+      {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = on_device},
       {.weights = tiers.get(), .pinned = pinned.get()}));
-  EXPECT_TRUE(model->init(7).is_ok());
+  if (control.resume_dir.empty()) {
+    EXPECT_TRUE(model->init(7).is_ok());
+  } else {
+    EXPECT_TRUE(load_checkpoint_weights(control.resume_dir, *model).is_ok());
+  }
   TrainOptions o;
   o.dtype = dtype;
   o.grad_accum = grad_accum;
@@ -139,10 +172,23 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
   o.adam_hyper = kernels::AdamHyper{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .decay = LrDecay::constant};
   o.loss_scaler.initial_scale = 1024.0;
-  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o));
+  o.adam_states = states;
+  o.optimizer_device = on_device ? TrainOptions::OptimizerDevice::device : TrainOptions::OptimizerDevice::cpu;
+  o.optimizer_home = place.optimizer == OptHome::nvme ? TrainOptions::OptimizerHome::nvme
+                                                       : TrainOptions::OptimizerHome::cpu;
+  o.optimizer_staging = 3;
+  o.offload_grad = place.grads_on_nvme ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
+  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
   Batches batches(11, config.vocab);
   const NextBatch next = [&]() { return batches.next(); };
-  for (int s = 0; s < kSteps; ++s) {
+  int first = 0;
+  if (!control.resume_dir.empty()) {
+    EXPECT_TRUE(load_checkpoint_optimizer(control.resume_dir, *trainer).is_ok());
+    first = int(trainer->steps_done());
+    for (int s = 0; s < first * int(grad_accum); ++s) (void)batches.next();  // the data the saved run used
+  }
+  const int last = control.stop_after > 0 ? control.stop_after : kSteps;
+  for (int s = first; s < last; ++s) {
     StatusOr<StepResult> step = trainer->step(next);
     if (failure != nullptr && !step.is_ok()) {
       *failure = step.status();
@@ -154,8 +200,14 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Home 
     out.clips.push_back(r.clip_scale);
   }
   EXPECT_TRUE(backend->synchronize_all().is_ok());
+  if (!control.save_dir.empty()) {
+    const CheckpointState saved{.step = trainer->steps_done(), .preset = config.name};
+    EXPECT_TRUE(save_checkpoint(control.save_dir, *model, *trainer, saved).is_ok());
+  }
+  if (failure != nullptr && !failure->is_ok()) return out;
+  EXPECT_TRUE(trainer->sync_host_state().is_ok());  // the device optimizer's masters come down
   for (const ParamSpec& p : model->master_layout().params) {
-    const std::span<const float> m = trainer->master(p);
+    const std::vector<float> m = expect_value(trainer->master(p));
     out.masters.insert(out.masters.end(), m.begin(), m.end());
   }
   out.arena_peak = backend->memory().peak;
@@ -167,33 +219,70 @@ struct Case {
   Arch arch;
   DType dtype;
   uint64_t grad_accum;
+  AdamStates states = AdamStates::f32;
 };
 
 class Transparency : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Transparency, PagedWeightsTrainBitIdenticallyToResident) {
+void expect_same_training(const Outcome& got, const Outcome& want) {
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.norms, want.norms);
+  ASSERT_EQ(got.masters.size(), want.masters.size());
+  EXPECT_EQ(0, std::memcmp(got.masters.data(), want.masters.data(), got.masters.size() * sizeof(float)))
+      << "final fp32 masters differ";
+}
+
+// The whole placement matrix of one (model, precision, micro-batches, moments) against the run
+// with resident weights and the optimizer state in pinned memory: weights resident / cpu / nvme
+// x optimizer state device (resident weights, fp32 moments: the only combination it runs) / cpu /
+// nvme, the gradient sums spilled to NVMe in two of them.
+TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   const Case k = GetParam();
   const ModelConfig config = tiny(k.arch);
-  const Outcome resident = train(config, k.dtype, k.grad_accum, Home::resident);
+  const Outcome resident = train(config, k.dtype, k.grad_accum, {Home::resident, OptHome::cpu}, k.states);
   ASSERT_EQ(resident.losses.size(), size_t(kSteps));
   // The problem is real: the loss falls and clipping is active.
   EXPECT_LT(resident.losses.back(), resident.losses.front());
   for (double c : resident.clips) EXPECT_LT(c, 1.0);
-  for (Home home : {Home::cpu, Home::nvme}) {
-    SCOPED_TRACE(home_name(home));
-    const Outcome paged = train(config, k.dtype, k.grad_accum, home);
-    EXPECT_EQ(paged.losses, resident.losses);
-    EXPECT_EQ(paged.norms, resident.norms);
-    ASSERT_EQ(paged.masters.size(), resident.masters.size());
-    EXPECT_EQ(0, std::memcmp(paged.masters.data(), resident.masters.data(), paged.masters.size() * sizeof(float)))
-        << "final fp32 masters differ";
-    EXPECT_LE(paged.arena_peak, paged.budget);
-    EXPECT_LT(paged.budget * 3, resident_param_bytes(config, k.dtype) + 3);
+  std::vector<Placement> placements = {{Home::resident, OptHome::nvme, true}, {Home::cpu, OptHome::cpu},
+                                       {Home::cpu, OptHome::nvme},            {Home::nvme, OptHome::cpu},
+                                       {Home::nvme, OptHome::nvme, true}};
+  if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device});
+  for (Placement place : placements) {
+    SCOPED_TRACE(placement_name(place));
+    const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states);
+    expect_same_training(run, resident);
+    if (place.weights == Home::resident) continue;
+    EXPECT_LE(run.arena_peak, run.budget);
+    EXPECT_LT(run.budget * 3, resident_param_bytes(config, k.dtype) + 3);
     // Paging happened (more fetches than chunks) and the trace was replayed from step 2 on.
-    EXPECT_GT(paged.tiers.h2d_bytes, uint64_t(kSteps) * paged.tiers.device_bytes);
-    EXPECT_EQ(paged.tiers.sequences_recorded, 1u);
-    EXPECT_EQ(paged.tiers.sequences_replayed, uint64_t(kSteps - 1));
-    EXPECT_GT(paged.tiers.prefetches, 0u);
+    EXPECT_GT(run.tiers.h2d_bytes, uint64_t(kSteps) * run.tiers.device_bytes);
+    EXPECT_EQ(run.tiers.sequences_recorded, 1u);
+    EXPECT_EQ(run.tiers.sequences_replayed, uint64_t(kSteps - 1));
+    EXPECT_GT(run.tiers.prefetches, 0u);
+  }
+}
+
+// A checkpoint saved mid-run with weights and optimizer state on NVMe (streamed out chunk by
+// chunk) resumes into the uninterrupted run bit for bit, into NVMe placement and into resident.
+TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
+  const ModelConfig config = tiny(Arch::llama);
+  const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/nvme-ckpt-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
+    SCOPED_TRACE(adam_states_name(states));
+    const Placement nvme{Home::nvme, OptHome::nvme, true};
+    const Outcome straight = train(config, DType::bf16, 3, nvme, states);
+    train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_dir = dir});
+    for (Placement into : {nvme, Placement{Home::resident, OptHome::cpu}}) {
+      SCOPED_TRACE(placement_name(into));
+      const Outcome resumed = train(config, DType::bf16, 3, into, states, {}, nullptr, {.resume_dir = dir});
+      const std::vector<double> tail(straight.losses.begin() + kSteps / 2, straight.losses.end());
+      EXPECT_EQ(resumed.losses, tail);
+      ASSERT_EQ(resumed.masters.size(), straight.masters.size());
+      EXPECT_EQ(0, std::memcmp(resumed.masters.data(), straight.masters.data(), resumed.masters.size() * 4));
+    }
+    std::filesystem::remove_all(dir);
   }
 }
 
@@ -201,7 +290,7 @@ TEST_P(Transparency, PagedWeightsTrainBitIdenticallyToResident) {
 // store's error naming the chunk, extent and path.
 TEST(PagedWeightFaults, AFailingNvmeReadStopsTheStepNamingTheChunk) {
   Status failure;
-  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, Home::nvme,
+  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
                           {FaultRule{.kind = FaultKind::eio, .op = IoOp::read, .skip = 5}}, &failure);
   EXPECT_EQ(failure.code(), Code::io_error) << failure.to_string();
   EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
@@ -215,7 +304,7 @@ TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
   const ModelConfig config = tiny(Arch::gpt2);
   const size_t chunks = build_param_layout(config, 2).value().chunks.size();
   Status failure;
-  const Outcome o = train(config, DType::bf16, 1, Home::nvme,
+  const Outcome o = train(config, DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
                           {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = uint32_t(chunks), .limit = 1}},
                           &failure);
   EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();
@@ -226,17 +315,19 @@ TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& k = info.param;
   return std::string(k.arch == Arch::gpt2 ? "Gpt2" : "Llama") + "_" + std::string(dtype_name(k.dtype)) + "_K" +
-         std::to_string(k.grad_accum);
+         std::to_string(k.grad_accum) + (k.states == AdamStates::q8 ? "_8bit" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Placements, Transparency,
-    ::testing::Values(Case{Arch::gpt2, DType::f32, 1}, Case{Arch::gpt2, DType::f32, 3}, Case{Arch::gpt2, DType::bf16, 1},
-                      Case{Arch::gpt2, DType::bf16, 3}, Case{Arch::gpt2, DType::f16, 1}, Case{Arch::gpt2, DType::f16, 3},
-                      Case{Arch::llama, DType::f32, 1}, Case{Arch::llama, DType::f32, 3},
-                      Case{Arch::llama, DType::bf16, 1}, Case{Arch::llama, DType::bf16, 3},
-                      Case{Arch::llama, DType::f16, 1}, Case{Arch::llama, DType::f16, 3}),
-    case_name);
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (Arch arch : {Arch::gpt2, Arch::llama})
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (uint64_t k : {1, 3})
+        for (AdamStates states : {AdamStates::f32, AdamStates::q8}) cases.push_back({arch, dtype, k, states});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, Transparency, ::testing::ValuesIn(all_cases()), case_name);
 
 }  // namespace
 }  // namespace strata::model

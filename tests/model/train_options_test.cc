@@ -431,14 +431,22 @@ TEST(TrainOptionsTest, DeepSpeedZeroInfinityConfigLoads) {
   EXPECT_EQ(o.nvme_staging, 5u);
   EXPECT_EQ(o.param_slots, 2u);
   EXPECT_EQ(o.prefetch_bytes, 0u);
+  // offload_optimizer: the state on NVMe, DeepSpeed's buffer_count staging buffers.
+  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::cpu);
+  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::nvme);
+  EXPECT_EQ(o.optimizer_staging, 4u);
+  EXPECT_EQ(optimizer_home_name(o), "nvme");
 
   // Every ignored setting is reported, grouped by why it has no effect; nothing else is warned.
-  ASSERT_EQ(o.warnings.size(), 12u) << ::testing::PrintToString(o.warnings);
+  ASSERT_EQ(o.warnings.size(), 11u) << ::testing::PrintToString(o.warnings);
   EXPECT_TRUE(
       has_warning(o, path + ": zero_optimization.stage=3 has no effect: ZeRO stages choose what is partitioned"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.overlap_comm=true, zero_optimization.reduce_bucket_size=10000000.0 "
                              "have no effect: tuning of the gradient and weight collectives"));
-  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_optimizer.device=\"nvme\" has no effect"));
+  EXPECT_FALSE(has_warning(o, "zero_optimization.offload_optimizer.device"));
+  EXPECT_FALSE(has_warning(o, "zero_optimization.offload_optimizer.buffer_count"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_optimizer.pin_memory=true, "
+                             "zero_optimization.offload_optimizer.fast_init=false have no effect"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.buffer_size=100000000.0 has no effect"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.max_in_cpu=1000000000.0 has no effect"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.pin_memory=true has no effect"));
@@ -744,7 +752,47 @@ TEST(TrainOptionsTest, WeightPlacementKeysAreInTheCliSchema) {
   EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_param.buffer_count")->name, "nvme_staging");
   EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_param.nvme_path")->name, "nvme_path");
   EXPECT_NE(schema.ignored_file_path_reason("zero_optimization.offload_param.buffer_size"), nullptr);
-  EXPECT_NE(schema.ignored_file_path_reason("zero_optimization.offload_optimizer.buffer_count"), nullptr);
+  EXPECT_EQ(schema.ignored_file_path_reason("zero_optimization.offload_optimizer.buffer_count"), nullptr);
+  EXPECT_NE(schema.ignored_file_path_reason("zero_optimization.offload_optimizer.pin_memory"), nullptr);
+}
+
+TEST(TrainOptionsTest, OptimizerPlacementKeys) {
+  const ConfigSchema schema = cli_schema();
+  for (const char* name : {"offload_optimizer", "optimizer_staging"}) {
+    ASSERT_NE(schema.find(name), nullptr) << name;
+    EXPECT_EQ(schema.find_by_flag(ConfigSchema::flag_name(name)), schema.find(name)) << name;
+  }
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_optimizer.device")->name, "offload_optimizer");
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_optimizer.buffer_count")->name, "optimizer_staging");
+  EXPECT_EQ(schema.find_by_file_path("zero_optimization.offload_optimizer.nvme_path")->name, "nvme_path");
+
+  // Defaults: the optimizer on the CPU, its state in pinned memory.
+  TrainOptions o = expect_value(options_from_file("{}", {}));
+  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::cpu);
+  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::cpu);
+  EXPECT_EQ(optimizer_home_name(o), "cpu");
+  // none is the optimizer on the device, as --optimizer-device device.
+  o = expect_value(options_from_file("{}", {{"--offload-optimizer", "none"}}));
+  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::device);
+  EXPECT_EQ(optimizer_home_name(o), "none");
+  o = expect_value(options_from_file("{}", {{"--optimizer-device", "device"}}));
+  EXPECT_EQ(optimizer_home_name(o), "none");
+  o = expect_value(options_from_file("{}", {{"--offload-optimizer", "nvme"}, {"--nvme-path", "/tmp"}, {"--optimizer-staging", "6"}}));
+  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::nvme);
+  EXPECT_EQ(o.optimizer_staging, 6u);
+  // Contradictions and missing pieces are refused, naming the keys.
+  expect_error(options_from_file("{}", {{"--offload-optimizer", "cpu"}, {"--optimizer-device", "device"}}),
+               Code::invalid_argument, {"--optimizer-device", "--offload-optimizer", "disagree"});
+  expect_error(options_from_file("{}", {{"--offload-optimizer", "none"}, {"--optimizer-device", "cpu"}}),
+               Code::invalid_argument, {"disagree"});
+  expect_error(options_from_file("{}", {{"--offload-optimizer", "nvme"}}), Code::invalid_argument,
+               {"no nvme_path is given", "--nvme-path"});
+  expect_error(options_from_file("{}", {{"--offload-optimizer", "nvme"}, {"--nvme-path", "/tmp"}, {"--optimizer-staging", "2"}}),
+               Code::invalid_argument, {"at least 3 staging buffers"});
+  // Staging buffers without an NVMe home: a warning, not an error.
+  o = expect_value(options_from_file("{}", {{"--optimizer-staging", "8"}}));
+  ASSERT_EQ(o.warnings.size(), 1u);
+  EXPECT_NE(o.warnings[0].find("only applies to optimizer state homed on NVMe"), std::string::npos);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ NextBatch same_batch(const Golden& g) {
 std::vector<float> all_masters(const TrainRun& r) {
   std::vector<float> out;
   for (const ParamSpec& p : r.model->master_layout().params) {
-    const auto m = r.trainer->master(p);
+    const auto m = expect_value(r.trainer->master(p));
     out.insert(out.end(), m.begin(), m.end());
   }
   return out;

@@ -1,5 +1,5 @@
-// `strata train --offload-param cpu|nvme` end to end on the CPU backend: a model paged through
-// two layer slots trains bit-identically to the resident run (the same losses in --metrics, to the
+// `strata train --offload-param cpu|nvme` (and --offload-optimizer nvme) end to end on the CPU
+// backend: a model paged through two layer slots trains bit-identically to the resident run (the same losses in --metrics, to the
 // last bit); --trace writes valid trace-event JSON with a span for every chunk on every track the
 // run used (compute per layer, H2D, NVMe read/write, D2H, host accumulate, CPU Adam); a device
 // budget below the minimum working set is refused before anything is allocated, naming it.
@@ -54,13 +54,15 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   ASSERT_EQ(resident.exit_code, 0) << resident.err;
   const CliResult cpu = train("cpu", temp_path("strata_offload_cpu.jsonl"));
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-  const CliResult nvme = train("nvme", temp_path("strata_offload_nvme.jsonl"), {"--nvme-path", swap, "--trace", trace});
+  const CliResult nvme = train("nvme", temp_path("strata_offload_nvme.jsonl"),
+                               {"--nvme-path", swap, "--trace", trace, "--offload-optimizer", "nvme"});
   ASSERT_EQ(nvme.exit_code, 0) << nvme.err;
   const std::vector<double> want = losses(temp_path("strata_offload_none.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(losses(temp_path("strata_offload_cpu.jsonl")), want);
   EXPECT_EQ(losses(temp_path("strata_offload_nvme.jsonl")), want);
   EXPECT_NE(cpu.err.find("offload: weights homed on cpu"), std::string::npos) << cpu.err;
+  EXPECT_NE(nvme.err.find("optimizer state homed on nvme"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("replayed 3x"), std::string::npos) << nvme.err;  // steps 2..4 follow step 1's trace
   EXPECT_NE(nvme.err.find("| h2d "), std::string::npos) << nvme.err;
   // The run's swap directory is gone at exit.
@@ -83,7 +85,8 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
     if (std::regex_match(name, m, chunk_suffix)) chunks[track].insert(std::stoi(m[1]));
     if (track == "compute") compute.insert(name);
   }
-  for (const char* track : {"h2d", "nvme read", "nvme write", "d2h", "host accumulate", "cpu adam"}) {
+  for (const char* track :
+       {"h2d", "nvme read", "nvme write", "d2h", "host accumulate", "cpu adam", "optimizer read", "optimizer write"}) {
     SCOPED_TRACE(track);
     EXPECT_EQ(chunks[track].size(), size_t(kChunks)) << "a span for every chunk";
   }
@@ -95,8 +98,9 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
     EXPECT_TRUE(compute.count(name)) << name;
 }
 
-// A checkpoint taken with NVMe-homed bf16 weights resumes (the weights reloaded through the
-// paging source) into the uninterrupted run's losses, bit for bit.
+// A checkpoint taken with NVMe-homed bf16 weights and optimizer state (streamed out chunk by
+// chunk) resumes (the weights reloaded through the paging source, the state written back to its
+// extents) into the uninterrupted run's losses, bit for bit.
 TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   const std::string swap = temp_path("strata_offload_cli_resume_swap");
   std::filesystem::create_directories(swap);
@@ -105,7 +109,7 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   auto run = [&](const std::string& metrics, std::vector<std::string> extra) {
     std::vector<std::string> args = {"train", "--device", "cpu", "--n-layer", "6", "--eval-every", "0", "--dtype",
                                      "bf16", "--lr-schedule", "constant", "--warmup-steps", "0", "--offload-param",
-                                     "nvme", "--nvme-path", swap, "--metrics", metrics};
+                                     "nvme", "--offload-optimizer", "nvme", "--nvme-path", swap, "--metrics", metrics};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_cli(args);
   };
@@ -144,6 +148,55 @@ TEST(OffloadCli, NvmeHomeNeedsAnNvmePath) {
   const CliResult r = train("nvme", temp_path("strata_offload_nopath.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("nvme"), std::string::npos) << r.err;
+  const CliResult states = train("none", temp_path("strata_offload_nopath.jsonl"), {"--offload-optimizer", "nvme"});
+  EXPECT_EQ(states.exit_code, 2) << states.err;
+  EXPECT_NE(states.err.find("homes the optimizer state in NVMe swap files, but no nvme_path"), std::string::npos)
+      << states.err;
+  const CliResult few = train("none", temp_path("strata_offload_nopath.jsonl"),
+                              {"--offload-optimizer", "nvme", "--nvme-path", "/tmp", "--optimizer-staging", "2"});
+  EXPECT_EQ(few.exit_code, 2) << few.err;
+  EXPECT_NE(few.err.find("at least 3 staging buffers"), std::string::npos) << few.err;
+  const CliResult clash = train("none", temp_path("strata_offload_nopath.jsonl"),
+                                {"--offload-optimizer", "cpu", "--optimizer-device", "device"});
+  EXPECT_EQ(clash.exit_code, 2) << clash.err;
+  EXPECT_NE(clash.err.find("disagree"), std::string::npos) << clash.err;
+}
+
+// A ZeRO-Infinity config (DeepSpeed's offload_param and offload_optimizer on nvme) places both on
+// NVMe with no "no effect" warning for those keys; `strata config` names the file as each value's
+// source; the run trains bit-identically to the resident one.
+TEST(OffloadCli, AZeroInfinityConfigPlacesWeightsAndOptimizerStateOnNvme) {
+  const std::string swap = temp_path("strata_offload_ds_swap");
+  std::filesystem::create_directories(swap);
+  const std::string file = temp_path("strata_offload_ds.json");
+  std::ofstream(file) << R"({"zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": ")" << swap << R"(", "buffer_count": 3, "pin_memory": true},
+      "offload_optimizer": {"device": "nvme", "nvme_path": ")" << swap << R"(", "buffer_count": 5,
+                            "pin_memory": true}}})";
+  const CliResult shown = run_cli({"config", "--config", file});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  for (const char* key : {"offload_param", "offload_optimizer", "optimizer_staging", "nvme_staging", "nvme_path"}) {
+    const size_t at = shown.out.find(std::string("\n") + key + " ");
+    ASSERT_NE(at, std::string::npos) << key << " missing:\n" << shown.out;
+    const std::string row = shown.out.substr(at + 1, shown.out.find('\n', at + 1) - at - 1);
+    EXPECT_NE(row.find("file " + file), std::string::npos) << row;
+  }
+  EXPECT_EQ(shown.err.find("offload_optimizer.device"), std::string::npos) << shown.err;
+  EXPECT_EQ(shown.err.find("offload_param.device"), std::string::npos) << shown.err;
+
+  const CliResult resident = run_cli({"train", "--device", "cpu", "--n-layer", "6", "--steps", "3", "--eval-every", "0",
+                                      "--metrics", temp_path("strata_offload_ds_none.jsonl")});
+  ASSERT_EQ(resident.exit_code, 0) << resident.err;
+  const CliResult ds = run_cli({"train", "--device", "cpu", "--n-layer", "6", "--steps", "3", "--eval-every", "0",
+                                "--config", file, "--metrics", temp_path("strata_offload_ds.jsonl")});
+  ASSERT_EQ(ds.exit_code, 0) << ds.err;
+  EXPECT_NE(ds.err.find("offload: weights homed on nvme"), std::string::npos) << ds.err;
+  EXPECT_NE(ds.err.find("optimizer state homed on nvme"), std::string::npos) << ds.err;
+  EXPECT_NE(ds.err.find("5 pinned staging buffers"), std::string::npos) << ds.err;
+  // stage and pin_memory are named as having no effect; the placement keys are not.
+  for (const char* key : {"offload_optimizer.device", "offload_param.device", "buffer_count", "nvme_path"})
+    EXPECT_EQ(ds.err.find(key), std::string::npos) << key << ": " << ds.err;
+  EXPECT_EQ(losses(temp_path("strata_offload_ds.jsonl")), losses(temp_path("strata_offload_ds_none.jsonl")));
 }
 
 }  // namespace

@@ -272,6 +272,7 @@ int train(const Config& config) {
   }
   StatusOr<std::vector<std::string>> memory =
       check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
+                        o.optimizer_home == TrainOptions::OptimizerHome::nvme,
                         config.get_size_or_auto("cpu_mem").value_or(0));
   if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
   for (const std::string& w : *memory) spdlog::warn("{}", w);
@@ -373,7 +374,8 @@ int train(const Config& config) {
     return fail(s);
   init_weights.reset();  // unmap the Hugging Face files
   StatusOr<std::unique_ptr<model::Trainer>> trainer =
-      model::Trainer::create(**backend, **net, **pinned, pool->get(), o, (*offload)->trace());
+      model::Trainer::create(**backend, **net, **pinned, pool->get(), o,
+                             {.trace = (*offload)->trace(), .store = (*offload)->store()});
   if (!trainer.is_ok()) return fail(trainer.status());
   if (resumed) {
     if (Status s = model::load_checkpoint_optimizer(resume_dir, **trainer); !s.is_ok()) return fail(s);

@@ -52,12 +52,15 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                                                              PinnedPool& pinned) {
   std::unique_ptr<TrainOffload> t(new TrainOffload(pinned));
   if (!o.trace_path.empty()) t->trace_ = std::make_unique<TraceRecorder>();
-  if (o.offload_param == TrainOptions::ParamHome::none) return t;
   STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(model, dtype_size(o.dtype)));
+  const bool paged = o.offload_param != TrainOptions::ParamHome::none;
   const bool nvme = o.offload_param == TrainOptions::ParamHome::nvme;
-  const TierManagerOptions to = model::paged_weight_options(layout, nvme ? Tier::nvme : Tier::cpu, o.param_slots,
-                                                            o.prefetch_bytes, o.nvme_staging, model.name);
-  if (nvme) {
+  const OptimizerPipelineOptions po =
+      model::optimizer_state_options(model::build_param_layout(model, sizeof(float)).value(), o);
+  const bool states_on_nvme = po.home == Tier::nvme;
+  const GradientOffloaderOptions go = model::gradient_options(layout, o, model.name);
+  const bool grads_on_nvme = o.optimizer_device == TrainOptions::OptimizerDevice::cpu && go.home == Tier::nvme;
+  if (nvme || states_on_nvme || grads_on_nvme) {
     const std::vector<std::string>& paths = config.get_list("nvme_path");
     STRATA_ASSIGN_OR_RETURN(IoEngineConfig ec, io_engine_config(config));
     STRATA_ASSIGN_OR_RETURN(IoEngineChoice choice, make_io_engine(ec, paths));
@@ -67,10 +70,22 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
     t->pool_registered_ = true;
     NvmeStoreOptions so;
     so.paths = paths;
-    // Every chunk's extent, each rounded up to whole stripe segments.
-    so.capacity = layout.total_bytes() + layout.chunks.size() * (so.stripe_unit / 8) + so.stripe_unit;
+    // Every weight chunk's extent, each rounded up to whole stripe segments; every optimizer
+    // state image (padded to 4 KiB, plus a block each should the drives' alignment be larger).
+    if (nvme) so.capacity = layout.total_bytes() + layout.chunks.size() * (so.stripe_unit / 8) + so.stripe_unit;
+    if (states_on_nvme) so.capacity += optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
+    if (grads_on_nvme) so.capacity += gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
     STRATA_ASSIGN_OR_RETURN(t->store_, NvmeStore::create(*t->engine_, so));
+    if (states_on_nvme)
+      spdlog::info("offload: optimizer state homed on nvme ({} in {} chunk images, {} pinned staging buffers)",
+                   format_size(optimizer_pipeline_nvme_bytes(po)), po.fp32_slots.size(), po.staging);
+    if (grads_on_nvme)
+      spdlog::info("offload: gradients spill to nvme ({} of fp32 sums, accumulated through {} pinned buffers)",
+                   format_size(gradient_offloader_nvme_bytes(go)), go.spill_buffers);
   }
+  if (!paged) return t;
+  const TierManagerOptions to = model::paged_weight_options(layout, nvme ? Tier::nvme : Tier::cpu, o.param_slots,
+                                                            o.prefetch_bytes, o.nvme_staging, model.name);
   STRATA_ASSIGN_OR_RETURN(t->tiers_, TierManager::create(backend, pinned, t->store_.get(), t->trace_.get(), to));
   const TierStats s = t->tiers_->stats();
   spdlog::info("offload: weights homed on {} ({} pinned{}), paged through {} of device slots ({} for the layers), "

@@ -33,8 +33,9 @@ Status check_device_budget(const model::ModelConfig& config, const model::TrainO
 
 class TrainOffload {
  public:
-  // Opens the I/O engine and NVMe store (nvme home: capacity for every chunk; no_space naming the
-  // paths when they cannot hold it) and the TierManager (cpu/nvme home), or nothing (resident).
+  // Opens the I/O engine and NVMe store when weights or optimizer state are homed on NVMe
+  // (capacity for every weight chunk and every state image; no_space naming the paths when they
+  // cannot hold it) and the TierManager (weights homed on cpu/nvme), or nothing (resident).
   static StatusOr<std::unique_ptr<TrainOffload>> create(const Config& config, const model::TrainOptions& o,
                                                         const model::ModelConfig& model, Backend& backend,
                                                         PinnedPool& pinned);
@@ -44,6 +45,7 @@ class TrainOffload {
 
   WeightSource* weights() { return tiers_.get(); }  // null: the model keeps its weights resident
   TraceRecorder* trace() { return trace_.get(); }   // null without --trace
+  NvmeStore* store() { return store_.get(); }       // null when nothing is homed on NVMe
   const TierManager* tiers() const { return tiers_.get(); }
   uint64_t nvme_bytes() const { return store_ ? store_->capacity() : 0; }
 

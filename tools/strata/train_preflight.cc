@@ -67,16 +67,18 @@ std::optional<uint64_t> mem_available() {
 }  // namespace
 
 StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
-                                                     bool optimizer_on_device, uint64_t cpu_mem) {
+                                                     bool optimizer_on_device, bool states_on_nvme,
+                                                     uint64_t cpu_mem) {
   std::vector<std::string> warnings;
   const std::optional<uint64_t> available = mem_available();
   if (!available) return warnings;
   const uint64_t params = model::parameter_count(config);
-  const uint64_t state_bytes = optimizer_on_device ? 0 : params * (states == AdamStates::f32 ? 12 : 6);
+  const uint64_t state_bytes = optimizer_on_device || states_on_nvme ? 0 : params * (states == AdamStates::f32 ? 12 : 6);
   if (state_bytes > *available)
     return error(Code::out_of_memory,
                  "{} ({} parameters) needs at least {} of host memory for its fp32 master weights and Adam moments, "
-                 "but {} is available: train a smaller --preset (or --n-layer / --dim), or free memory",
+                 "but {} is available: pass --offload-optimizer nvme --nvme-path DIR to stream them from NVMe, or "
+                 "train a smaller --preset (or --n-layer / --dim), or free memory",
                  config.name, params, format_size(state_bytes), format_size(*available));
   if (cpu_mem > *available)
     return error(Code::out_of_memory,

@@ -30,11 +30,12 @@ Status check_nvme_paths(const std::vector<std::string>& paths);
 
 // The host memory check: the fp32 master weights and Adam moments of `config` (a lower bound of
 // what the run allocates on the host; not counted when `optimizer_on_device`, which keeps them
-// beside the weights) and an explicit `cpu_mem` budget (0: none) must fit in
+// beside the weights, nor when `states_on_nvme`, which streams them through a few buffers) and an explicit `cpu_mem` budget (0: none) must fit in
 // MemAvailable (/proc/meminfo); out_of_memory saying both amounts otherwise. A budget above
 // RLIMIT_MEMLOCK is allowed (the pinned pool falls back to pageable memory) and returned as a
 // warning to print.
 StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
-                                                     bool optimizer_on_device, uint64_t cpu_mem);
+                                                     bool optimizer_on_device, bool states_on_nvme,
+                                                     uint64_t cpu_mem);
 
 }  // namespace strata::cli
