@@ -180,14 +180,24 @@ Status prepare_file(IoEngine& engine, const std::string& path, uint64_t size) {
   return s.is_ok() ? c : s;
 }
 
-// The NVMe store over `paths`: extents of the whole size written, then read, `qd` pieces in flight.
+// One point of the striping comparison: the NVMe store over `paths`, `size` bytes written (and,
+// for reads, read back), stripe unit = block.
 StatusOr<double> store_pass(const IoEngineConfig& ec, const std::vector<std::string>& paths, IoOp mode,
                             uint64_t size) {
+  STRATA_ASSIGN_OR_RETURN(StoreBandwidth bw,
+                          measure_store_bandwidth(ec, paths, size, ec.shape.block_bytes, mode == IoOp::read));
+  return mode == IoOp::read ? bw.read_gbps : bw.write_gbps;
+}
+
+}  // namespace
+
+StatusOr<StoreBandwidth> measure_store_bandwidth(const IoEngineConfig& ec, const std::vector<std::string>& paths,
+                                                 uint64_t size, uint64_t stripe_unit, bool read_back) {
   STRATA_ASSIGN_OR_RETURN(IoEngineChoice choice, make_io_engine(ec, paths));
   NvmeStoreOptions so;
   so.paths = paths;
   so.capacity = size;
-  so.stripe_unit = ec.shape.block_bytes;
+  so.stripe_unit = stripe_unit;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<NvmeStore> store, NvmeStore::create(*choice.engine, so));
   const uint64_t extent = std::min<uint64_t>(64 << 20, size);
   const uint64_t count = size / extent;
@@ -213,13 +223,23 @@ StatusOr<double> store_pass(const IoEngineConfig& ec, const std::vector<std::str
     for (ExtentIo& io : inflight) STRATA_RETURN_IF_ERROR(store->finish(io));
     return static_cast<double>(count * extent) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
   };
-  if (mode == IoOp::read) STRATA_RETURN_IF_ERROR(pass(IoOp::write).status());  // reads need valid extents
-  StatusOr<double> gbps = pass(mode);
+  StoreBandwidth bw;
+  bw.engine = std::string(choice.engine->name());
+  bw.fallback_reason = choice.fallback_reason;
+  bw.bytes = count * extent;
+  Status s = Status::ok();
+  StatusOr<double> written = pass(IoOp::write);  // reads need valid extents
+  if (written.is_ok()) bw.write_gbps = *written;
+  else s = written.status();
+  if (s.is_ok() && read_back) {
+    StatusOr<double> read = pass(IoOp::read);
+    if (read.is_ok()) bw.read_gbps = *read;
+    else s = read.status();
+  }
   (void)choice.engine->unregister_memory({buf.memory.data(), buf.memory.size()});
-  return gbps;
+  if (!s.is_ok()) return s;
+  return bw;
 }
-
-}  // namespace
 
 StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
   if (o.paths.empty()) return Status(Code::invalid_argument, "bench io needs --path DIR");

@@ -72,6 +72,21 @@ struct IoBenchReport {
   std::vector<StripePoint> striping;
 };
 
+// Sequential bandwidth of the NVMe store (offload/nvme_store.h) striped over `paths`, as a run's
+// swap files see it: `size` bytes (rounded down to whole extents) of 64 MiB extents (one extent
+// when `size` is smaller), four in flight, written, then (`read_back`) read back, O_DIRECT, through
+// an engine built from `ec`. The store's swap files are removed before it returns. Used by the
+// striping points below and by `strata train --bench`.
+struct StoreBandwidth {
+  double write_gbps = 0;  // 1e9 bytes per second
+  double read_gbps = 0;   // 0 without read_back
+  uint64_t bytes = 0;     // bytes moved each way
+  std::string engine;     // the engine the store used
+  std::string fallback_reason;  // why auto did not take io_uring
+};
+StatusOr<StoreBandwidth> measure_store_bandwidth(const IoEngineConfig& ec, const std::vector<std::string>& paths,
+                                                 uint64_t size, uint64_t stripe_unit, bool read_back = true);
+
 StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& options);
 
 std::string io_bench_table(const IoBenchReport& report);

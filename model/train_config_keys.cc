@@ -164,6 +164,12 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "--optimizer-staging buffers: read ahead, updated, written behind)",
               .choices = {"none", "cpu", "nvme"},
               .file_aliases = {"zero_optimization.offload_optimizer.device"}});
+  schema.add({.name = "overlap_optimizer",
+              .type = ValueType::boolean,
+              .default_text = "true",
+              .help = "With the optimizer on the CPU: run each step's AdamW under the next step's forward, chunk by "
+                      "chunk just before the forward needs it (the same bits as after the backward; false: the whole "
+                      "update runs between the steps)"});
   schema.add({.name = "offload_grad",
               .type = ValueType::choice,
               .default_text = "cpu",
@@ -341,6 +347,12 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::path,
               .help = "Write a Chrome trace-event JSON timeline of the run's transfers and compute to this file "
                       "(open it in ui.perfetto.dev); empty: none"});
+  schema.add({.name = "bench",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "After the run, print each step's breakdown (compute, waits, optimizer, NVMe and PCIe bytes) "
+                      "and its lower bound, max(compute, NVMe bytes / the disk bandwidth measured before training); "
+                      "with --metrics also one bench JSON line at the end"});
   schema.add({.name = "checkpoint_dir",
               .type = ValueType::path,
               .help = "Directory for safetensors checkpoints (empty: none are written)"});

@@ -171,6 +171,7 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
     o.warnings.push_back(fmt::format("{} only applies to optimizer state homed on NVMe and is ignored with {}",
                                      describe(config, "optimizer_staging"), describe(config, "offload_optimizer")));
   }
+  o.overlap_optimizer = config.get_bool("overlap_optimizer");
   o.offload_grad = config.get_text("offload_grad") == "nvme" ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
   if (o.offload_grad == TrainOptions::GradHome::nvme) {
     if (o.optimizer_device == TrainOptions::OptimizerDevice::device)
@@ -393,6 +394,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   o.eval_batches = get_count(config, "eval_batches");
   o.log_every = get_count(config, "log_every");
   o.metrics_path = config.get_text("metrics");
+  o.bench = config.get_bool("bench");
   o.checkpoint_dir = config.get_text("checkpoint_dir");
   o.checkpoint_every = get_count(config, "checkpoint_every");
   o.resume_path = config.get_text("resume");

@@ -64,6 +64,9 @@ struct TrainOptions {
   // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
   // larger than RAM spill per chunk, the optimizer reads them back).
   enum class GradHome : uint8_t { cpu, nvme } offload_grad = GradHome::cpu;
+  // With the optimizer on the CPU: a step's update runs under the next step's forward, chunk c
+  // just before the forward needs it (the same bits; Trainer::step says when weights are final).
+  bool overlap_optimizer = false;
   double clip_grad_norm = 1.0;      // 0 = no clipping
   LrScheduleOptions lr_schedule;    // peak_lr, warmup, decay, total_steps (lr_schedule_steps or steps), ...
 
@@ -77,6 +80,7 @@ struct TrainOptions {
   uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
   uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
   std::string trace_path;       // Chrome trace-event JSON of the run's transfers and compute ("" = none)
+  bool bench = false;           // print each step's breakdown and lower bound after the run (train_bench.h)
 
   // Evaluation (0 = never), logging, checkpoints. "" = not set.
   uint64_t eval_every = 50;

@@ -94,10 +94,18 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   }
   STRATA_RETURN_IF_ERROR(t->allocate(pinned, io.store));
   STRATA_RETURN_IF_ERROR(t->init_masters());
+  if (t->offloader_) {
+    // A pending update reaches chunk c (and c + 1, which the weight source may fetch ahead) before
+    // the next pass acquires c.
+    Trainer* self = t.get();
+    model.set_acquire_hook([self](size_t c) { return self->apply_update(c + 1); });
+  }
   return t;
 }
 
 Trainer::~Trainer() {
+  if (Status s = finish_update(); !s.is_ok()) spdlog::error("the last step's update was not applied: {}", s.message());
+  model_.set_acquire_hook({});
   (void)backend_.synchronize_all();
   if (offloader_ && model_.grad_sink() == offloader_.get()) (void)model_.set_grad_sink(nullptr);
   for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_),
@@ -154,24 +162,19 @@ Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
   return Status();
 }
 
-// The exact fp32 values of the model's last load or init when it kept them (16-bit models), else
+// The exact fp32 values of the model's last load or init from its fp32 source (16-bit models), else
 // the device weights (exact for fp32; for 16-bit only the rounded values are left: warned). One
 // walk over the chunks writes each chunk's image (the moments start at zero).
 Status Trainer::init_masters() {
-  std::vector<std::vector<float>> exact = model_.take_fp32_weights();
+  Transformer::Fp32ChunkSource exact = model_.take_fp32_source();
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
-  if (exact.empty() && options_.dtype != DType::f32)
+  if (!exact && options_.dtype != DType::f32)
     spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
                  "another trainer took its fp32 values)", dtype_name(options_.dtype));
   std::vector<std::byte> staged;
   const auto fill = [&](size_t c, ChunkState& state) -> Status {
-    const uint64_t bytes = masters.chunks[c].bytes;
-    if (!exact.empty()) {
-      std::memcpy(state.master, exact[c].data(), bytes);
-      std::vector<float>().swap(exact[c]);  // a chunk at a time: the copies go as the images fill
-      return Status::ok();
-    }
+    if (exact) return exact(c, state.master);  // produced a chunk at a time: no copy of the model
     if (options_.dtype == DType::f32) return model_.weights().read(c, reinterpret_cast<std::byte*>(state.master));
     staged.resize(layout.chunks[c].bytes);
     STRATA_RETURN_IF_ERROR(model_.weights().read(c, staged.data()));
@@ -223,13 +226,18 @@ Status Trainer::copy_device_state(bool to_device) {
   return states_->for_each_chunk(order, read, /*write_back=*/false);
 }
 
-Status Trainer::sync_host_state() { return copy_device_state(/*to_device=*/false); }
+Status Trainer::sync_host_state() {
+  STRATA_RETURN_IF_ERROR(finish_update());
+  return copy_device_state(/*to_device=*/false);
+}
 
 Status Trainer::visit_state(std::span<const size_t> order, bool write_back, const OptimizerPipeline::Visit& visit) {
+  STRATA_RETURN_IF_ERROR(finish_update());
   return states_->for_each_chunk(order, visit, write_back);
 }
 
 StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {
+  STRATA_RETURN_IF_ERROR(finish_update());
   std::vector<float> out(spec.elements);
   const size_t chunk = spec.chunk;
   STRATA_RETURN_IF_ERROR(states_->for_each_chunk(
@@ -289,6 +297,7 @@ Status Trainer::queue_loss_copy(uint64_t micro_batch) {
 StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   const uint64_t at = spec.offset / model_.layout().element_bytes;
   std::vector<float> out(spec.elements);
+  STRATA_RETURN_IF_ERROR(finish_update());
   if (offloader_) {
     STRATA_ASSIGN_OR_RETURN(const float* acc, offloader_->wait_read(spec.chunk));
     std::copy(acc + at, acc + at + spec.elements, out.begin());
@@ -324,13 +333,13 @@ void Trainer::build_tensor_refs() {
 // AdamW over the tensors of one chunk on the CPU: decaying tensors (>= 2 dims) and the others
 // (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the chunk; for 16-bit training the
 // rounded weights go straight into `copy_out` (the chunk's update buffer, working layout).
-Status Trainer::adam_update(double lr, double grad_multiplier, const ChunkState& state, const float* grads,
+Status Trainer::adam_update(const PendingUpdate& update, const ChunkState& state, const float* grads,
                             std::byte* copy_out) {
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
-  o.hyper.lr = float(lr);
-  o.hyper.step = int64_t(updates_done_ + 1);  // bias correction counts applied updates only
-  o.hyper.grad_scale = float(grad_multiplier);
+  o.hyper.lr = float(update.lr);
+  o.hyper.step = update.step;  // bias correction counts applied updates only
+  o.hyper.grad_scale = float(update.grad_multiplier);
   o.formats = kernels::AdamFormats{.grad = kernels::FloatFormat::f32, .copy = copy_out_for(options_.dtype)};
   o.states = options_.adam_states;
   const uint64_t esize = model_.layout().element_bytes;
@@ -397,33 +406,57 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
   return Status::ok();
 }
 
-// The CPU optimizer's update, chunk by chunk in chunk order, once every gradient is on the host:
-// one walk through the optimizer state (NVMe-homed state is read ahead and written behind); Adam
-// over chunk c writes its new working weights into the weight source's update buffer, and the
-// commit sends them home (resident: uploaded while chunk c + 1 is updated; pinned CPU: in place;
-// NVMe: written behind). fp32 training updates the masters in place and copies them out. The
-// same arithmetic per tensor as one pass over everything: the order of chunks changes no bit.
-Status Trainer::cpu_update(double lr, double grad_multiplier) {
+// The CPU optimizer's update of one chunk, its state visited by the walk: chunk c + 1's spilled
+// gradient is read while chunk c is updated; Adam over chunk c writes its new working weights into
+// the weight source's update buffer, and the commit sends them home (resident: uploaded; pinned
+// CPU: in place; NVMe: written behind). fp32 training updates the masters in place and copies
+// them out. The same arithmetic per tensor as one pass over everything, whenever it runs: the
+// order and timing of chunks change no bit.
+Status Trainer::update_chunk(size_t c, ChunkState& state) {
   const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
   WeightSource& weights = model_.weights();
-  std::vector<size_t> order(chunks.size());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  // Spilled gradients: chunk c + 1's read runs while chunk c is updated.
-  STRATA_RETURN_IF_ERROR(offloader_->begin_read(0));
-  const auto update = [&](size_t c, ChunkState& state) -> Status {
-    if (c + 1 < chunks.size()) STRATA_RETURN_IF_ERROR(offloader_->begin_read(c + 1));
-    STRATA_ASSIGN_OR_RETURN(const float* grads, offloader_->wait_read(c));
-    STRATA_ASSIGN_OR_RETURN(std::byte* out, weights.update_buffer(c));
-    const double t0 = trace_ ? trace_->now_us() : 0;
-    const Status updated = adam_update(lr, grad_multiplier, state, grads, out);
-    offloader_->end_read(c);
-    STRATA_RETURN_IF_ERROR(updated);
-    if (options_.dtype == DType::f32) std::memcpy(out, state.master, chunks[c].bytes);
-    if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
-    return weights.commit_update(c);
-  };
-  return states_->for_each_chunk(order, update, /*write_back=*/true);
+  if (c + 1 < chunks.size()) STRATA_RETURN_IF_ERROR(offloader_->begin_read(c + 1));
+  STRATA_ASSIGN_OR_RETURN(const float* grads, offloader_->wait_read(c));
+  STRATA_ASSIGN_OR_RETURN(std::byte* out, weights.update_buffer(c));
+  const double t0 = trace_ ? trace_->now_us() : 0;
+  const Status updated = adam_update(*pending_, state, grads, out);
+  offloader_->end_read(c);
+  STRATA_RETURN_IF_ERROR(updated);
+  if (options_.dtype == DType::f32) std::memcpy(out, state.master, chunks[c].bytes);
+  if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
+  return weights.commit_update(c);
 }
+
+// The update of a finished step, chunk by chunk in chunk order: one walk through the optimizer
+// state (NVMe-homed state read ahead from here on and written behind), applied by apply_update
+// as far as it is asked.
+Status Trainer::start_update(PendingUpdate update) {
+  pending_ = update;
+  std::vector<size_t> order(model_.layout().chunks.size());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  STRATA_RETURN_IF_ERROR(offloader_->begin_read(0));
+  if (Status s = states_->begin_walk(order, /*write_back=*/true); !s.is_ok()) {
+    pending_.reset();
+    return s;
+  }
+  return Status::ok();
+}
+
+Status Trainer::apply_update(size_t through) {
+  if (!pending_) return Status::ok();
+  const auto visit = [this](size_t c, ChunkState& state) { return update_chunk(c, state); };
+  while (states_->walk_remaining() > 0 && states_->walk_next_chunk() <= through) {
+    if (Status s = states_->visit_next(visit); !s.is_ok()) {
+      pending_.reset();  // the walk has ended; the chunks before the failing one are updated
+      return s;
+    }
+  }
+  if (states_->walk_remaining() > 0) return Status::ok();
+  pending_.reset();
+  return states_->end_walk();
+}
+
+Status Trainer::finish_update() { return apply_update(SIZE_MAX); }
 
 StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   StepResult r;
@@ -432,17 +465,22 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) r.loss_scale = loss_scale;
   STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("train"));
-  STRATA_RETURN_IF_ERROR(model_.zero_grad());
   const uint64_t K = options_.grad_accum;
   for (uint64_t k = 0; k < K; ++k) {
-    if (offloader_) offloader_->set_last_micro_batch(k + 1 == K);
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
     STRATA_RETURN_IF_ERROR(upload_batch(batch));  // checks the batch's shape before anything reads it
     const int64_t counted = counted_targets(batch);
     if (counted == 0)
       return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1,
                    r.step);
+    // The first forward applies the previous step's pending update chunk by chunk, just before
+    // each chunk is acquired (the acquire hook); the gradients it reads are then free to reset.
     STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
+    if (k == 0) {
+      STRATA_RETURN_IF_ERROR(finish_update());
+      STRATA_RETURN_IF_ERROR(model_.zero_grad());
+    }
+    if (offloader_) offloader_->set_last_micro_batch(k + 1 == K);
     STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
     STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
@@ -470,13 +508,17 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     ++updates_done_;
     return r;
   }
-  STRATA_RETURN_IF_ERROR(cpu_update(r.lr, r.clip_scale / loss_scale));
+  STRATA_RETURN_IF_ERROR(start_update({.lr = r.lr, .grad_multiplier = r.clip_scale / loss_scale,
+                                        .step = int64_t(updates_done_ + 1)}));
   ++updates_done_;
+  // Overlapped: the next forward (or finish_update) applies it; else now.
+  if (!options_.overlap_optimizer) STRATA_RETURN_IF_ERROR(finish_update());
   return r;
 }
 
 StatusOr<double> Trainer::evaluate(const NextBatch& next, uint64_t batches) {
   if (batches == 0) return error(Code::invalid_argument, "evaluate needs at least one batch");
+  STRATA_RETURN_IF_ERROR(finish_update());  // the forward's hook would apply it too, interleaved
   STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("eval"));
   double sum = 0.0;
   for (uint64_t i = 0; i < batches; ++i) {

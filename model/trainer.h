@@ -91,7 +91,7 @@ struct TrainerIo {
 // pinned pool and thread pool (may be null: Adam then runs on the calling thread) outlive it.
 class Trainer {
  public:
-  // The fp32 master weights are the model's take_fp32_weights() when it has them (16-bit models
+  // The fp32 master weights are the model's take_fp32_source() when it has one (16-bit models
   // keep the exact values of their last load or init), else the device weights; the moments
   // start at zero. So load or init the model first. Errors: check_trainer_options's, a model
   // whose precision differs from options.dtype, an optimizer on the device with weights that are
@@ -109,11 +109,19 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // One optimizer step over options.grad_accum micro-batches from `next`. Returns once the
-  // updated weights are on the device. A non-finite gradient skips the update (logged; fp16 also
-  // adjusts the loss scale). Errors from the batch source, the model or the backend are returned
-  // as they are; the step is then incomplete (weights may be partly updated).
+  // One optimizer step over options.grad_accum micro-batches from `next`. A non-finite gradient
+  // skips the update (logged; fp16 also adjusts the loss scale). With the optimizer on the device,
+  // or on the CPU without options.overlap_optimizer, returns once the updated weights are on the
+  // device (queued there for the device optimizer). With overlap_optimizer the CPU update is
+  // begun (its state read ahead) and applied chunk by chunk by the next pass over the model, just
+  // before each chunk is acquired (so it runs under that forward), or by finish_update(): the
+  // same bits either way. Errors from the batch source, the model or the backend are returned as
+  // they are; the step is then incomplete (weights may be partly updated).
   StatusOr<StepResult> step(const NextBatch& next);
+  // Applies the rest of a pending update (a no-op without one): before reading the model's
+  // weights outside the trainer. sync_host_state, visit_state, master, gradient, evaluate and the
+  // destructor call it.
+  Status finish_update();
   // Mean loss over `batches` micro-batches from `next` with the current weights; no gradients.
   StatusOr<double> evaluate(const NextBatch& next, uint64_t batches);
 
@@ -152,6 +160,12 @@ class Trainer {
   const GradientOffloader* gradients() const { return offloader_.get(); }
 
  private:
+  // The CPU optimizer's update of a finished step, deferred until its chunks are needed.
+  struct PendingUpdate {
+    double lr = 0;
+    double grad_multiplier = 1;
+    int64_t step = 0;  // Adam's bias-correction step
+  };
   Trainer(Backend& backend, Transformer& model, ThreadPool* pool, const TrainOptions& options, LrSchedule schedule,
           TraceRecorder* trace);
   Status allocate(PinnedPool& pinned, NvmeStore* store);
@@ -162,9 +176,11 @@ class Trainer {
   Status queue_loss_copy(uint64_t micro_batch);
   void build_tensor_refs();
   // AdamW over the tensors of chunk `chunk` on the CPU (thread pool), its state in `state`.
-  Status adam_update(double lr, double grad_multiplier, const ChunkState& state, const float* grads,
+  Status adam_update(const PendingUpdate& update, const ChunkState& state, const float* grads,
                      std::byte* copy_out);
-  Status cpu_update(double lr, double grad_multiplier);
+  Status start_update(PendingUpdate update);  // begins the walk (reads ahead)
+  Status apply_update(size_t through);         // updates every chunk <= through not yet updated
+  Status update_chunk(size_t c, ChunkState& state);
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
   Status copy_device_state(bool to_device);
@@ -189,6 +205,7 @@ class Trainer {
   std::unique_ptr<GradientOffloader> offloader_;  // optimizer on the CPU
   uint64_t offloader_host_bytes_ = 0;
   std::unique_ptr<OptimizerPipeline> states_;  // masters + moments, one image per chunk
+  std::optional<PendingUpdate> pending_;       // a step's update not yet applied to every chunk
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)

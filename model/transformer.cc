@@ -212,6 +212,11 @@ void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base)
   for (const ParamSpec* p : chunk_params_[chunk]) slot_field(out, GlobalSlot(p->slot)) = base + p->slot_offset;
 }
 
+StatusOr<std::byte*> Transformer::acquire_chunk(size_t c) {
+  if (acquire_hook_) STRATA_RETURN_IF_ERROR(acquire_hook_(c));
+  return weights_->acquire(c);
+}
+
 Status Transformer::traced(std::string_view what, int64_t index, const std::function<Status()>& work) {
   if (trace_ == nullptr) return work();
   return trace_->stream_span(backend_, Stream::compute, "compute",
@@ -220,10 +225,10 @@ Status Transformer::traced(std::string_view what, int64_t index, const std::func
 
 StatusOr<GlobalParams> Transformer::acquire_head() {
   GlobalParams g;
-  STRATA_ASSIGN_OR_RETURN(std::byte* head, weights_->acquire(head_chunk()));
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
   bind_globals(g, head_chunk(), head);
   if (config_.tied_head) {
-    STRATA_ASSIGN_OR_RETURN(std::byte* emb, weights_->acquire(embedding_chunk()));
+    STRATA_ASSIGN_OR_RETURN(std::byte* emb, acquire_chunk(embedding_chunk()));
     bind_globals(g, embedding_chunk(), emb);
   }
   return g;
@@ -250,7 +255,7 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
 
   // Embedding: GPT-2 adds learned positions; LLaMA's positions enter through RoPE.
   GlobalParams emb;
-  STRATA_ASSIGN_OR_RETURN(std::byte* emb_chunk, weights_->acquire(embedding_chunk()));
+  STRATA_ASSIGN_OR_RETURN(std::byte* emb_chunk, acquire_chunk(embedding_chunk()));
   bind_globals(emb, embedding_chunk(), emb_chunk);
   STRATA_RETURN_IF_ERROR(traced("forward embedding", -1, [&] {
     if (config_.arch == Arch::gpt2)
@@ -259,7 +264,7 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   }));
   STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
   for (int l = 0; l < config_.n_layer; ++l) {
-    STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
     STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return layer_forward(bind_layer(l, w), l); }));
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
   }
@@ -378,7 +383,7 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   if (config_.tied_head) STRATA_RETURN_IF_ERROR(sink.release(embedding_chunk(), /*last=*/false));
 
   for (int l = int(L) - 1; l >= 0; --l) {
-    STRATA_ASSIGN_OR_RETURN(std::byte* w, weights_->acquire(layer_chunk(l)));
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
     STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
     const LayerParams lp = bind_layer(l, w);
     STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&]() -> Status {

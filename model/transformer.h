@@ -123,6 +123,11 @@ class Transformer {
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
+  // Load and init write one chunk at a time through the weight source (update_buffer, then
+  // commit_update; flush at the end): host memory is one chunk's fp32 values plus, for a load,
+  // one tensor converted at a time, never a copy of the model. Every tensor is checked (name,
+  // shape, dtype) before the first chunk is written.
+  //
   // Reads every parameter by its HF name (GPT-2 Conv1D weights transposed into (out, in); GPT-2
   // names also found without the "transformer." prefix; F32, BF16 or F16 converted to fp32, then
   // rounded to the working precision on the device).
@@ -133,12 +138,21 @@ class Transformer {
   // The same from a Hugging Face model's files, sharded or not (check_layout's errors first).
   Status load_hf_weights(const HfWeights& weights);
   // GPT-2 initialisation, deterministic in `seed`: matrices normal(0, 0.02), residual projections
-  // normal(0, 0.02 / sqrt(2L)), norm gains 1, biases 0. Returns once copied.
+  // normal(0, 0.02 / sqrt(2L)), norm gains 1, biases 0. Each tensor is its own stream (by its
+  // index), so the values do not depend on the chunking; large tensors are generated in parallel
+  // (oneTBB), bit-identical to one sequential loop. Returns once copied.
   Status init(uint64_t seed);
-  // With a 16-bit working precision, load and init also keep the fp32 values they produced (in
-  // master_layout()'s chunks) until taken here, so a trainer's fp32 master weights start exact
-  // rather than rounded. Moves them out; empty for fp32 (read the device instead) or once taken.
-  std::vector<std::vector<float>> take_fp32_weights();
+  // Writes chunk c's exact fp32 values in master_layout() (chunk bytes / 4 floats, padding zero)
+  // to `out`. Keeps no mutable state (calls may run concurrently); must not outlive the model.
+  using Fp32ChunkSource = std::function<Status(size_t chunk, float* out)>;
+  // With a 16-bit working precision, the exact fp32 values of the last load or init, so a
+  // trainer's fp32 master weights start exact rather than rounded: nothing is stored, each call
+  // produces a chunk again. After init(seed) it regenerates the chunk from the seed; after a load
+  // it converts the chunk's tensors from the files again, so it holds the files (their mappings)
+  // open until the source is taken and dropped (load_hf_safetensors(path) too, which otherwise
+  // closes its file on return). Moves it out; empty for fp32 (the device weights are exact: read
+  // them) or once taken.
+  Fp32ChunkSource take_fp32_source();
 
   // inputs, targets: device int32 (B, T) the caller filled (ordered before this call, e.g.
   // copy_to_device then synchronize); targets in [0, V) or -1 (ignored). Queues the forward and
@@ -158,6 +172,12 @@ class Transformer {
   // With a recorder, every chunk's compute (forward, recomputation + backward) is a span on its
   // "compute" track, stamped on the compute stream. Null: none (the default; costs nothing).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  // Called with a chunk's index just before every acquire of it (forward, backward, evaluation),
+  // on the driving thread: a trainer that updates weights lazily applies chunk c's pending update
+  // there, so the compute of the chunks before c overlaps it. An error stops the pass and is
+  // returned. Empty: none (the default).
+  using AcquireHook = std::function<Status(size_t chunk)>;
+  void set_acquire_hook(AcquireHook hook) { acquire_hook_ = std::move(hook); }
   GradSink* grad_sink() { return grad_sink_; }
   Status set_grad_sink(GradSink* sink);
   // The model's own device gradients (null when created with device_grads = false).
@@ -219,10 +239,12 @@ class Transformer {
                       const std::byte* b);
   Status norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout, const std::byte* inp,
                        const std::byte* w, const float* mean, const float* rstd);
-  // fp32 chunks in master_layout() -> the device chunks (rounded to the working precision); kept
-  // for take_fp32_weights() when that is 16-bit.
-  Status write_chunks(std::vector<std::vector<float>> host_chunks);
-  std::vector<std::vector<float>> zeroed_host_chunks() const;
+  // Every chunk from `produce` (fp32, master_layout()) -> the device chunks, one at a time through
+  // one buffer of the largest chunk (rounded to the working precision); then `produce` is kept as
+  // take_fp32_source() when that is 16-bit.
+  Status write_chunks(const Fp32ChunkSource& produce);
+  // The acquire hook (if any), then weights().acquire(c).
+  StatusOr<std::byte*> acquire_chunk(size_t c);
 
   Backend& backend_;
   ComputeOps& ops_;
@@ -239,7 +261,8 @@ class Transformer {
   std::unique_ptr<DeviceGrads> device_grads_;   // options.device_grads
   GradSink* grad_sink_ = nullptr;
   TraceRecorder* trace_ = nullptr;
-  std::vector<std::vector<float>> fp32_weights_;  // see take_fp32_weights()
+  AcquireHook acquire_hook_;
+  Fp32ChunkSource fp32_source_;       // see take_fp32_source()
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;
   ActivationGrads dacts_;

@@ -1,12 +1,17 @@
 // Transformer (transformer.h): getting parameters in and out — Hugging Face safetensors loading
 // (with GPT-2's Conv1D transposition), GPT-2 style random initialisation, and host read-back of
-// one parameter or the loss. Each stages a whole chunk on the host (fp32, rounded to a 16-bit
-// working precision per tensor) and moves it in one copy.
+// one parameter or the loss. Load and init produce one chunk at a time in fp32 (one buffer of the
+// largest chunk, never the whole model), round it to a 16-bit working precision per tensor and
+// move it in one copy; what produced it stays as the trainer's exact fp32 source.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <fmt/format.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include "kernels/cpu/half.h"
 #include "model/hf_weights.h"
@@ -17,7 +22,7 @@ namespace strata::model {
 namespace {
 
 // Deterministic normal samples (splitmix64 + Box-Muller): identical on every platform, unlike
-// std::normal_distribution.
+// std::normal_distribution. Sample k uses outputs 2k and 2k + 1 of the stream.
 class NormalRng {
  public:
   explicit NormalRng(uint64_t seed) : bits_(seed) {}
@@ -26,46 +31,109 @@ class NormalRng {
     const double u2 = double(bits_.next() >> 11) * 0x1.0p-53;
     return float(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
   }
+  // Skips n samples, as n calls of next() would.
+  void discard(uint64_t n) { bits_.discard(2 * n); }
 
  private:
   SplitMix64 bits_;
 };
 
+// Elements per task when a tensor is generated or rounded: ~1 ms of Box-Muller, enough to pay for
+// a task, small enough to spread one layer's matrices over every core.
+constexpr uint64_t kRangeElements = uint64_t{1} << 16;
+
+// GPT-2 initialisation of chunk c of `masters` into `out` (chunk bytes / 4 floats, padding zero).
+// Tensor i is the stream NormalRng(seed * 0x100000001B3 + i) whatever the chunking; each range of
+// a tensor skips to its first sample, so the parallel fill equals one sequential loop bit for bit.
+void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size_t c, float* out) {
+  std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * float(n_layer));
+  struct Range {
+    size_t param;
+    uint64_t begin, end;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < masters.params.size(); ++i) {
+    const ParamSpec& p = masters.params[i];
+    if (size_t(p.chunk) != c) continue;
+    if (p.shape.size() == 1) {
+      // Norm gains start at 1, biases (GPT-2) at 0 (already).
+      const bool gain = p.layer >= 0 ? (p.slot == int(LayerSlot::ln1_w) || p.slot == int(LayerSlot::ln2_w))
+                                     : p.slot == int(GlobalSlot::lnf_w);
+      if (gain) std::fill_n(out + p.offset / sizeof(float), p.elements, 1.f);
+      continue;
+    }
+    for (uint64_t b = 0; b < p.elements; b += kRangeElements) ranges.push_back({i, b, std::min(b + kRangeElements, p.elements)});
+  }
+  tbb::parallel_for(size_t{0}, ranges.size(), [&](size_t r) {
+    const Range& range = ranges[r];
+    const ParamSpec& p = masters.params[range.param];
+    const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
+    const float stddev = residual_proj ? residual_std : 0.02f;
+    NormalRng rng(seed * 0x100000001B3ull + range.param);  // one stream per tensor: independent of chunking
+    rng.discard(range.begin);
+    float* dst = out + p.offset / sizeof(float);
+    for (uint64_t e = range.begin; e < range.end; ++e) dst[e] = rng.next(stddev);
+  });
+}
+
+// Chunk c of `masters` from the HF tensors `find` gives by name (padding zero), one tensor
+// converted at a time. The tensors were checked (present, shape, dtype) before.
+template <typename Find>
+Status read_hf_chunk(const ParamLayout& masters, size_t c, const Find& find, float* out) {
+  std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
+  for (const ParamSpec& p : masters.params) {
+    if (size_t(p.chunk) != c) continue;
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name)));
+    from_hf_layout(p, values.data(), out + p.offset / sizeof(float));
+  }
+  return Status::ok();
+}
+
+// Tensor `name` of one safetensors file; a GPT-2 name "transformer.X" also finds "X" (absent in
+// OpenAI's own GPT-2 files). Null tensor when absent.
+HfTensorRef find_in_file(const SafetensorsFile& file, std::string_view name) {
+  constexpr std::string_view kGpt2Prefix = "transformer.";
+  const SafetensorsTensor* t = file.find(name);
+  if (t == nullptr && name.starts_with(kGpt2Prefix)) t = file.find(name.substr(kGpt2Prefix.size()));
+  return {&file, t};
+}
+
 std::vector<uint64_t> as_u64(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }
 
 }  // namespace
 
-std::vector<std::vector<float>> Transformer::zeroed_host_chunks() const {
-  std::vector<std::vector<float>> host(master_layout_.chunks.size());
-  for (size_t i = 0; i < host.size(); ++i) host[i].assign(master_layout_.chunks[i].bytes / sizeof(float), 0.f);
-  return host;
-}
-
-// Each chunk through the weight source's update buffer: fp32 copied, 16-bit rounded per tensor
-// (padding zero), then committed; returns once every chunk reached its home.
-Status Transformer::write_chunks(std::vector<std::vector<float>> host_chunks) {
+// Each chunk produced into one fp32 buffer, then through the weight source's update buffer: fp32
+// copied, 16-bit rounded per tensor (padding zero), then committed; returns once every chunk
+// reached its home.
+Status Transformer::write_chunks(const Fp32ChunkSource& produce) {
   const bool f32 = options_.dtype == DType::f32;
   const kernels::FloatFormat format = f32 ? kernels::FloatFormat::f32 : float_format_of(options_.dtype, "weights").value();
-  for (size_t c = 0; c < host_chunks.size(); ++c) {
+  uint64_t largest = 0;
+  for (const ChunkSpec& chunk : master_layout_.chunks) largest = std::max(largest, chunk.bytes);
+  std::vector<float> host(largest / sizeof(float));
+  for (size_t c = 0; c < master_layout_.chunks.size(); ++c) {
+    STRATA_RETURN_IF_ERROR(produce(c, host.data()));
     STRATA_ASSIGN_OR_RETURN(std::byte* staged, weights_->update_buffer(c));
     if (f32) {
-      std::memcpy(staged, host_chunks[c].data(), layout_.chunks[c].bytes);
+      std::memcpy(staged, host.data(), layout_.chunks[c].bytes);
     } else {
       std::memset(staged, 0, layout_.chunks[c].bytes);
       for (const ParamSpec* p : chunk_params_[c]) {
-        const float* src = host_chunks[c].data() + master_layout_.params[p - layout_.params.data()].offset / sizeof(float);
+        const float* src = host.data() + master_layout_.params[p - layout_.params.data()].offset / sizeof(float);
         auto* dst = reinterpret_cast<uint16_t*>(staged + p->offset);
-        for (uint64_t e = 0; e < p->elements; ++e) dst[e] = kernels::float_to_half(format, src[e]);
+        tbb::parallel_for(tbb::blocked_range<uint64_t>(0, p->elements, kRangeElements),
+                          [&](const tbb::blocked_range<uint64_t>& r) {
+                            for (uint64_t e = r.begin(); e < r.end(); ++e) dst[e] = kernels::float_to_half(format, src[e]);
+                          });
       }
     }
     STRATA_RETURN_IF_ERROR(weights_->commit_update(c));
   }
-  STRATA_RETURN_IF_ERROR(weights_->flush());
-  if (!f32) fp32_weights_ = std::move(host_chunks);
-  return Status::ok();
+  return weights_->flush();
 }
 
-std::vector<std::vector<float>> Transformer::take_fp32_weights() { return std::exchange(fp32_weights_, {}); }
+Transformer::Fp32ChunkSource Transformer::take_fp32_source() { return std::exchange(fp32_source_, nullptr); }
 
 Status Transformer::load_hf_safetensors(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
@@ -73,11 +141,9 @@ Status Transformer::load_hf_safetensors(const std::string& path) {
 }
 
 Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
-  std::vector<std::vector<float>> host = zeroed_host_chunks();
-  for (const auto& p : master_layout_.params) {
-    const SafetensorsTensor* t = file.find(p.name);
-    constexpr std::string_view kGpt2Prefix = "transformer.";  // absent in OpenAI's own GPT-2 files
-    if (t == nullptr && p.name.starts_with(kGpt2Prefix)) t = file.find(std::string_view(p.name).substr(kGpt2Prefix.size()));
+  fp32_source_ = nullptr;
+  for (const auto& p : master_layout_.params) {  // every tensor checked before the first chunk is written
+    const SafetensorsTensor* t = find_in_file(file, p.name).tensor;
     if (t == nullptr) {
       return error(Code::not_found, "{}: no tensor '{}', which model '{}' ({}) needs; is it a checkpoint of this model?",
                    file.path(), p.name, config_.name, arch_name(config_.arch));
@@ -87,40 +153,47 @@ Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
       return error(Code::invalid_argument, "{}: tensor '{}' has shape [{}] but model '{}' needs [{}]", file.path(),
                    p.name, fmt::join(t->shape, ", "), config_.name, fmt::join(want, ", "));
     }
-    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32({&file, t}));
-    from_hf_layout(p, values.data(), host[p.chunk].data() + p.offset / sizeof(float));
+    if (t->dtype != SafeDType::f32 && t->dtype != SafeDType::bf16 && t->dtype != SafeDType::f16) {
+      return error(Code::invalid_argument, "{}: tensor '{}' is {}; the model loads F32, BF16 or F16", file.path(),
+                   t->name, safe_dtype_name(t->dtype));
+    }
   }
-  return write_chunks(std::move(host));
+  const auto read = [this](const SafetensorsFile& f, size_t c, float* out) {
+    return read_hf_chunk(master_layout_, c, [&](std::string_view name) { return find_in_file(f, name); }, out);
+  };
+  STRATA_RETURN_IF_ERROR(write_chunks([&](size_t c, float* out) { return read(file, c, out); }));
+  if (options_.dtype != DType::f32) {
+    // A copy shares the mapping (SafetensorsFile holds it by shared_ptr): the file stays mapped
+    // until the source is dropped, whatever the caller does with `file`.
+    auto held = std::make_shared<const SafetensorsFile>(file);
+    fp32_source_ = [read, held](size_t c, float* out) { return read(*held, c, out); };
+  }
+  return Status::ok();
 }
 
 Status Transformer::load_hf_weights(const HfWeights& weights) {
   STRATA_RETURN_IF_ERROR(weights.check_layout(master_layout_, config_.name));
-  std::vector<std::vector<float>> host = zeroed_host_chunks();
-  for (const auto& p : master_layout_.params) {  // one tensor converted at a time
-    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(weights.find(p.name)));
-    from_hf_layout(p, values.data(), host[p.chunk].data() + p.offset / sizeof(float));
+  fp32_source_ = nullptr;
+  const auto read = [this](const HfWeights& w, size_t c, float* out) {
+    return read_hf_chunk(master_layout_, c, [&](std::string_view name) { return w.find(name); }, out);
+  };
+  STRATA_RETURN_IF_ERROR(write_chunks([&](size_t c, float* out) { return read(weights, c, out); }));
+  if (options_.dtype != DType::f32) {
+    auto held = std::make_shared<const HfWeights>(weights);  // its files share their mappings
+    fp32_source_ = [read, held](size_t c, float* out) { return read(*held, c, out); };
   }
-  return write_chunks(std::move(host));
+  return Status::ok();
 }
 
 Status Transformer::init(uint64_t seed) {
-  std::vector<std::vector<float>> host = zeroed_host_chunks();
-  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
-  for (size_t i = 0; i < master_layout_.params.size(); ++i) {
-    const ParamSpec& p = master_layout_.params[i];
-    float* dst = host[p.chunk].data() + p.offset / sizeof(float);
-    if (p.shape.size() == 1) {
-      // Norm gains start at 1, biases (GPT-2) at 0.
-      const bool gain = p.layer >= 0 ? (p.slot == int(LayerSlot::ln1_w) || p.slot == int(LayerSlot::ln2_w))
-                                     : p.slot == int(GlobalSlot::lnf_w);
-      std::fill_n(dst, p.elements, gain ? 1.f : 0.f);
-      continue;
-    }
-    const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
-    NormalRng rng(seed * 0x100000001B3ull + i);  // one stream per tensor: independent of chunking
-    for (uint64_t e = 0; e < p.elements; ++e) dst[e] = rng.next(residual_proj ? residual_std : 0.02f);
-  }
-  return write_chunks(std::move(host));
+  fp32_source_ = nullptr;
+  Fp32ChunkSource generate = [this, seed](size_t c, float* out) {
+    init_chunk(master_layout_, config_.n_layer, seed, c, out);
+    return Status::ok();
+  };
+  STRATA_RETURN_IF_ERROR(write_chunks(generate));
+  if (options_.dtype != DType::f32) fp32_source_ = std::move(generate);  // regenerates: nothing stored
+  return Status::ok();
 }
 
 StatusOr<kernels::CrossEntropyResult> Transformer::read_loss() {

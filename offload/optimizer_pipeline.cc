@@ -234,6 +234,15 @@ ChunkState OptimizerPipeline::view(size_t c, std::byte* image) const {
 // ---- walks ---------------------------------------------------------------------------------------
 
 Status OptimizerPipeline::for_each_chunk(std::span<const size_t> order, const Visit& visit, bool write_back) {
+  STRATA_RETURN_IF_ERROR(begin_walk(order, write_back));
+  while (walk_remaining() > 0) STRATA_RETURN_IF_ERROR(visit_next(visit));
+  return end_walk();
+}
+
+Status OptimizerPipeline::begin_walk(std::span<const size_t> order, bool write_back) {
+  if (walking_)
+    return error(Code::failed_precondition, "{}: a walk begins while another is in progress (end it first)",
+                 options_.name);
   STRATA_RETURN_IF_ERROR(write_error_);
   Status bad;
   for (size_t c : order) {
@@ -251,18 +260,46 @@ Status OptimizerPipeline::for_each_chunk(std::span<const size_t> order, const Vi
   for (size_t c : order)
     if (c < seen_.size()) seen_[c] = 0;
   if (!bad.is_ok()) return bad;
-  return options_.home == Tier::cpu ? walk_cpu(order, visit) : walk_nvme(order, visit, write_back);
+  walking_ = true;
+  walk_write_back_ = write_back;
+  walk_order_.assign(order.begin(), order.end());
+  walk_pos_ = 0;
+  walk_next_ = 0;
+  if (options_.home == Tier::nvme) {
+    std::fill(buffer_of_.begin(), buffer_of_.begin() + static_cast<std::ptrdiff_t>(order.size()), -1);
+    read_ahead(0);
+  }
+  return Status::ok();
 }
 
-Status OptimizerPipeline::walk_cpu(std::span<const size_t> order, const Visit& visit) {
-  for (size_t c : order) {
-    ChunkState s = view(c, homes_[c].data());
-    const auto t0 = std::chrono::steady_clock::now();
-    Status v = visit(c, s);
-    counters_.visit_seconds += seconds_since(t0);
-    if (!v.is_ok()) return v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c));
-    counters_.chunks_visited++;
-  }
+Status OptimizerPipeline::visit_next(const Visit& visit) {
+  if (!walking_ || walk_pos_ >= walk_order_.size())
+    return error(Code::failed_precondition, "{}: visit_next {}", options_.name,
+                 walking_ ? "past the end of the walk's order" : "outside a walk");
+  const size_t i = walk_pos_++;
+  return options_.home == Tier::cpu ? visit_cpu(walk_order_[i], visit) : visit_nvme(i, visit);
+}
+
+Status OptimizerPipeline::end_walk() {
+  if (!walking_) return write_error_;
+  walking_ = false;
+  if (options_.home == Tier::nvme) drain();  // the last writes
+  return write_error_;
+}
+
+Status OptimizerPipeline::abort_walk(Status why) {
+  if (options_.home == Tier::nvme) drain();
+  walking_ = false;
+  return why;
+}
+
+Status OptimizerPipeline::visit_cpu(size_t c, const Visit& visit) {
+  ChunkState s = view(c, homes_[c].data());
+  const auto t0 = std::chrono::steady_clock::now();
+  Status v = visit(c, s);
+  counters_.visit_seconds += seconds_since(t0);
+  if (!v.is_ok()) return abort_walk(v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c)));
+  counters_.chunks_visited++;
   return Status::ok();
 }
 
@@ -360,64 +397,54 @@ void OptimizerPipeline::note_in_use() {
   counters_.peak_staging_in_use = std::max(counters_.peak_staging_in_use, busy);
 }
 
-Status OptimizerPipeline::walk_nvme(std::span<const size_t> order, const Visit& visit, bool write_back) {
-  std::fill(buffer_of_.begin(), buffer_of_.begin() + static_cast<std::ptrdiff_t>(order.size()), -1);
-  size_t next = 0;  // the next walk position to begin a read for
-  for (size_t i = 0; i < order.size(); i++) {
-    const size_t c = order[i];
-    // Read ahead: the current chunk (if not begun yet) and as many after it as the ring allows.
-    while (next < order.size()) {
-      const int b = take_for_read(i);
-      if (b < 0) break;
-      begin_read(next, order[next], b);
-      if (next > i) counters_.reads_ahead++;
-      next++;
-      note_in_use();
-    }
-    if (!write_error_.is_ok()) {  // a write finished to make room failed
-      drain();
-      return write_error_;
-    }
-    if (next <= i) {  // unreachable with >= 3 buffers; kept so the walk cannot stall
-      drain();
-      return error(Code::internal, "{}: no staging buffer for chunk {}", options_.name, c);
-    }
-    counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, next - 1 - i);
-
-    const int b = buffer_of_[i];
-    if (Status r = finish_read(b); !r.is_ok()) {
-      drain();
-      return r;
-    }
-    Staging& st = staging_[b];
-    ChunkState s = view(c, st.data);
-    const auto t0 = std::chrono::steady_clock::now();
-    Status v = visit(c, s);
-    counters_.visit_seconds += seconds_since(t0);
-    if (!v.is_ok()) {
-      st.state = Staging::State::idle;
-      drain();
-      return v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c));
-    }
-    counters_.chunks_visited++;
-    if (!write_back) {
-      st.state = Staging::State::idle;
-      continue;
-    }
-    st.state = Staging::State::writing;
-    st.begin_us = trace_ ? trace_->now_us() : 0.0;
-    auto io = store_->begin_write(extents_[c], st.data);
-    if (!io.is_ok()) {
-      st.state = Staging::State::idle;
-      written_[c] = 0;
-      write_error_ = io.status().with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
-      drain();
-      return write_error_;
-    }
-    st.io = std::move(*io);
+void OptimizerPipeline::read_ahead(size_t visiting) {
+  while (walk_next_ < walk_order_.size()) {
+    const int b = take_for_read(visiting);
+    if (b < 0) break;
+    begin_read(walk_next_, walk_order_[walk_next_], b);
+    if (walk_next_ > visiting) counters_.reads_ahead++;
+    walk_next_++;
+    note_in_use();
   }
-  drain();  // the last writes
-  return write_error_;
+}
+
+Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
+  const size_t c = walk_order_[i];
+  // Read ahead: the current chunk (if not begun yet) and as many after it as the ring allows.
+  read_ahead(i);
+  if (!write_error_.is_ok()) return abort_walk(write_error_);  // a write finished to make room failed
+  if (walk_next_ <= i)  // unreachable with >= 3 buffers; kept so the walk cannot stall
+    return abort_walk(error(Code::internal, "{}: no staging buffer for chunk {}", options_.name, c));
+  counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, walk_next_ - 1 - i);
+
+  const int b = buffer_of_[i];
+  if (Status r = finish_read(b); !r.is_ok()) return abort_walk(r);
+  Staging& st = staging_[b];
+  ChunkState s = view(c, st.data);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status v = visit(c, s);
+  counters_.visit_seconds += seconds_since(t0);
+  if (!v.is_ok()) {
+    st.state = Staging::State::idle;
+    return abort_walk(v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c)));
+  }
+  counters_.chunks_visited++;
+  if (!walk_write_back_) {
+    st.state = Staging::State::idle;
+    read_ahead(i + 1);  // the freed buffer reads the next chunk now, not at the next visit
+    return Status::ok();
+  }
+  st.state = Staging::State::writing;
+  st.begin_us = trace_ ? trace_->now_us() : 0.0;
+  auto io = store_->begin_write(extents_[c], st.data);
+  if (!io.is_ok()) {
+    st.state = Staging::State::idle;
+    written_[c] = 0;
+    write_error_ = io.status().with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
+    return abort_walk(write_error_);
+  }
+  st.io = std::move(*io);
+  return Status::ok();
 }
 
 // ---- stats ---------------------------------------------------------------------------------------

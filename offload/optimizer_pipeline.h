@@ -166,6 +166,23 @@ class OptimizerPipeline {
   //    that chunk's extent no longer holds valid state.
   Status for_each_chunk(std::span<const size_t> order, const Visit& visit, bool write_back);
 
+  // The same walk one visit at a time, for a caller that interleaves it with other work (the
+  // trainer updates chunk c just before the next forward needs it). begin_walk validates `order`
+  // (invalid_argument as above, nothing begun) and begins the first reads (nvme); visit_next
+  // visits the next chunk of the order (reading further ahead, finishing its read, visiting,
+  // beginning its write); end_walk finishes every transfer still in flight and returns the
+  // sticky write error. Between calls the reads ahead and the writes behind proceed on their own.
+  // Errors as for_each_chunk's; any error also ends the walk (every transfer finished, the rest
+  // of the order unvisited). failed_precondition: begin_walk during a walk, visit_next outside
+  // one or past its order's end. for_each_chunk is begin_walk + visit_next per chunk + end_walk.
+  Status begin_walk(std::span<const size_t> order, bool write_back);
+  Status visit_next(const Visit& visit);
+  Status end_walk();
+  bool walking() const { return walking_; }
+  // The chunk visit_next visits next; precondition: walking() and walk_remaining() > 0.
+  size_t walk_next_chunk() const { return walk_order_[walk_pos_]; }
+  size_t walk_remaining() const { return walking_ ? walk_order_.size() - walk_pos_ : 0; }
+
   size_t chunk_count() const { return layouts_.size(); }
   const OptimizerStateLayout& layout(size_t c) const { return layouts_[c]; }
   const OptimizerPipelineOptions& options() const { return options_; }
@@ -180,8 +197,10 @@ class OptimizerPipeline {
   Status carve();
   ChunkState view(size_t c, std::byte* image) const;
 
-  Status walk_cpu(std::span<const size_t> order, const Visit& visit);
-  Status walk_nvme(std::span<const size_t> order, const Visit& visit, bool write_back);
+  Status visit_cpu(size_t c, const Visit& visit);
+  Status visit_nvme(size_t i, const Visit& visit);  // walk position i
+  void read_ahead(size_t visiting);                  // begins reads into the free staging buffers
+  Status abort_walk(Status why);                     // drains, ends the walk, returns `why`
   // A staging buffer for a read while walk position `visiting` is next to be visited: an idle one,
   // else the one holding the oldest write of a position <= visiting - 2, finished first. -1: none.
   int take_for_read(size_t visiting);
@@ -205,6 +224,12 @@ class OptimizerPipeline {
   uint64_t staging_bytes_ = 0;
   uint32_t alignment_ = 4096;
   Status write_error_;                // first failed write (sticky)
+  // The walk in progress (begin_walk .. end_walk).
+  bool walking_ = false;
+  bool walk_write_back_ = false;
+  std::vector<size_t> walk_order_;
+  size_t walk_pos_ = 0;   // the next position to visit
+  size_t walk_next_ = 0;  // the next position to begin a read for (nvme)
   OptimizerPipelineStats counters_;
 };
 

@@ -64,10 +64,11 @@ struct Placement {
   Home weights = Home::resident;
   OptHome optimizer = OptHome::cpu;
   bool grads_on_nvme = false;  // the step's fp32 gradient sums spill to NVMe (the CPU optimizer reads them back)
+  bool overlap = true;         // the CPU optimizer's update runs under the next forward
 };
 std::string placement_name(Placement p) {
   return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
-         (p.grads_on_nvme ? ", gradients nvme" : "");
+         (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap");
 }
 
 struct Outcome {
@@ -76,6 +77,7 @@ struct Outcome {
   uint64_t arena_peak = 0;
   uint64_t budget = 0;
   TierStats tiers;
+  uint64_t injected = 0;  // faults (or counted requests) the fault engine injected
 };
 
 // Deterministic token batches: the same for every placement.
@@ -112,9 +114,11 @@ uint64_t resident_param_bytes(const ModelConfig& c, DType dt) {
 }
 
 // What a run does besides training kSteps steps: stop after `stop_after` steps (0: never) and save
-// a checkpoint into `save_dir`, or start from the checkpoint in `resume_dir`.
+// a checkpoint into `save_dir`, or save one after step `save_at` and go on, or start from the
+// checkpoint in `resume_dir`.
 struct RunControl {
   int stop_after = 0;
+  int save_at = 0;
   std::string save_dir;
   std::string resume_dir;
 };
@@ -137,10 +141,15 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   std::unique_ptr<IoEngine> engine;
   std::unique_ptr<NvmeStore> store;
   std::unique_ptr<TierManager> tiers;
+  FaultEngine* fault_engine = nullptr;
   if (home == Home::nvme || place.optimizer == OptHome::nvme || place.grads_on_nvme) {
     std::filesystem::create_directories(swap_dir);
     engine = expect_value(make_io_engine({}, {swap_dir})).engine;
-    if (!faults.empty()) engine = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
+    if (!faults.empty()) {
+      auto wrapped = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
+      fault_engine = wrapped.get();
+      engine = std::move(wrapped);
+    }
     NvmeStoreOptions so;
     so.paths = {swap_dir};
     // Weights, the optimizer's images (masters + moments: 3x the fp32 weights at most) and the
@@ -178,6 +187,7 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
                                                        : TrainOptions::OptimizerHome::cpu;
   o.optimizer_staging = 3;
   o.offload_grad = place.grads_on_nvme ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
+  o.overlap_optimizer = place.overlap;
   auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
   Batches batches(11, config.vocab);
   const NextBatch next = [&]() { return batches.next(); };
@@ -198,10 +208,19 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
     out.losses.push_back(r.loss);
     out.norms.push_back(r.grad_norm);
     out.clips.push_back(r.clip_scale);
+    if (control.save_at == s + 1) {
+      CheckpointState saved;
+      saved.step = trainer->steps_done();
+      saved.preset = config.name;
+      EXPECT_TRUE(save_checkpoint(control.save_dir, *model, *trainer, saved).is_ok());
+    }
   }
+  if (fault_engine != nullptr) out.injected = fault_engine->injected_total();
   EXPECT_TRUE(backend->synchronize_all().is_ok());
-  if (!control.save_dir.empty()) {
-    const CheckpointState saved{.step = trainer->steps_done(), .preset = config.name};
+  if (!control.save_dir.empty() && control.save_at == 0) {
+    CheckpointState saved;
+    saved.step = trainer->steps_done();
+    saved.preset = config.name;
     EXPECT_TRUE(save_checkpoint(control.save_dir, *model, *trainer, saved).is_ok());
   }
   if (failure != nullptr && !failure->is_ok()) return out;
@@ -235,16 +254,20 @@ void expect_same_training(const Outcome& got, const Outcome& want) {
 // The whole placement matrix of one (model, precision, micro-batches, moments) against the run
 // with resident weights and the optimizer state in pinned memory: weights resident / cpu / nvme
 // x optimizer state device (resident weights, fp32 moments: the only combination it runs) / cpu /
-// nvme, the gradient sums spilled to NVMe in two of them.
+// nvme, the gradient sums spilled to NVMe in two of them; every CPU-optimizer run but the
+// reference overlaps the update with the next forward.
 TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   const Case k = GetParam();
   const ModelConfig config = tiny(k.arch);
-  const Outcome resident = train(config, k.dtype, k.grad_accum, {Home::resident, OptHome::cpu}, k.states);
+  // The reference: every update applied between the steps.
+  const Outcome resident =
+      train(config, k.dtype, k.grad_accum, {Home::resident, OptHome::cpu, false, /*overlap=*/false}, k.states);
   ASSERT_EQ(resident.losses.size(), size_t(kSteps));
   // The problem is real: the loss falls and clipping is active.
   EXPECT_LT(resident.losses.back(), resident.losses.front());
   for (double c : resident.clips) EXPECT_LT(c, 1.0);
-  std::vector<Placement> placements = {{Home::resident, OptHome::nvme, true}, {Home::cpu, OptHome::cpu},
+  std::vector<Placement> placements = {{Home::resident, OptHome::cpu},       {Home::resident, OptHome::nvme, true},
+                                       {Home::cpu, OptHome::cpu},
                                        {Home::cpu, OptHome::nvme},            {Home::nvme, OptHome::cpu},
                                        {Home::nvme, OptHome::nvme, true}};
   if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device});
@@ -273,10 +296,11 @@ TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
     SCOPED_TRACE(adam_states_name(states));
     const Placement nvme{Home::nvme, OptHome::nvme, true};
     const Outcome straight = train(config, DType::bf16, 3, nvme, states);
-    train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_dir = dir});
+    train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_at = 0, .save_dir = dir, .resume_dir = ""});
     for (Placement into : {nvme, Placement{Home::resident, OptHome::cpu}}) {
       SCOPED_TRACE(placement_name(into));
-      const Outcome resumed = train(config, DType::bf16, 3, into, states, {}, nullptr, {.resume_dir = dir});
+      const Outcome resumed = train(config, DType::bf16, 3, into, states, {}, nullptr,
+                                    {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
       const std::vector<double> tail(straight.losses.begin() + kSteps / 2, straight.losses.end());
       EXPECT_EQ(resumed.losses, tail);
       ASSERT_EQ(resumed.masters.size(), straight.masters.size());
@@ -284,6 +308,69 @@ TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+// Faults on the optimizer state's NVMe I/O mid-run (weights resident, so every request is the
+// optimizer's): a persistent EIO or short read, a CRC mismatch after a torn write, and ENOSPC on a
+// write stop the run with an error naming the chunk (and the swap file for read errors); the steps
+// before it trained exactly as the clean run, and the checkpoint saved before the fault verifies
+// and resumes into the clean run's losses bit for bit.
+TEST(OptimizerStateFaults, AFailingStateTransferStopsTheRunAndTheLastCheckpointResumes) {
+  const ModelConfig config = tiny(Arch::llama);
+  const Placement place{Home::resident, OptHome::nvme, false, /*overlap=*/false};
+  // Count the requests of a clean run: a 0 us latency rule matches (and counts) every read, then
+  // every write.
+  const FaultRule count_reads{.kind = FaultKind::latency, .op = IoOp::read};
+  const FaultRule count_writes{.kind = FaultKind::latency, .op = IoOp::write};
+  const Outcome clean = train(config, DType::bf16, 1, place, AdamStates::f32, {count_reads});
+  const Outcome clean_writes = train(config, DType::bf16, 1, place, AdamStates::f32, {count_writes});
+  ASSERT_EQ(clean.losses.size(), size_t(kSteps));
+  EXPECT_EQ(clean_writes.losses, clean.losses);
+  // Each step's update reads and writes every chunk's image once; the init walk writes them too.
+  ASSERT_EQ(clean.injected % kSteps, 0u);
+  const uint32_t reads = uint32_t(clean.injected / kSteps);
+  ASSERT_EQ(clean_writes.injected % (kSteps + 1), 0u);
+  const uint32_t writes = uint32_t(clean_writes.injected / (kSteps + 1));
+  // A checkpoint after step 5 (its save reads every chunk once more); the fault hits step 6's
+  // update (a torn write: step 7's read of it). An ENOSPC rule also sees the store's reservation.
+  constexpr int kSaved = 5;
+  const uint32_t read_skip = (kSaved + 1) * reads + 1, write_skip = (kSaved + 1) * writes;
+  struct Fault {
+    const char* what;
+    FaultRule rule;
+    Code code;
+    int trained;  // steps completed before the failing one
+  };
+  const Fault faults[] = {
+      {"EIO on a read", {.kind = FaultKind::eio, .op = IoOp::read, .skip = read_skip}, Code::io_error, kSaved},
+      {"short read", {.kind = FaultKind::short_transfer, .op = IoOp::read, .skip = read_skip},
+       Code::io_error, kSaved},
+      {"torn write", {.kind = FaultKind::torn_write, .op = IoOp::write, .skip = write_skip, .limit = 1},
+       Code::corruption, kSaved + 1},
+      {"ENOSPC on a write", {.kind = FaultKind::enospc, .op = IoOp::write, .skip = write_skip + 2},
+       Code::no_space, kSaved},
+  };
+  const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/opt-faults-" + std::to_string(::getpid());
+  for (const Fault& f : faults) {
+    SCOPED_TRACE(f.what);
+    std::filesystem::remove_all(dir);
+    Status failure;
+    const Outcome o = train(config, DType::bf16, 1, place, AdamStates::f32, {f.rule}, &failure,
+                            {.stop_after = 0, .save_at = kSaved, .save_dir = dir, .resume_dir = ""});
+    EXPECT_EQ(failure.code(), f.code) << failure.to_string();
+    EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+    if (f.code == Code::io_error || f.code == Code::corruption) {
+      EXPECT_NE(failure.message().find("swap"), std::string::npos) << failure.to_string();
+    }
+    ASSERT_EQ(o.losses.size(), size_t(f.trained));
+    EXPECT_TRUE(std::equal(o.losses.begin(), o.losses.end(), clean.losses.begin()));
+    // The checkpoint taken before the fault verifies and resumes into the clean run.
+    ASSERT_TRUE(verify_checkpoint(dir).is_ok());
+    const Outcome resumed = train(config, DType::bf16, 1, place, AdamStates::f32, {}, nullptr,
+                                  {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
+    EXPECT_EQ(resumed.losses, std::vector<double>(clean.losses.begin() + kSaved, clean.losses.end()));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Every read fails after the first few (more than the store's retries): step 1 stops with the

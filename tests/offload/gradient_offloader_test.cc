@@ -620,18 +620,25 @@ TEST(GradientOffloaderNvme, PinsFarLessThanTheCpuHomeForManyChunks) {
 // One step of kPlan[0] on `g` (3 micro-batches), stopping at the first error, which is returned;
 // else finish_step's.
 StatusOr<double> drive_step(Backend& b, GradientOffloader& g, FloatFormat f, int micro_batches) {
-  STRATA_RETURN_IF_ERROR(g.begin_step());
+  // The host bytes the queued copies read outlive every return: an error part way leaves copies
+  // in flight, so the streams are drained before `keep` goes.
   std::vector<std::vector<Contribution>> keep;
-  for (int m = 0; m < micro_batches; ++m) {
-    g.set_last_micro_batch(m == micro_batches - 1);
-    keep.push_back(micro_batch(f, 0, m, false));
-    for (const Contribution& k : keep.back()) {
-      STRATA_ASSIGN_OR_RETURN(std::byte* slot, g.acquire(k.chunk));
-      STRATA_RETURN_IF_ERROR(b.copy_to_device(slot, k.bytes.data(), k.bytes.size(), Stream::compute));
-      STRATA_RETURN_IF_ERROR(g.release(k.chunk, k.last));
+  const auto drive = [&]() -> StatusOr<double> {
+    STRATA_RETURN_IF_ERROR(g.begin_step());
+    for (int m = 0; m < micro_batches; ++m) {
+      g.set_last_micro_batch(m == micro_batches - 1);
+      keep.push_back(micro_batch(f, 0, m, false));
+      for (const Contribution& k : keep.back()) {
+        STRATA_ASSIGN_OR_RETURN(std::byte* slot, g.acquire(k.chunk));
+        STRATA_RETURN_IF_ERROR(b.copy_to_device(slot, k.bytes.data(), k.bytes.size(), Stream::compute));
+        STRATA_RETURN_IF_ERROR(g.release(k.chunk, k.last));
+      }
     }
-  }
-  return g.finish_step();
+    return g.finish_step();
+  };
+  StatusOr<double> result = drive();
+  (void)b.synchronize_all();
+  return result;
 }
 
 struct NvmeFixture {

@@ -546,6 +546,48 @@ TEST(OptimizerPipeline, BadOrdersAndVisitErrorsStopTheWalk) {
 
 // ---- faults ---------------------------------------------------------------------------------------
 
+// The incremental walk (begin_walk / visit_next / end_walk) is for_each_chunk one visit at a time:
+// reads run ahead while the caller does other work between visits; misuse is failed_precondition;
+// a failing visit ends the walk, the chunks before it written.
+TEST(OptimizerPipeline, AnIncrementalWalkVisitsOneChunkPerCall) {
+  for (Tier home : {Tier::cpu, Tier::nvme}) {
+    SCOPED_TRACE(home == Tier::cpu ? "cpu" : "nvme");
+    Rig r(home);
+    auto made = r.make(options_for(home, AdamStates::f32, 4));
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    OptimizerPipeline& p = **made;
+    const std::vector<size_t> fwd = forward(p.chunk_count());
+    ASSERT_TRUE(write_pattern(p, fwd, 1).is_ok());
+    EXPECT_EQ(p.visit_next([](size_t, ChunkState&) { return Status::ok(); }).code(), Code::failed_precondition);
+    const std::vector<size_t> order = permuted(p.chunk_count(), 5);
+    ASSERT_TRUE(p.begin_walk(order, /*write_back=*/true).is_ok());
+    EXPECT_TRUE(p.walking());
+    EXPECT_EQ(p.begin_walk(order, true).code(), Code::failed_precondition);
+    if (home == Tier::nvme) EXPECT_GT(p.stats().peak_staging_in_use, 1u) << "reads begin with the walk";
+    std::vector<size_t> visited;
+    while (p.walk_remaining() > 0) {
+      const size_t want = p.walk_next_chunk();
+      ASSERT_TRUE(p.visit_next([&](size_t c, ChunkState& st) {
+                     EXPECT_EQ(c, want);
+                     visited.push_back(c);
+                     for (uint64_t i = 0; i < st.image.size(); i++) st.image[i] = pattern(c, 2, i);
+                     return Status::ok();
+                   }).is_ok());
+    }
+    EXPECT_EQ(visited, order);
+    EXPECT_EQ(p.visit_next([](size_t, ChunkState&) { return Status::ok(); }).code(), Code::failed_precondition);
+    ASSERT_TRUE(p.end_walk().is_ok());
+    EXPECT_FALSE(p.walking());
+    expect_pattern(p, fwd, 2);
+    // A failing visit ends the walk: the next visit_next is outside one, a new walk may begin.
+    ASSERT_TRUE(p.begin_walk(fwd, true).is_ok());
+    EXPECT_EQ(p.visit_next([](size_t, ChunkState&) { return Status(Code::cancelled, "stop"); }).code(), Code::cancelled);
+    EXPECT_FALSE(p.walking());
+    EXPECT_TRUE(p.end_walk().is_ok());
+    expect_pattern(p, fwd, 2);
+  }
+}
+
 TEST(OptimizerPipeline, AStateReadFailingPastTheRetriesStopsTheWalkNamingTheChunk) {
   // Reads 0 and 1 pass; every read after (each of the store's three tries) fails with EIO.
   FaultRule eio{.kind = FaultKind::eio, .op = IoOp::read, .skip = 2};

@@ -8,7 +8,8 @@
 // checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
 // continues such a run bit-identically. Paths and disk room are checked before any work
 // (train_preflight.h). --offload-param cpu|nvme homes the working weights in pinned memory or on
-// NVMe and pages them through a few device slots (train_offload.h); --trace writes a Chrome trace.
+// NVMe and pages them through a few device slots (train_offload.h); --trace writes a Chrome trace;
+// --bench prints each step's breakdown and lower bound after the run (train_bench.h).
 #include <signal.h>
 
 #include <cerrno>
@@ -44,6 +45,7 @@
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
 #include "tools/strata/schema.h"
+#include "tools/strata/train_bench.h"
 #include "tools/strata/train_device_rates.h"
 #include "tools/strata/train_offload.h"
 #include "tools/strata/train_preflight.h"
@@ -335,6 +337,13 @@ int train(const Config& config) {
   if (!pinned.is_ok()) return fail(pinned.status());
   StatusOr<std::unique_ptr<TrainOffload>> offload = TrainOffload::create(config, o, *mc, **backend, **pinned);
   if (!offload.is_ok()) return fail(offload.status());
+  // --bench: the disk measured before any training I/O; the recorder the compute spans go to.
+  std::optional<TrainBench> bench;
+  if (o.bench) {
+    StatusOr<std::optional<DiskBandwidth>> disk = measure_run_disk(config, **offload);
+    if (!disk.is_ok()) return fail(disk.status());
+    bench.emplace(**offload, std::move(*disk));
+  }
   StatusOr<std::unique_ptr<ThreadPool>> pool =
       ThreadPool::create({.threads = int(config.get_int("threads")), .name = "adam"});
   if (!pool.is_ok()) return fail(pool.status());
@@ -363,7 +372,7 @@ int train(const Config& config) {
        .device_grads = o.optimizer_device == model::TrainOptions::OptimizerDevice::device},
       {.weights = (*offload)->weights(), .pinned = pinned->get()});
   if (!net.is_ok()) return fail(net.status());
-  (*net)->set_trace((*offload)->trace());
+  (*net)->set_trace(bench ? bench->trace() : (*offload)->trace());
   if (resumed && init_weights)
     spdlog::info("init-from: resuming from {}, so its weights are used; {} gave the model's configuration only",
                  resume_dir, o.init_from);
@@ -445,8 +454,10 @@ int train(const Config& config) {
   for (uint64_t i = first_step; i < o.steps; ++i) {
     if (const int sig = stop_signal(); sig != 0) return stop_for_signal(sig);
     const auto t0 = std::chrono::steady_clock::now();
+    if (bench) bench->begin_step(**trainer);
     StatusOr<model::StepResult> r = (*trainer)->step(next_train);
     if (!r.is_ok()) return report_error(fmt::format("step {}: {}", i + 1, r.status().message()), kExitFailure);
+    if (bench) bench->end_step(**trainer, r->step);
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     model::StepMetrics m;
     m.step = r->step;
@@ -501,10 +512,25 @@ int train(const Config& config) {
     summary.skipped_steps += r->skipped;
     summary.peak_bytes = m.peak_bytes;
   }
+  // The last step's update (overlapped updates wait for a next forward that never comes).
+  if (bench) bench->begin_final_update(**trainer);
+  if (Status s = (*trainer)->finish_update(); !s.is_ok())
+    return report_error(fmt::format("the update of step {}: {}", o.steps, s.message()), kExitFailure);
+  if (bench) bench->end_final_update(**trainer);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
   if (const std::string s = (*offload)->summary(summary.seconds); !s.empty()) spdlog::info("{}", s);
+  if (bench) {
+    StatusOr<BenchReport> report = bench->finish(**trainer);
+    if (!report.is_ok()) return fail(report.status());
+    fmt::print("{}", bench_table(*report));
+    std::fflush(stdout);
+    if (metrics) {
+      metrics.reset();  // closed after its last step line; the bench line follows it
+      if (Status s = append_line(o.metrics_path, bench_json_line(*report)); !s.is_ok()) return fail(s);
+    }
+  }
   if (Status s = (*offload)->write_trace(o.trace_path); !s.is_ok()) return fail(s);
   return kExitOk;
 }

@@ -1,6 +1,8 @@
 // TrainOffload (train_offload.h): paged weights, NVMe store and trace of a `strata train` run.
 #include "tools/strata/train_offload.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -110,16 +112,26 @@ std::optional<model::TransferMetrics> TrainOffload::step_transfers(const model::
   model::TransferMetrics m;
   const double seconds = step_s > 0 ? step_s : 1e-9;
   const auto gbps = [&](uint64_t bytes) { return double(bytes) / seconds / 1e9; };
+  // NVMe traffic of the optimizer state and the spilled gradients (weights: the tiers, below).
+  uint64_t nvme_read = 0, nvme_written = 0;
+  const auto delta = [](uint64_t now, uint64_t& last) { return now - std::exchange(last, now); };
+  const OptimizerPipelineStats state = trainer.state_stats();
+  nvme_read += delta(state.read_bytes, last_state_read_);
+  nvme_written += delta(state.write_bytes, last_state_written_);
   if (grads != nullptr) {
-    const uint64_t d2h = grads->stats().d2h_bytes;
-    m.d2h_gbps = gbps(d2h - last_d2h_);
-    last_d2h_ = d2h;
+    const GradientOffloaderStats g = grads->stats();
+    m.d2h_gbps = gbps(g.d2h_bytes - last_d2h_);
+    last_d2h_ = g.d2h_bytes;
+    nvme_read += delta(g.nvme_read_bytes, last_grad_read_);
+    nvme_written += delta(g.nvme_write_bytes, last_grad_written_);
   }
+  m.nvme_read_gbps = gbps(nvme_read);
+  m.nvme_write_gbps = gbps(nvme_written);
   if (tiers_) {
     const TierStats s = tiers_->stats();
     m.h2d_gbps = gbps(s.h2d_bytes - last_tiers_.h2d_bytes);
-    m.nvme_read_gbps = gbps(s.nvme_read_bytes - last_tiers_.nvme_read_bytes);
-    m.nvme_write_gbps = gbps(s.nvme_write_bytes - last_tiers_.nvme_write_bytes);
+    m.nvme_read_gbps += gbps(s.nvme_read_bytes - last_tiers_.nvme_read_bytes);
+    m.nvme_write_gbps += gbps(s.nvme_write_bytes - last_tiers_.nvme_write_bytes);
     m.wait_s = s.compute_wait_seconds - last_tiers_.compute_wait_seconds;
     m.wait_fraction = step_s > 0 ? m.wait_s / step_s : 0.0;
     last_tiers_ = s;

@@ -69,6 +69,8 @@ class TrainOffload {
   std::unique_ptr<TierManager> tiers_;
   TierStats last_tiers_;
   uint64_t last_d2h_ = 0;
+  // NVMe bytes of the optimizer state and the spilled gradients at the last call.
+  uint64_t last_state_read_ = 0, last_state_written_ = 0, last_grad_read_ = 0, last_grad_written_ = 0;
 };
 
 }  // namespace strata::cli
