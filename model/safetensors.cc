@@ -334,7 +334,8 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
   }
   std::map<std::string, std::string> header_metadata = metadata;
   if (!checksum_key.empty()) {
-    // Placeholders of the final length; commit() overwrites them with the real CRCs.
+    // "00000000" for each tensor: the header's length is fixed now, and commit() rewrites these
+    // 8-digit values in place with the CRCs of the bytes written.
     header_metadata[checksum_key] = checksum_text(specs, std::vector<uint32_t>(specs.size(), 0));
     w->checksum_key_ = std::move(checksum_key);
     w->metadata_ = std::move(metadata);

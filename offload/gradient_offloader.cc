@@ -305,7 +305,7 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
     // extent under the backward's compute. Still in a buffer (c kept it): no read.
     STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
     if (ch.released) {
-      Status st = begin_extent_read(c, b);
+      Status st = begin_extent_io(c, b, IoOp::read);
       if (!st.is_ok()) return sticky_ = st;
     }
   }
@@ -387,7 +387,7 @@ void GradientOffloader::spill_callback(size_t c, size_t b, bool final, bool last
   if (!st.is_ok()) return record_callback_error(st);
   accumulate_into(c, s.data, final);
   if (last) {
-    st = begin_extent_write(c, b);
+    st = begin_extent_io(c, b, IoOp::write);
     if (!st.is_ok()) record_callback_error(st);
   }
 }
@@ -452,7 +452,7 @@ StatusOr<double> GradientOffloader::finish_step() {
       const size_t c = static_cast<size_t>(s.chunk);
       chunks_[c].open = false;
       s.closed_at = ++use_clock_;
-      st = begin_extent_write(c, b);
+      st = begin_extent_io(c, b, IoOp::write);
       if (st.is_ok()) st = settle(s);
     }
     if (!st.is_ok()) return sticky_ = st;
@@ -496,7 +496,7 @@ Status GradientOffloader::begin_read(size_t c) {
   if (ch.spill < 0) {
     STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
     if (ch.touched) {
-      Status st = begin_extent_read(c, b);
+      Status st = begin_extent_io(c, b, IoOp::read);
       if (!st.is_ok()) {
         detach(b);
         return st;
@@ -621,25 +621,15 @@ Status GradientOffloader::settle(Spill& s) {
       fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name, read ? "read" : "write", s.io_chunk));
 }
 
-Status GradientOffloader::begin_extent_read(size_t c, size_t b) {
+Status GradientOffloader::begin_extent_io(size_t c, size_t b, IoOp op) {
   Spill& s = spills_[b];
   s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
-  StatusOr<ExtentIo> io = store_->begin_read(chunks_[c].extent, reinterpret_cast<std::byte*>(s.data));
+  auto* buffer = reinterpret_cast<std::byte*>(s.data);
+  StatusOr<ExtentIo> io = op == IoOp::read ? store_->begin_read(chunks_[c].extent, buffer)
+                                           : store_->begin_write(chunks_[c].extent, buffer);
   if (!io.is_ok()) {
-    return io.status().with_context(fmt::format("{}: NVMe read of chunk {}'s fp32 gradient", options_.name, c));
-  }
-  s.io = std::move(*io);
-  s.pending = true;
-  s.io_chunk = c;
-  return Status::ok();
-}
-
-Status GradientOffloader::begin_extent_write(size_t c, size_t b) {
-  Spill& s = spills_[b];
-  s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
-  StatusOr<ExtentIo> io = store_->begin_write(chunks_[c].extent, reinterpret_cast<std::byte*>(s.data));
-  if (!io.is_ok()) {
-    return io.status().with_context(fmt::format("{}: NVMe write of chunk {}'s fp32 gradient", options_.name, c));
+    return io.status().with_context(fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name,
+                                                 op == IoOp::read ? "read" : "write", c));
   }
   s.io = std::move(*io);
   s.pending = true;

@@ -255,8 +255,7 @@ class GradientOffloader final : public GradSink {
   bool has_callback_error();                  // any thread
   StatusOr<size_t> take_spill(size_t c);      // a buffer for c: free, else the oldest closed one
   Status settle(Spill& s);                    // finishes s's pending transfer (any thread owning it)
-  Status begin_extent_read(size_t c, size_t b);
-  Status begin_extent_write(size_t c, size_t b);  // any thread owning b
+  Status begin_extent_io(size_t c, size_t b, IoOp op);  // c's extent <-> spill b; any thread owning b
   void detach(size_t b);                      // b free, its chunk without a buffer
 
   Backend& backend_;

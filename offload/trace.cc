@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 
@@ -105,6 +106,17 @@ Status TraceRecorder::write(const std::string& path) const {
   }
   if (!st.is_ok()) ::unlink(tmp.c_str());
   return st;
+}
+
+std::vector<std::pair<double, double>> TraceRecorder::spans_on(std::string_view track) const {
+  std::vector<std::pair<double, double>> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = tids_.find(track);
+  if (it == tids_.end()) return out;
+  for (const Span& s : spans_)
+    if (s.tid == it->second) out.emplace_back(s.begin_us, s.begin_us + s.dur_us);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 size_t TraceRecorder::span_count() const {

@@ -60,6 +60,9 @@ class TraceRecorder {
   Status write(const std::string& path) const;
 
   size_t span_count() const;
+  // [begin_us, end_us] of every span recorded so far on `track`, sorted by begin (none for a
+  // track never used). Safe from any thread.
+  std::vector<std::pair<double, double>> spans_on(std::string_view track) const;
   // Track names in first-use order (tid = index + 1).
   std::vector<std::string> tracks() const;
 

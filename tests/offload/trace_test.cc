@@ -119,6 +119,17 @@ TEST(TraceRecorder, TracksGetTidsInFirstUseOrder) {
   EXPECT_EQ(spans[2].at("dur").get<double>(), 0.0);
 }
 
+TEST(TraceRecorder, SpansOnATrackAreReadBackSortedByBegin) {
+  TraceRecorder t;
+  t.span("compute", "b", 30.0, 45.0);
+  t.span("h2d", "x", 5.0, 6.0);
+  t.span("compute", "a", 10.0, 12.5);
+  const std::vector<std::pair<double, double>> want = {{10.0, 12.5}, {30.0, 45.0}};
+  EXPECT_EQ(t.spans_on("compute"), want);
+  EXPECT_EQ(t.spans_on("h2d").size(), 1u);
+  EXPECT_TRUE(t.spans_on("never used").empty());
+}
+
 TEST(TraceRecorder, NamesAreEscaped) {
   test::ScratchDir dir;
   TraceRecorder trace;

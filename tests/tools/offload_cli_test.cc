@@ -21,10 +21,7 @@ namespace {
 
 using test::CliResult;
 using test::run_cli;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
+using test::temp_path;
 
 // gpt2-tiny deepened to 6 layers, so two layer slots must page: 8 chunks (embedding, 6 layers, head).
 const std::vector<std::string> kModel = {"train",         "--device", "cpu",       "--n-layer", "6", "--steps", "4",

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace strata::test {
 
@@ -20,6 +23,11 @@ struct CliResult {
   std::string out;     // stdout
   std::string err;     // stderr
 };
+
+// `name` inside googletest's temporary directory.
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
 
 inline std::string strata_binary() { return std::string(STRATA_BINARY_DIR) + "/bin/strata"; }
 

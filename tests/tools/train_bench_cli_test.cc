@@ -19,10 +19,7 @@ namespace {
 
 using test::CliResult;
 using test::run_cli;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
+using test::temp_path;
 
 // gpt2-tiny deepened to 6 layers (two layer slots must page), three steps: a warm-up and two more.
 const std::vector<std::string> kModel = {"train", "--device", "cpu", "--n-layer", "6", "--steps", "3",

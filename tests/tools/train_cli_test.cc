@@ -18,10 +18,7 @@ namespace {
 
 using test::CliResult;
 using test::run_cli;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
+using test::temp_path;
 
 int count_lines_with(const std::string& text, const std::string& needle) {
   std::istringstream in(text);

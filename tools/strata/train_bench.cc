@@ -1,13 +1,11 @@
 // TrainBench (train_bench.h): per-step counter deltas, compute spans, the disk and the bound.
 #include "tools/strata/train_bench.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -25,35 +23,6 @@ namespace {
 constexpr uint64_t kMinMeasureBytes = 64ull << 20;
 constexpr uint64_t kMaxMeasureBytes = 1ull << 30;
 constexpr double kGB = 1e9;
-
-// The [begin, end] (µs on the recorder's clock) of every span on `track`, sorted by begin.
-// TraceRecorder keeps its spans to itself and hands them out only as a written file, so they are
-// read back from one written to a temporary file, removed at once; a reader on the recorder
-// (offload/trace.h) would make this a loop.
-StatusOr<std::vector<std::pair<double, double>>> track_spans(const TraceRecorder& trace, std::string_view track) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / fmt::format("strata-bench-trace-{}.json", ::getpid())).string();
-  Status written = trace.write(path);
-  std::vector<std::pair<double, double>> spans;
-  if (!written.is_ok()) return written.with_context("bench: reading the compute spans back");
-  std::ifstream in(path);
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
-  if (doc.is_discarded() || !doc.contains("traceEvents"))
-    return error(Code::internal, "bench: the trace written to {} did not parse back", path);
-  int64_t tid = -1;
-  for (const nlohmann::json& e : doc["traceEvents"])
-    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" && e["args"].value("name", "") == track)
-      tid = e.value("tid", int64_t{-1});
-  for (const nlohmann::json& e : doc["traceEvents"])
-    if (tid >= 0 && e.value("ph", "") == "X" && e.value("tid", int64_t{-1}) == tid) {
-      const double begin = e.value("ts", 0.0);
-      spans.emplace_back(begin, begin + e.value("dur", 0.0));
-    }
-  std::sort(spans.begin(), spans.end());
-  return spans;
-}
 
 // Sum of the spans that begin inside [begin_us, end_us].
 double busy_seconds(const std::vector<std::pair<double, double>>& spans, double begin_us, double end_us) {
@@ -275,7 +244,7 @@ StatusOr<BenchReport> TrainBench::finish(model::Trainer& trainer) {
   // Without a pending update finish_update returns at once: nothing to report.
   const BenchStep& f = *final_update_;
   if (f.optimizer_s > 0 || f.nvme_read_bytes > 0 || f.nvme_write_bytes > 0) r.final_update = f;
-  STRATA_ASSIGN_OR_RETURN(auto spans, track_spans(*trace_, "compute"));
+  const std::vector<std::pair<double, double>> spans = trace_->spans_on("compute");
   for (BenchStep& s : steps_) s.compute_s = busy_seconds(spans, s.begin_us, s.end_us);
   if (steps_.empty()) return r;
   r.warmup = steps_.front();
