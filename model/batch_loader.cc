@@ -6,6 +6,19 @@
 #include <cstring>
 
 namespace strata::model {
+namespace {
+
+// Bytes of one ring buffer: the (B, T) inputs and targets.
+uint64_t slot_bytes_of(const BatchLoaderOptions& o) {
+  return 2ull * o.sampling.batch_size * o.sampling.seq_len * sizeof(int32_t);
+}
+
+}  // namespace
+
+uint64_t batch_loader_pinned_bytes(const BatchLoaderOptions& options) {
+  constexpr uint64_t kBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
+  return uint64_t(options.depth) * ((slot_bytes_of(options) + kBlock - 1) / kBlock * kBlock);
+}
 
 StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::create(TokenDataset dataset, PinnedPool& pool,
                                                            const BatchLoaderOptions& options) {
@@ -16,7 +29,7 @@ StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::create(TokenDataset dataset,
   STRATA_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::create(dataset, options.sampling));
   STRATA_RETURN_IF_ERROR(sampler.check(options.start));
   std::unique_ptr<BatchLoader> loader(new BatchLoader(std::move(dataset), std::move(sampler), options));
-  const uint64_t slot_bytes = 2ull * options.sampling.batch_size * options.sampling.seq_len * sizeof(int32_t);
+  const uint64_t slot_bytes = slot_bytes_of(options);
   for (uint32_t i = 0; i < options.depth; ++i) {
     StatusOr<PinnedBuffer> buffer = pool.acquire(slot_bytes);
     if (!buffer.is_ok()) return buffer.status().with_context("allocating the batch loader's pinned ring");

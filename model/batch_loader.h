@@ -30,6 +30,10 @@ struct BatchLoaderOptions {
   LoaderPosition start;           // the first batch next() returns
 };
 
+// Pinned bytes create() takes for the ring: depth buffers of 2 * B * T int32 (inputs and
+// targets), each rounded up to the pool's 4 KiB blocks. For the planner (model/planner.h).
+uint64_t batch_loader_pinned_bytes(const BatchLoaderOptions& options);
+
 // A batch in pinned memory. Valid until the next call to next() or seek()-then-next() -- that is
 // when its buffer goes back to the ring -- or until the loader is destroyed.
 struct BatchView {

@@ -9,6 +9,12 @@
 
 namespace strata {
 
+uint64_t resident_weights_pinned_bytes(const std::vector<uint64_t>& chunk_bytes, uint32_t staging) {
+  constexpr uint64_t kBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
+  const uint64_t largest = chunk_bytes.empty() ? 0 : *std::max_element(chunk_bytes.begin(), chunk_bytes.end());
+  return uint64_t(staging) * ((largest + kBlock - 1) / kBlock * kBlock);
+}
+
 StatusOr<std::unique_ptr<ResidentWeights>> ResidentWeights::create(Backend& backend, PinnedPool& pinned,
                                                                    const std::vector<uint64_t>& chunk_bytes,
                                                                    const std::vector<std::string>& chunk_names,

@@ -19,6 +19,12 @@
 
 namespace strata {
 
+inline constexpr uint32_t kResidentStaging = 2;  // update buffers of a ResidentWeights by default
+
+// Pinned bytes create() takes: `staging` buffers of the largest chunk, each rounded up to the
+// pool's 4 KiB blocks (0 for no chunks). For the planner (model/planner.h).
+uint64_t resident_weights_pinned_bytes(const std::vector<uint64_t>& chunk_bytes, uint32_t staging = kResidentStaging);
+
 class ResidentWeights final : public WeightSource {
  public:
   // One device block per entry of `chunk_bytes` (tags "<name> weights (<chunk_names[c]>)"), and
@@ -27,7 +33,8 @@ class ResidentWeights final : public WeightSource {
   static StatusOr<std::unique_ptr<ResidentWeights>> create(Backend& backend, PinnedPool& pinned,
                                                            const std::vector<uint64_t>& chunk_bytes,
                                                            const std::vector<std::string>& chunk_names,
-                                                           const std::string& name, uint32_t staging = 2);
+                                                           const std::string& name,
+                                                           uint32_t staging = kResidentStaging);
   ~ResidentWeights() override;
   ResidentWeights(const ResidentWeights&) = delete;
   ResidentWeights& operator=(const ResidentWeights&) = delete;

@@ -37,6 +37,7 @@ int report_error(const std::string& message, int exit_code = kExitFailure);
 void add_info_command(CLI::App& root, CommandRegistry& registry);
 void add_config_command(CLI::App& root, CommandRegistry& registry);
 void add_train_command(CLI::App& root, CommandRegistry& registry);
+void add_plan_command(CLI::App& root, CommandRegistry& registry);  // `strata plan`: memory fit and placement
 void add_ckpt_command(CLI::App& root, CommandRegistry& registry);  // `strata ckpt verify|inspect`
 void add_clean_command(CLI::App& root, CommandRegistry& registry);  // `strata clean [PATH...]`
 void add_export_command(CLI::App& root, CommandRegistry& registry);  // `strata export --hf`

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add_info_command(app, registry);
   add_config_command(app, registry);
   add_train_command(app, registry);
+  add_plan_command(app, registry);
   add_ckpt_command(app, registry);
   add_clean_command(app, registry);
   add_export_command(app, registry);

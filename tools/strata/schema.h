@@ -7,7 +7,11 @@
 
 namespace strata::cli {
 
-// A fresh schema with the keys of every layer, in layer order (runtime first).
+// A fresh schema with the keys of every layer, in layer order (runtime first). The STRATA_*
+// variables of `strata plan`'s own keys are ignored (set for plan, they are no error elsewhere).
 ConfigSchema strata_config_schema();
+// The same plus `strata plan`'s keys: nvme_mem (the NVMe capacity of a described machine) and the
+// step-time model's rates (rate_flops, rate_pcie, rate_nvme_read, rate_nvme_write, rate_adam).
+ConfigSchema strata_plan_config_schema();
 
 }  // namespace strata::cli

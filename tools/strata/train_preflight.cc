@@ -50,9 +50,6 @@ Status check_nvme_paths(const std::vector<std::string>& paths) {
   return Status::ok();
 }
 
-namespace {
-
-// MemAvailable of /proc/meminfo in bytes, or nullopt where it cannot be read.
 std::optional<uint64_t> mem_available() {
   std::ifstream in("/proc/meminfo");
   for (std::string line; std::getline(in, line);) {
@@ -63,8 +60,6 @@ std::optional<uint64_t> mem_available() {
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
                                                      bool optimizer_on_device, bool states_on_nvme,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ Status check_checkpoint_room(const std::string& dir, uint64_t needed, const std:
 // Each path must be an existing directory this user can write, whose filesystem takes O_DIRECT
 // (a file, /proc, a read-only or missing directory are refused naming the path and the reason).
 Status check_nvme_paths(const std::vector<std::string>& paths);
+
+// MemAvailable of /proc/meminfo in bytes, or nullopt where it cannot be read.
+std::optional<uint64_t> mem_available();
 
 // The host memory check: the fp32 master weights and Adam moments of `config` (a lower bound of
 // what the run allocates on the host; not counted when `optimizer_on_device`, which keeps them

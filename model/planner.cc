@@ -1,0 +1,485 @@
+// Planner (planner.h): bytes per state and tier from the allocators' own size functions, the
+// step-time model, the placement search and the suggestions when nothing fits.
+#include "model/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/ops_loss.h"
+#include "model/batch_loader.h"
+#include "model/flops.h"
+#include "model/param_layout.h"
+#include "model/placement.h"
+#include "offload/gradient_offloader.h"
+#include "offload/nvme_store.h"
+#include "offload/optimizer_pipeline.h"
+#include "offload/resident_weights.h"
+#include "offload/tier_manager.h"
+
+namespace strata::model {
+namespace {
+
+using ParamHome = TrainOptions::ParamHome;
+using OptimizerDevice = TrainOptions::OptimizerDevice;
+using OptimizerHome = TrainOptions::OptimizerHome;
+using GradHome = TrainOptions::GradHome;
+
+constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+bool cpu_optimizer(const TrainOptions& o) { return o.optimizer_device == OptimizerDevice::cpu; }
+bool optimizer_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.optimizer_home == OptimizerHome::nvme; }
+bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.offload_grad == GradHome::nvme; }
+
+ParamLayout working_layout(const ModelConfig& c, const TrainOptions& o) {
+  return build_param_layout(c, dtype_size(o.dtype)).value();
+}
+ParamLayout master_layout(const ModelConfig& c) { return build_param_layout(c, sizeof(float)).value(); }
+
+std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
+  std::vector<uint64_t> bytes;
+  for (const ChunkSpec& c : layout.chunks) bytes.push_back(c.bytes);
+  return bytes;
+}
+
+TierManagerOptions weight_options(const ParamLayout& layout, const TrainOptions& o, const std::string& name) {
+  return paged_weight_options(layout, o.offload_param == ParamHome::nvme ? Tier::nvme : Tier::cpu, o.param_slots,
+                              o.prefetch_bytes, o.nvme_staging, name);
+}
+
+// fp32 master bytes of the optimizer's images (the rest of an image is moments and padding).
+uint64_t master_bytes(const OptimizerPipelineOptions& po) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < po.fp32_slots.size(); ++i) {
+    const uint64_t scales = po.scale_count.empty() ? 0 : po.scale_count[i];
+    total += optimizer_state_layout(po.states, po.fp32_slots[i], scales).master.bytes;
+  }
+  return total;
+}
+
+void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const DeviceBytes d = estimate_device_bytes(config, o);
+  b.at(PlanTier::gpu, PlanState::weights) = d.weights;
+  b.at(PlanTier::gpu, PlanState::gradients) = d.gradients;
+  b.at(PlanTier::gpu, PlanState::activations) = d.activations;
+  b.at(PlanTier::gpu, PlanState::other) = d.batch;
+  // estimate_device_bytes: m and v, plus the fp32 masters of a 16-bit model, one block each.
+  const uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
+  b.at(PlanTier::gpu, PlanState::masters) = masters;
+  b.at(PlanTier::gpu, PlanState::moments) = d.optimizer - masters;
+}
+
+void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const ParamLayout layout = working_layout(config, o);
+  if (o.offload_param == ParamHome::none)
+    b.at(PlanTier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
+  else
+    b.at(PlanTier::cpu, o.offload_param == ParamHome::cpu ? PlanState::weights : PlanState::staging) +=
+        tier_pinned_bytes(weight_options(layout, o, config.name));
+  if (cpu_optimizer(o)) {
+    // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
+    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    GradientOffloaderOptions d2h = go;
+    d2h.home = Tier::nvme;
+    d2h.spill_buffers = 0;
+    const uint64_t staging = gradient_offloader_pinned_bytes(d2h), pinned = gradient_offloader_pinned_bytes(go);
+    b.at(PlanTier::cpu, go.home == Tier::nvme ? PlanState::staging : PlanState::gradients) += pinned - staging;
+    b.at(PlanTier::cpu, PlanState::staging) += staging;
+  }
+  // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
+  const OptimizerPipelineOptions po = optimizer_state_options(master_layout(config), o);
+  const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
+  if (po.home == Tier::nvme) {
+    b.at(PlanTier::cpu, PlanState::staging) += pinned;
+  } else {
+    const uint64_t masters = master_bytes(po);
+    b.at(PlanTier::cpu, PlanState::masters) += masters;
+    b.at(PlanTier::cpu, PlanState::moments) += pinned - masters;
+  }
+  BatchLoaderOptions lo;
+  lo.sampling.batch_size = uint32_t(o.micro_batch);
+  lo.sampling.seq_len = uint32_t(o.seq);
+  b.at(PlanTier::cpu, PlanState::other) += batch_loader_pinned_bytes(lo) * (o.evaluates() ? 2 : 1) +
+                                           round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kPinnedBlock);
+}
+
+void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit);
+  b.at(PlanTier::nvme, PlanState::weights) = r.weights;
+  b.at(PlanTier::nvme, PlanState::gradients) = r.gradients;
+  if (r.optimizer > 0) {
+    const uint64_t masters = master_bytes(optimizer_state_options(master_layout(config), o));
+    b.at(PlanTier::nvme, PlanState::masters) = masters;
+    b.at(PlanTier::nvme, PlanState::moments) = r.optimizer - masters;
+  }
+}
+
+}  // namespace
+
+std::string_view plan_tier_name(PlanTier tier) {
+  switch (tier) {
+    case PlanTier::gpu: return "gpu";
+    case PlanTier::cpu: return "cpu";
+    case PlanTier::nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string_view plan_state_name(PlanState state) {
+  switch (state) {
+    case PlanState::weights: return "weights";
+    case PlanState::gradients: return "gradients";
+    case PlanState::masters: return "masters";
+    case PlanState::moments: return "moments";
+    case PlanState::activations: return "activations";
+    case PlanState::staging: return "staging";
+    case PlanState::other: return "other";
+  }
+  return "?";
+}
+
+uint64_t PlanBytes::tier(PlanTier t) const {
+  uint64_t total = 0;
+  for (uint64_t v : bytes[size_t(t)]) total += v;
+  return total;
+}
+
+NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit) {
+  NvmeReservation r;
+  const ParamLayout layout = working_layout(config, o);
+  if (o.offload_param == ParamHome::nvme)
+    r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
+  const OptimizerPipelineOptions po = optimizer_state_options(master_layout(config), o);
+  if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
+  if (grads_on_nvme(o)) {
+    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
+  }
+  return r;
+}
+
+PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options) {
+  PlanBytes b;
+  add_device(b, config, options);
+  add_pinned(b, config, options);
+  add_nvme(b, config, options);
+  return b;
+}
+
+double default_flops(DType dtype) { return dtype == DType::f32 ? 25e12 : 100e12; }
+
+StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
+  StepTraffic t;
+  const ParamLayout layout = working_layout(config, o);
+  const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
+  const bool paged = o.offload_param != ParamHome::none;
+  if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
+  if (!paged && cpu_optimizer(o)) t.h2d += weights;    // the updated weights, uploaded once
+  if (cpu_optimizer(o)) t.d2h += weights * k;          // each micro-batch's gradients
+  t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
+  if (o.offload_param == ParamHome::nvme) {
+    t.nvme_read += 2 * weights * k;
+    t.nvme_write += weights;
+  }
+  if (grads_on_nvme(o)) {
+    const uint64_t sums = gradient_offloader_nvme_bytes(gradient_options(layout, o, config.name));
+    t.nvme_write += sums * k;
+    t.nvme_read += sums * k;
+  }
+  if (optimizer_on_nvme(o)) {
+    const uint64_t images = optimizer_pipeline_nvme_bytes(optimizer_state_options(master_layout(config), o));
+    t.nvme_read += images;
+    t.nvme_write += images;
+  }
+  return t;
+}
+
+StepTime plan_step_time(const ModelConfig& config, const TrainOptions& o, const PlanRates& rates) {
+  StepTime s;
+  const StepTraffic t = plan_traffic(config, o);
+  const double flops = rates.flops > 0 ? rates.flops : default_flops(o.dtype);
+  s.compute_s = training_flops_per_step(config, o) * (o.activation_checkpointing ? 4.0 / 3.0 : 1.0) / flops;
+  s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
+  s.nvme_s = double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write;
+  s.adam_s = cpu_optimizer(o) ? double(parameter_count(config)) / rates.adam : 0.0;
+  const double transfers = std::max({s.compute_s, s.pcie_s, s.nvme_s});
+  s.step_s = cpu_optimizer(o) && !o.overlap_optimizer ? transfers + s.adam_s : std::max(transfers, s.adam_s);
+  const std::pair<double, std::string_view> parts[] = {
+      {s.compute_s, "compute"}, {s.pcie_s, "pcie"}, {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"}};
+  s.bottleneck = std::max_element(std::begin(parts), std::end(parts), [](const auto& a, const auto& b) {
+                   return a.first < b.first;
+                 })->second;
+  return s;
+}
+
+Status check_hardware(const Hardware& h) {
+  if (h.gpu_bytes == 0)
+    return error(Code::invalid_argument, "the GPU memory budget is 0; pass --gpu-mem SIZE (e.g. 24GiB)");
+  if (h.cpu_bytes == 0)
+    return error(Code::invalid_argument, "the pinned CPU memory budget is 0; pass --cpu-mem SIZE (e.g. 128GiB)");
+  const std::pair<double, const char*> rates[] = {{h.rates.pcie, "--rate-pcie"},
+                                                  {h.rates.nvme_read, "--rate-nvme-read"},
+                                                  {h.rates.nvme_write, "--rate-nvme-write"},
+                                                  {h.rates.adam, "--rate-adam"}};
+  for (const auto& [rate, flag] : rates)
+    if (!(rate > 0) || !std::isfinite(rate))
+      return error(Code::invalid_argument, "{} must be a rate above 0, not {}", flag, rate);
+  if (h.rates.flops < 0 || !std::isfinite(h.rates.flops))
+    return error(Code::invalid_argument, "--rate-flops must be above 0, not {}", h.rates.flops);
+  return Status::ok();
+}
+
+PlanCandidate evaluate_placement(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
+  PlanCandidate c;
+  c.options = options;
+  c.bytes = plan_bytes(config, options);
+  c.traffic = plan_traffic(config, options);
+  c.time = plan_step_time(config, options, h.rates);
+  const uint64_t budgets[kPlanTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
+  for (size_t t = 0; t < kPlanTiers; ++t) {
+    const uint64_t need = c.bytes.tier(PlanTier(t));
+    c.missing[t] = need > budgets[t] ? need - budgets[t] : 0;
+  }
+  return c;
+}
+
+std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed) {
+  enum class Opt { device, cpu, nvme };
+  const Opt base_opt = base.optimizer_device == OptimizerDevice::device ? Opt::device
+                       : base.optimizer_home == OptimizerHome::nvme     ? Opt::nvme
+                                                                        : Opt::cpu;
+  const auto choices = [](bool is_fixed, auto given, std::initializer_list<decltype(given)> all) {
+    return is_fixed ? std::vector<decltype(given)>{given} : std::vector<decltype(given)>(all);
+  };
+  std::vector<TrainOptions> out;
+  for (ParamHome w : choices(fixed.weights, base.offload_param, {ParamHome::none, ParamHome::cpu, ParamHome::nvme}))
+    for (Opt opt : choices(fixed.optimizer, base_opt, {Opt::device, Opt::cpu, Opt::nvme}))
+      for (GradHome g : choices(fixed.gradients, base.offload_grad, {GradHome::cpu, GradHome::nvme}))
+        for (bool ckpt : choices(fixed.checkpointing, base.activation_checkpointing, {false, true})) {
+          // The device optimizer updates resident weights with fp32 moments and keeps the gradients.
+          if (opt == Opt::device && (w != ParamHome::none || base.adam_states == AdamStates::q8)) continue;
+          if (opt == Opt::device && g == GradHome::nvme && !fixed.gradients) continue;
+          TrainOptions o = base;
+          o.offload_param = w;
+          o.optimizer_device = opt == Opt::device ? OptimizerDevice::device : OptimizerDevice::cpu;
+          o.optimizer_home = opt == Opt::nvme ? OptimizerHome::nvme : OptimizerHome::cpu;
+          o.offload_grad = opt == Opt::device ? GradHome::cpu : g;
+          o.activation_checkpointing = ckpt;
+          out.push_back(o);
+        }
+  return out;
+}
+
+namespace {
+
+// How far a placement keeps state from the fastest tier, the most-used state weighing most:
+// weights (fetched twice per micro-batch) 4, gradients (once per micro-batch) 2, optimizer state
+// (once per step) 1; per tier: device 0, cpu 1, nvme 2.
+int placement_rank(const TrainOptions& o) {
+  const int w = o.offload_param == ParamHome::none ? 0 : o.offload_param == ParamHome::cpu ? 1 : 2;
+  const int g = !cpu_optimizer(o) ? 0 : o.offload_grad == GradHome::cpu ? 1 : 2;
+  const int opt = !cpu_optimizer(o) ? 0 : o.optimizer_home == OptimizerHome::cpu ? 1 : 2;
+  return 4 * w + 2 * g + opt;
+}
+
+// a before b: the faster (times within 1e-9 relative are equal), then the lower rank, then
+// checkpointing off.
+bool better_fit(const PlanCandidate& a, const PlanCandidate& b) {
+  const double ta = a.time.step_s, tb = b.time.step_s;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
+  return std::tuple(placement_rank(a.options), a.options.activation_checkpointing) <
+         std::tuple(placement_rank(b.options), b.options.activation_checkpointing);
+}
+
+// a before b when neither fits: fewer bytes missing on the GPU, then the CPU, then NVMe.
+bool closer(const PlanCandidate& a, const PlanCandidate& b) {
+  if (a.missing != b.missing) return a.missing < b.missing;
+  return better_fit(a, b);
+}
+
+struct Search {
+  std::vector<PlanCandidate> all;
+  PlanCandidate chosen;
+  bool fits = false;
+};
+
+Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
+  Search s;
+  for (const TrainOptions& o : plan_placements(base, fixed)) s.all.push_back(evaluate_placement(config, o, h));
+  const PlanCandidate* best = nullptr;
+  for (const PlanCandidate& c : s.all)
+    if (c.fits() && (best == nullptr || better_fit(c, *best))) best = &c;
+  s.fits = best != nullptr;
+  if (!s.fits)
+    for (const PlanCandidate& c : s.all)
+      if (best == nullptr || closer(c, *best)) best = &c;
+  if (best != nullptr) s.chosen = *best;
+  return s;
+}
+
+// SI sizes, as drives are sold: "760.3 GB", "12.5 MB".
+std::string gb(uint64_t bytes) {
+  return bytes >= 1000000000 ? fmt::format("{:.1f} GB", double(bytes) / 1e9) : fmt::format("{:.1f} MB", double(bytes) / 1e6);
+}
+// A size for a flag, rounded up: "1261GB", "530MB".
+std::string flag_size(uint64_t bytes) {
+  return bytes >= 10000000000 ? fmt::format("{}GB", (bytes + 999999999) / 1000000000)
+                              : fmt::format("{}MB", (bytes + 999999) / 1000000);
+}
+
+std::string shortfall(const PlanCandidate& c) {
+  std::string out;
+  for (size_t t = 0; t < kPlanTiers; ++t)
+    if (c.missing[t] > 0)
+      out += fmt::format("{}{} short by {}", out.empty() ? "" : ", ", plan_tier_name(PlanTier(t)), gb(c.missing[t]));
+  return out;
+}
+
+// The outcome of a changed input, for a suggestion's effect.
+std::string outcome(const Search& s) {
+  if (s.fits)
+    return fmt::format("fits with {} (gpu {}, cpu {}, nvme {}; step about {:.3g} s)", placement_summary(s.chosen.options),
+                       gb(s.chosen.bytes.tier(PlanTier::gpu)), gb(s.chosen.bytes.tier(PlanTier::cpu)),
+                       gb(s.chosen.bytes.tier(PlanTier::nvme)), s.chosen.time.step_s);
+  return "still does not fit: " + shortfall(s.chosen);
+}
+
+// Per tier: the least it must hold for some placement that fits the other two budgets.
+void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSuggestion>& out) {
+  for (size_t t = 0; t < kPlanTiers; ++t) {
+    const PlanCandidate* best = nullptr;
+    for (const PlanCandidate& c : s.all) {
+      const bool others_fit = (t == 0 || c.missing[0] == 0) && (t == 1 || c.missing[1] == 0) && (t == 2 || c.missing[2] == 0);
+      if (others_fit && (best == nullptr || c.bytes.tier(PlanTier(t)) < best->bytes.tier(PlanTier(t)))) best = &c;
+    }
+    if (best == nullptr) continue;
+    const uint64_t need = best->bytes.tier(PlanTier(t)), missing = best->missing[t];
+    const std::string with = placement_summary(best->options);
+    if (t == 0)
+      out.push_back({fmt::format("--gpu-mem {}", flag_size(need)),
+                     fmt::format("a GPU budget of {} ({} more) fits with {}", gb(need), gb(missing), with), true});
+    else if (t == 1)
+      out.push_back({fmt::format("--cpu-mem {}", flag_size(need)),
+                     fmt::format("{} of pinned CPU memory ({} more) fits with {}", gb(need), gb(missing), with), true});
+    else
+      out.push_back({"--nvme-path DIR",
+                     fmt::format("add an NVMe path with {} free: the plan needs {} of NVMe and {} is there (for a "
+                                 "described machine: --nvme-mem {}), with {}",
+                                 gb(missing), gb(need), gb(h.nvme_bytes), flag_size(need), with),
+                     true});
+  }
+}
+
+// The largest smaller micro-batch that fits (micro_batch / d for a divisor d > 1, grad_accum x d:
+// the same tokens per step) and its search; a search that does not fit when none does.
+std::pair<TrainOptions, Search> smaller_micro_batch(const ModelConfig& config, const TrainOptions& base,
+                                                    const Hardware& h, const PlanFixed& fixed) {
+  for (uint64_t d = 2; d <= base.micro_batch; ++d) {
+    if (base.micro_batch % d != 0) continue;
+    TrainOptions o = base;
+    o.micro_batch = base.micro_batch / d;
+    o.grad_accum = base.grad_accum * d;
+    Search s = search(config, o, h, fixed);
+    if (s.fits) return {o, std::move(s)};
+  }
+  return {base, Search{}};
+}
+
+std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOptions& base, const Hardware& h,
+                                        const PlanFixed& fixed, const Search& s) {
+  std::vector<PlanSuggestion> out;
+  add_tier_suggestions(s, h, out);
+  bool one_fits = false;
+  TrainOptions all = base;
+  PlanFixed all_fixed = fixed;
+  if (base.adam_states == AdamStates::f32) {
+    TrainOptions o = base;
+    o.adam_states = AdamStates::q8;
+    o.optimizer = "adamw8bit";
+    PlanFixed f = fixed;
+    if (o.optimizer_device == OptimizerDevice::device) f.optimizer = false;  // 8-bit moments live on the CPU
+    const Search q = search(config, o, h, f);
+    out.push_back({"--optimizer-type adamw8bit", "8-bit moments (6 bytes of optimizer state per parameter, not 12): " +
+                   outcome(q), q.fits});
+    one_fits |= q.fits;
+    all = o;
+    all_fixed = f;
+  }
+  if (fixed.checkpointing && !base.activation_checkpointing) {
+    TrainOptions o = base;
+    o.activation_checkpointing = true;
+    const Search c = search(config, o, h, fixed);
+    out.push_back({"--activation-checkpointing", "keep only each layer's input for the backward: " + outcome(c), c.fits});
+    one_fits |= c.fits;
+    all.activation_checkpointing = true;
+  }
+  if (base.micro_batch > 1) {
+    const auto [o, m] = smaller_micro_batch(config, base, h, fixed);
+    if (m.fits)
+      out.push_back({fmt::format("--micro-batch {} --grad-accum {}", o.micro_batch, o.grad_accum),
+                     fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
+                                 outcome(m)),
+                     true});
+    one_fits |= m.fits;
+  }
+  if (!one_fits && (all.adam_states != base.adam_states || all.activation_checkpointing != base.activation_checkpointing ||
+                    base.micro_batch > 1)) {
+    all.grad_accum = base.grad_accum * base.micro_batch;
+    all.micro_batch = 1;
+    const Search a = search(config, all, h, all_fixed);
+    if (a.fits)  // else the per-tier figures above say what is missing
+      out.push_back({fmt::format("{}{}--micro-batch 1 --grad-accum {}",
+                                 all.adam_states != base.adam_states ? "--optimizer-type adamw8bit " : "",
+                                 all.activation_checkpointing != base.activation_checkpointing ? "--activation-checkpointing "
+                                                                                                : "",
+                                 all.grad_accum),
+                     "all of these together: " + outcome(a), true});
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
+                         const PlanFixed& fixed) {
+  STRATA_RETURN_IF_ERROR(check_hardware(hardware));
+  if (base.micro_batch == 0 || base.seq == 0 || base.grad_accum == 0)
+    return error(Code::invalid_argument, "micro_batch, seq and grad_accum must be at least 1 (got {}, {}, {})",
+                 base.micro_batch, base.seq, base.grad_accum);
+  if (int64_t(base.seq) > config.max_seq)
+    return error(Code::invalid_argument, "--seq {} is longer than {}'s {} positions; pass --seq {} or less", base.seq,
+                 config.name, config.max_seq, config.max_seq);
+  Search s = search(config, base, hardware, fixed);
+  if (s.all.empty())
+    return error(Code::invalid_argument, "no placement satisfies the choices given ({}); drop one of --offload-param, "
+                 "--offload-optimizer, --optimizer-device, --offload-grad", placement_summary(base));
+  Plan plan;
+  plan.config = config;
+  plan.params = parameter_count(config);
+  plan.hardware = hardware;
+  plan.fits = s.fits;
+  if (!s.fits) plan.suggestions = suggestions(config, base, hardware, fixed, s);
+  plan.chosen = std::move(s.chosen);
+  return plan;
+}
+
+std::string placement_summary(const TrainOptions& o) {
+  const std::string_view weights = o.offload_param == ParamHome::none ? "gpu" : param_home_name(o.offload_param);
+  const std::string_view optimizer = cpu_optimizer(o) ? optimizer_home_name(o) : "gpu";
+  const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.offload_grad == GradHome::nvme ? "nvme" : "cpu";
+  return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
+                     o.activation_checkpointing ? "on" : "off");
+}
+
+std::string placement_flags(const TrainOptions& o) {
+  std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", param_home_name(o.offload_param),
+                                  optimizer_home_name(o));
+  if (cpu_optimizer(o)) flags += fmt::format(" --offload-grad {}", o.offload_grad == GradHome::nvme ? "nvme" : "cpu");
+  if (o.activation_checkpointing) flags += " --activation-checkpointing";
+  return flags;
+}
+
+}  // namespace strata::model
