@@ -23,7 +23,7 @@ namespace {
 
 std::string path_in(const std::string& dir, std::string_view file) { return dir + "/" + std::string(file); }
 
-std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+std::span<const std::byte> bytes_of(std::span<const float> v) {
   return {reinterpret_cast<const std::byte*>(v.data()), v.size() * sizeof(float)};
 }
 
@@ -98,10 +98,10 @@ StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std:
 }  // namespace
 
 // Streams the checkpoint: every file's header is declared up front, then one walk through the
-// trainer's optimizer state (a chunk's image at a time, read from NVMe ahead of the visit when
-// homed there) writes each chunk's fp32 masters (in HF layouts) into its model shard and its
-// moments into optimizer.safetensors; the writers record each tensor's CRC-32C as its bytes go by.
-// Memory: one tensor's HF-layout copy, never the model.
+// trainer's optimizer state (a piece's image at a time, read from NVMe ahead of the visit when
+// homed there) writes each piece's fp32 masters (in HF layouts) into its model shard and its
+// moments into optimizer.safetensors, each at its offset in its chunk's tensors; the writers record
+// each tensor's CRC-32C as its bytes go by. Memory: one tensor's HF-layout copy, never the model.
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
                        const CheckpointState& state, const CheckpointHook& hook, uint64_t shard_bytes) {
   std::error_code ec;
@@ -169,20 +169,36 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
 
   std::vector<std::vector<size_t>> params_of(trainer.state_chunks());
   for (size_t i = 0; i < layout.params.size(); ++i) params_of[layout.params[i].chunk].push_back(i);
-  const auto write_chunk = [&](size_t c, ChunkState& chunk) -> Status {
-    for (size_t i : params_of[c]) {
+  // A transposed tensor cut into pieces is gathered whole before its HF layout is written.
+  std::vector<float> gathered;
+  const auto write_piece = [&](size_t index, const StatePiece& piece, ChunkState& state) -> Status {
+    for (size_t i : params_of[piece.chunk]) {
       const ParamSpec& p = layout.params[i];
-      const std::vector<float> hf = to_hf_layout(p, chunk.master + p.offset / sizeof(float));
-      STRATA_RETURN_IF_ERROR(model_files[place[i].first]->write(place[i].second, bytes_of(hf)));
+      const uint64_t slot = p.offset / sizeof(float);
+      const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + p.elements, piece.slot_end);
+      if (lo >= hi) continue;
+      const float* values = state.master + (lo - piece.slot_begin);
+      SafetensorsWriter& file = *model_files[place[i].first];
+      if (lo == slot && hi == slot + p.elements) {
+        STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, values))));
+      } else if (!p.hf_transposed) {
+        STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(std::span(values, hi - lo)),
+                                          (lo - slot) * sizeof(float)));
+      } else {
+        if (lo == slot) gathered.assign(p.elements, 0.0f);
+        std::copy(values, values + (hi - lo), gathered.begin() + (lo - slot));
+        if (hi == slot + p.elements) {
+          STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, gathered.data()))));
+          gathered = {};
+        }
+      }
     }
-    size_t index = first_buffer[c];
-    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c), chunk.image.data()))
-      STRATA_RETURN_IF_ERROR(optimizer_file->write(index++, {b.data, b.bytes}));
+    size_t at = first_buffer[piece.chunk];
+    for (const OptimizerBuffer& b : optimizer_buffers(piece, trainer.piece_layout(index), state.image.data()))
+      STRATA_RETURN_IF_ERROR(optimizer_file->write(at++, {b.data, b.bytes}, b.offset));
     return Status::ok();
   };
-  std::vector<size_t> order(trainer.state_chunks());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  STRATA_RETURN_IF_ERROR(trainer.visit_state(order, /*write_back=*/false, write_chunk));
+  STRATA_RETURN_IF_ERROR(trainer.visit_state(/*write_back=*/false, write_piece));
 
   for (std::unique_ptr<SafetensorsWriter>& f : model_files) STRATA_RETURN_IF_ERROR(f->commit());
   if (shards.size() > 1) {
@@ -306,14 +322,13 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
                      opt.path(), b.name, t->bytes(), b.bytes);
     }
   }
-  const auto restore_chunk = [&](size_t c, ChunkState& chunk) {
-    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c), chunk.image.data()))
-      std::memcpy(b.data, opt.data(*opt.find(b.name)).data(), b.bytes);  // the mapping may be unaligned for floats
+  const auto restore_piece = [&](size_t index, const StatePiece& piece, ChunkState& state) {
+    // The mapping may be unaligned for floats: memcpy.
+    for (const OptimizerBuffer& b : optimizer_buffers(piece, trainer.piece_layout(index), state.image.data()))
+      std::memcpy(b.data, opt.data(*opt.find(b.name)).data() + b.offset, b.bytes);
     return Status::ok();
   };
-  std::vector<size_t> order(trainer.state_chunks());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  STRATA_RETURN_IF_ERROR(trainer.visit_state(order, /*write_back=*/true, restore_chunk));
+  STRATA_RETURN_IF_ERROR(trainer.visit_state(/*write_back=*/true, restore_piece));
   const auto scaler = opt.metadata().find("loss_scaler");
   std::optional<std::string_view> scaler_json;
   if (scaler != opt.metadata().end() && scaler->second.starts_with("{")) scaler_json = scaler->second;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace strata::model {
 namespace {
 
@@ -51,14 +53,53 @@ GradientOffloaderOptions gradient_options(const ParamLayout& layout, const Train
   return o;
 }
 
+std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params) {
+  constexpr uint64_t kBlock = kernels::kAdam8bitBlock;
+  piece_params = std::max<uint64_t>(piece_params, kBlock);  // the precondition; a smaller cap could not cut
+  std::vector<std::vector<const ParamSpec*>> params_of(master_layout.chunks.size());
+  for (const ParamSpec& p : master_layout.params) params_of[p.chunk].push_back(&p);
+  std::vector<StatePiece> pieces;
+  for (size_t c = 0; c < master_layout.chunks.size(); ++c) {
+    std::vector<const ParamSpec*>& params = params_of[c];
+    std::sort(params.begin(), params.end(), [](const ParamSpec* a, const ParamSpec* b) { return a->offset < b->offset; });
+    StatePiece piece{.chunk = c};
+    uint64_t scale_at = 0;  // the first block scale of the tensor below
+    for (const ParamSpec* p : params) {
+      const uint64_t slot = p->offset / sizeof(float);
+      uint64_t done = 0;  // elements of p in earlier pieces
+      while (p->elements - done > piece_params - std::min(piece_params, slot + done - piece.slot_begin)) {
+        const uint64_t room = piece_params - std::min(piece_params, slot + done - piece.slot_begin);
+        const uint64_t take = room / kBlock * kBlock;  // 0: cut before this tensor's rest
+        piece.slot_end = slot + done + take;
+        piece.scale_end = scale_at + (done + take) / kBlock;
+        if (piece.slot_end > piece.slot_begin) pieces.push_back(piece);
+        piece = StatePiece{.chunk = c, .slot_begin = piece.slot_end, .scale_begin = piece.scale_end};
+        done += take;
+      }
+      scale_at += kernels::adam8bit_blocks(p->elements);
+    }
+    piece.slot_end = master_layout.chunks[c].bytes / sizeof(float);
+    piece.scale_end = scale_at;
+    pieces.push_back(piece);
+  }
+  return pieces;
+}
+
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options) {
   OptimizerPipelineOptions o;
   o.states = options.adam_states;
   const bool q8 = o.states == AdamStates::q8;
-  for (const ChunkSpec& c : master_layout.chunks) o.fp32_slots.push_back(c.bytes / sizeof(float));
-  o.scale_count.assign(master_layout.chunks.size(), 0);
-  if (q8)
-    for (const ParamSpec& p : master_layout.params) o.scale_count[p.chunk] += kernels::adam8bit_blocks(p.elements);
+  const std::vector<StatePiece> pieces = optimizer_state_pieces(master_layout, options.sub_group_size);
+  std::vector<size_t> per_chunk(master_layout.chunks.size(), 0);
+  for (const StatePiece& p : pieces) per_chunk[p.chunk]++;
+  std::vector<size_t> index(master_layout.chunks.size(), 0);
+  for (const StatePiece& p : pieces) {
+    o.fp32_slots.push_back(p.slots());
+    o.scale_count.push_back(q8 ? p.scales() : 0);
+    const size_t k = ++index[p.chunk];
+    o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)
+                                               : fmt::format("chunk {} piece {}/{}", p.chunk, k, per_chunk[p.chunk]));
+  }
   const bool nvme = options.optimizer_device == TrainOptions::OptimizerDevice::cpu &&
                     options.optimizer_home == TrainOptions::OptimizerHome::nvme;
   o.home = nvme ? Tier::nvme : Tier::cpu;

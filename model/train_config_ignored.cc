@@ -14,7 +14,7 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                             "zero_optimization.allgather_bucket_size", "zero_optimization.allgather_partitions",
                             "zero_optimization.reduce_scatter"},
                            "tuning of the gradient and weight collectives between GPUs, and a single-GPU run has none");
-  schema.ignore_file_paths({"zero_optimization.contiguous_gradients", "zero_optimization.sub_group_size",
+  schema.ignore_file_paths({"zero_optimization.contiguous_gradients",
                             "zero_optimization.stage3_prefetch_bucket_size",
                             "zero_optimization.stage3_param_persistence_threshold",
                             "zero_optimization.stage3_max_live_parameters",

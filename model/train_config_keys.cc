@@ -187,6 +187,17 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 0,  // below 3 is train_options_from_config's error, which says why
               .max = 64,
               .file_aliases = {"zero_optimization.offload_optimizer.buffer_count"}});
+  // 2^24: 201 MB per staging buffer with fp32 moments, large enough for the drive's full speed.
+  schema.add({.name = "sub_group_size",
+              .type = ValueType::integer,
+              .default_text = "16777216",
+              .help = "With the optimizer on the CPU: parameters per optimizer piece. A chunk's optimizer state "
+                      "larger than this is read, updated and written in pieces of at most this many parameters, so "
+                      "each --optimizer-staging buffer holds 12 bytes (fp32 moments) or 6 (8-bit) times this "
+                      "(DeepSpeed's zero_optimization.sub_group_size)",
+              .min = 256,
+              .max = int64_t(1) << 40,
+              .file_aliases = {"zero_optimization.sub_group_size"}});
   // 1e-3: gpt2-tiny learns the built-in corpus visibly within a few hundred steps at this rate.
   schema.add({.name = "lr",
               .type = ValueType::real,

@@ -156,6 +156,7 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                                                                     : TrainOptions::OptimizerDevice::cpu;
   o.optimizer_home = offload == "nvme" ? TrainOptions::OptimizerHome::nvme : TrainOptions::OptimizerHome::cpu;
   o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
+  o.sub_group_size = static_cast<uint64_t>(config.get_int("sub_group_size"));
   if (o.optimizer_home == TrainOptions::OptimizerHome::nvme) {
     if (o.optimizer_staging < 3)
       return error(Code::invalid_argument,

@@ -60,6 +60,10 @@ struct TrainOptions {
   // optimizer_staging pinned buffers (>= 3: one read ahead, one updated, one written behind).
   enum class OptimizerHome : uint8_t { cpu, nvme } optimizer_home = OptimizerHome::cpu;
   uint32_t optimizer_staging = 4;
+  // Parameters per optimizer piece (DeepSpeed's sub_group_size): a chunk's state larger than this
+  // is read, updated and written in pieces of at most this many fp32 slots (model/placement.h), so
+  // a staging buffer holds 12 (fp32 moments) or 6 (8-bit) bytes times this, whatever the chunk.
+  uint64_t sub_group_size = uint64_t(1) << 24;
   // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
   // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
   // larger than RAM spill per chunk, the optimizer reads them back).

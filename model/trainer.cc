@@ -73,6 +73,16 @@ std::vector<OptimizerBuffer> optimizer_buffers(size_t chunk, const OptimizerStat
           buffer("m_scale", SafeDType::f32, layout.m_scale), buffer("v_scale", SafeDType::f32, layout.v_scale)};
 }
 
+std::vector<OptimizerBuffer> optimizer_buffers(const StatePiece& piece, const OptimizerStateLayout& layout,
+                                               std::byte* image) {
+  std::vector<OptimizerBuffer> buffers = optimizer_buffers(piece.chunk, layout, image);
+  // fp32 m, v: 4 bytes per slot; 8-bit codes: 1 byte per slot, then the scales: 4 bytes each.
+  const bool q8 = layout.states == AdamStates::q8;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    buffers[i].offset = !q8 ? piece.slot_begin * sizeof(float) : i < 2 ? piece.slot_begin : piece.scale_begin * sizeof(float);
+  return buffers;
+}
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
   STRATA_RETURN_IF_ERROR(check_trainer_options(options));
@@ -147,6 +157,15 @@ Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
     return error(Code::invalid_argument, "the optimizer state is homed on NVMe but the trainer got no NVMe store; "
                  "pass --nvme-path DIR");
   STRATA_ASSIGN_OR_RETURN(states_, OptimizerPipeline::create(pinned, po.home == Tier::nvme ? store : nullptr, trace_, po));
+  pieces_ = optimizer_state_pieces(masters, options_.sub_group_size);
+  first_piece_.assign(masters.chunks.size() + 1, pieces_.size());
+  for (size_t i = pieces_.size(); i-- > 0;) first_piece_[pieces_[i].chunk] = i;
+  for (size_t c = 0; c < masters.chunks.size(); ++c) {
+    uint64_t scales = 0;
+    for (size_t i : pieces_of(c)) scales += pieces_[i].scales();
+    chunk_layouts_.push_back(optimizer_state_layout(options_.adam_states, masters.chunks[c].bytes / sizeof(float),
+                                                    options_.adam_states == AdamStates::q8 ? scales : 0));
+  }
   build_tensor_refs();
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
@@ -162,9 +181,35 @@ Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
   return Status();
 }
 
+std::vector<size_t> Trainer::pieces_of(size_t chunk) const {
+  std::vector<size_t> out;
+  for (size_t i = first_piece_[chunk]; i < first_piece_[chunk + 1]; ++i) out.push_back(i);
+  return out;
+}
+
+Status Trainer::fill_masters(const ChunkValues& produce, bool write_back) {
+  std::vector<float> values;  // the chunk being cut into pieces
+  size_t have = SIZE_MAX;
+  const auto fill = [&](size_t i, ChunkState& state) -> Status {
+    const StatePiece& piece = pieces_[i];
+    const size_t c = piece.chunk;
+    if (first_piece_[c + 1] - first_piece_[c] == 1) return produce(c, state.master);
+    if (have != c) {
+      values.assign(state_layout(c).fp32_slots, 0.0f);
+      STRATA_RETURN_IF_ERROR(produce(c, values.data()));
+      have = c;
+    }
+    std::copy_n(values.data() + piece.slot_begin, piece.slots(), state.master);
+    return Status::ok();
+  };
+  std::vector<size_t> order(pieces_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return states_->for_each_chunk(order, fill, write_back);
+}
+
 // The exact fp32 values of the model's last load or init from its fp32 source (16-bit models), else
 // the device weights (exact for fp32; for 16-bit only the rounded values are left: warned). One
-// walk over the chunks writes each chunk's image (the moments start at zero).
+// walk over the pieces writes each one's image (the moments start at zero).
 Status Trainer::init_masters() {
   Transformer::Fp32ChunkSource exact = model_.take_fp32_source();
   const ParamLayout& layout = model_.layout();
@@ -173,9 +218,9 @@ Status Trainer::init_masters() {
     spdlog::warn("the fp32 master weights start from the model's {} weights (it was loaded or initialised before "
                  "another trainer took its fp32 values)", dtype_name(options_.dtype));
   std::vector<std::byte> staged;
-  const auto fill = [&](size_t c, ChunkState& state) -> Status {
-    if (exact) return exact(c, state.master);  // produced a chunk at a time: no copy of the model
-    if (options_.dtype == DType::f32) return model_.weights().read(c, reinterpret_cast<std::byte*>(state.master));
+  const auto produce = [&](size_t c, float* out) -> Status {
+    if (exact) return exact(c, out);  // produced a chunk at a time: no copy of the model
+    if (options_.dtype == DType::f32) return model_.weights().read(c, reinterpret_cast<std::byte*>(out));
     staged.resize(layout.chunks[c].bytes);
     STRATA_RETURN_IF_ERROR(model_.weights().read(c, staged.data()));
     const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
@@ -183,14 +228,12 @@ Status Trainer::init_masters() {
       const ParamSpec& p = layout.params[i];
       if (size_t(p.chunk) != c) continue;
       const auto* src = reinterpret_cast<const uint16_t*>(staged.data() + p.offset);
-      float* dst = state.master + masters.params[i].offset / sizeof(float);
+      float* dst = out + masters.params[i].offset / sizeof(float);
       for (uint64_t e = 0; e < p.elements; ++e) dst[e] = kernels::half_to_float(format, src[e]);
     }
     return Status::ok();
   };
-  std::vector<size_t> order(masters.chunks.size());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(order, fill, /*write_back=*/true));
+  STRATA_RETURN_IF_ERROR(fill_masters(produce, /*write_back=*/true));
   return copy_device_state(/*to_device=*/true);
 }
 
@@ -202,8 +245,10 @@ Status Trainer::copy_device_state(bool to_device) {
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
-  const auto copy = [&](size_t c, ChunkState& state) -> Status {
-    const uint64_t at = master_offsets_[c], bytes = state.fp32_slots * sizeof(float);
+  const auto copy = [&](size_t i, ChunkState& state) -> Status {
+    const StatePiece& piece = pieces_[i];
+    const uint64_t at = master_offsets_[piece.chunk] + piece.slot_begin * sizeof(float);
+    const uint64_t bytes = piece.slots() * sizeof(float);
     std::pair<std::byte*, float*> pairs[] = {{device_masters_, state.master}, {device_m_, state.m}, {device_v_, state.v}};
     for (auto [device, host] : pairs) {
       if (device == nullptr) continue;
@@ -212,18 +257,16 @@ Status Trainer::copy_device_state(bool to_device) {
     }
     return Status::ok();
   };
-  std::vector<size_t> order(states_->chunk_count());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  std::vector<size_t> order(pieces_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   STRATA_RETURN_IF_ERROR(states_->for_each_chunk(order, copy, /*write_back=*/false));
   STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, stream));
   if (to_device) return backend_.wait(Stream::compute, *params_sent_);  // the next step reads them
   STRATA_RETURN_IF_ERROR(backend_.synchronize(*params_sent_));
   if (device_masters_ != nullptr) return Status::ok();
   // fp32: the masters are the model's weights.
-  const auto read = [&](size_t c, ChunkState& state) {
-    return model_.weights().read(c, reinterpret_cast<std::byte*>(state.master));
-  };
-  return states_->for_each_chunk(order, read, /*write_back=*/false);
+  return fill_masters([&](size_t c, float* out) { return model_.weights().read(c, reinterpret_cast<std::byte*>(out)); },
+                      /*write_back=*/false);
 }
 
 Status Trainer::sync_host_state() {
@@ -231,19 +274,24 @@ Status Trainer::sync_host_state() {
   return copy_device_state(/*to_device=*/false);
 }
 
-Status Trainer::visit_state(std::span<const size_t> order, bool write_back, const OptimizerPipeline::Visit& visit) {
+Status Trainer::visit_state(bool write_back, const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
-  return states_->for_each_chunk(order, visit, write_back);
+  std::vector<size_t> order(pieces_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return states_->for_each_chunk(
+      order, [&](size_t i, ChunkState& state) { return visit(i, pieces_[i], state); }, write_back);
 }
 
 StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {
   STRATA_RETURN_IF_ERROR(finish_update());
   std::vector<float> out(spec.elements);
-  const size_t chunk = spec.chunk;
+  const uint64_t slot = spec.offset / sizeof(float);
   STRATA_RETURN_IF_ERROR(states_->for_each_chunk(
-      std::span(&chunk, 1),
-      [&](size_t, ChunkState& state) {
-        std::copy_n(state.master + spec.offset / sizeof(float), spec.elements, out.begin());
+      pieces_of(spec.chunk),
+      [&](size_t i, ChunkState& state) {
+        const StatePiece& piece = pieces_[i];
+        const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + spec.elements, piece.slot_end);
+        if (lo < hi) std::copy_n(state.master + (lo - piece.slot_begin), hi - lo, out.begin() + (lo - slot));
         return Status::ok();
       },
       /*write_back=*/false));
@@ -311,29 +359,38 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   return out;
 }
 
-// Each tensor's place in its chunk's state image and in the working layout: the images move
-// (NVMe-homed state is visited in whichever staging buffer its read used), so the CPU optimizer's
-// tensors are bound per visit from these offsets.
+// Each tensor's share of each piece: its place in the piece's state image and in the working
+// layout. The images move (NVMe-homed state is visited in whichever staging buffer its read used),
+// so the CPU optimizer's tensors are bound per visit from these offsets.
 void Trainer::build_tensor_refs() {
   const ParamLayout& layout = model_.layout();
   const ParamLayout& masters = model_.master_layout();
-  tensor_refs_.assign(layout.chunks.size(), {});
-  std::vector<uint64_t> scales(layout.chunks.size(), 0);
+  tensor_refs_.assign(pieces_.size(), {});
+  std::vector<uint64_t> scales(layout.chunks.size(), 0);  // per chunk: the next tensor's first scale
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    tensor_refs_[p.chunk].push_back(TensorRef{.master_slot = masters.params[i].offset / sizeof(float),
-                                              .scale_at = scales[p.chunk],
-                                              .work_at = p.offset / layout.element_bytes,
-                                              .n = p.elements,
-                                              .decay = p.weight_decay});
+    const uint64_t slot = masters.params[i].offset / sizeof(float);
+    for (size_t k : pieces_of(p.chunk)) {
+      const StatePiece& piece = pieces_[k];
+      const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + p.elements, piece.slot_end);
+      if (lo >= hi) continue;
+      // A cut inside a tensor is a whole number of 8-bit blocks from its start (placement.h).
+      tensor_refs_[k].push_back(TensorRef{.master_slot = lo - piece.slot_begin,
+                                          .scale_at = scales[p.chunk] + (lo - slot) / kernels::kAdam8bitBlock -
+                                                      piece.scale_begin,
+                                          .work_at = p.offset / layout.element_bytes + (lo - slot),
+                                          .n = hi - lo,
+                                          .decay = p.weight_decay});
+    }
     scales[p.chunk] += kernels::adam8bit_blocks(p.elements);
   }
 }
 
-// AdamW over the tensors of one chunk on the CPU: decaying tensors (>= 2 dims) and the others
-// (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the chunk; for 16-bit training the
-// rounded weights go straight into `copy_out` (the chunk's update buffer, working layout).
-Status Trainer::adam_update(const PendingUpdate& update, const ChunkState& state, const float* grads,
+// AdamW over the tensors of one piece on the CPU: decaying tensors (>= 2 dims) and the others
+// (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the piece's chunk; for
+// 16-bit training the rounded weights go straight into `copy_out` (the chunk's update buffer,
+// working layout).
+Status Trainer::adam_update(const PendingUpdate& update, size_t piece, const ChunkState& state, const float* grads,
                             std::byte* copy_out) {
   CpuAdamOptions o;
   o.hyper = options_.adam_hyper;
@@ -347,7 +404,7 @@ Status Trainer::adam_update(const PendingUpdate& update, const ChunkState& state
   std::vector<CpuAdamTensor> group;
   for (const bool decayed : {true, false}) {
     group.clear();
-    for (const TensorRef& r : tensor_refs_[state.chunk]) {
+    for (const TensorRef& r : tensor_refs_[piece]) {
       if (r.decay != decayed) continue;
       CpuAdamTensor t;
       t.param = state.master + r.master_slot;
@@ -406,34 +463,47 @@ Status Trainer::device_adam_update(double lr, double grad_multiplier) {
   return Status::ok();
 }
 
-// The CPU optimizer's update of one chunk, its state visited by the walk: chunk c + 1's spilled
-// gradient is read while chunk c is updated; Adam over chunk c writes its new working weights into
-// the weight source's update buffer, and the commit sends them home (resident: uploaded; pinned
-// CPU: in place; NVMe: written behind). fp32 training updates the masters in place and copies
-// them out. The same arithmetic per tensor as one pass over everything, whenever it runs: the
-// order and timing of chunks change no bit.
-Status Trainer::update_chunk(size_t c, ChunkState& state) {
+// The CPU optimizer's update of one piece, its state visited by the walk. At a chunk's first piece
+// chunk c + 1's spilled gradient read begins (it proceeds while chunk c is updated) and c's is
+// waited for; Adam over each piece writes its new working weights into the weight source's update
+// buffer of the chunk, and after the chunk's last piece the commit sends them home (resident:
+// uploaded; pinned CPU: in place; NVMe: written behind). fp32 training updates the masters in
+// place and copies them out. The same arithmetic per element as one pass over everything,
+// whenever it runs: the order, the pieces and the timing change no bit.
+Status Trainer::update_piece(size_t p, ChunkState& state) {
   const std::vector<ChunkSpec>& chunks = model_.layout().chunks;
+  const StatePiece& piece = pieces_[p];
+  const size_t c = piece.chunk;
   WeightSource& weights = model_.weights();
-  if (c + 1 < chunks.size()) STRATA_RETURN_IF_ERROR(offloader_->begin_read(c + 1));
-  STRATA_ASSIGN_OR_RETURN(const float* grads, offloader_->wait_read(c));
-  STRATA_ASSIGN_OR_RETURN(std::byte* out, weights.update_buffer(c));
+  if (updating_.chunk != c) {
+    // The read ahead is best effort: with no spill buffer for c + 1 free of reads (c holds the
+    // only one large enough), wait_read(c + 1) begins it after end_read(c).
+    if (c + 1 < chunks.size()) {
+      const Status ahead = offloader_->begin_read(c + 1);
+      if (!ahead.is_ok() && ahead.code() != Code::failed_precondition) return ahead;
+    }
+    STRATA_ASSIGN_OR_RETURN(const float* grads, offloader_->wait_read(c));
+    updating_ = {.chunk = c, .grads = grads};
+    STRATA_ASSIGN_OR_RETURN(updating_.out, weights.update_buffer(c));
+  }
   const double t0 = trace_ ? trace_->now_us() : 0;
-  const Status updated = adam_update(*pending_, state, grads, out);
-  offloader_->end_read(c);
-  STRATA_RETURN_IF_ERROR(updated);
-  if (options_.dtype == DType::f32) std::memcpy(out, state.master, chunks[c].bytes);
+  STRATA_RETURN_IF_ERROR(adam_update(*pending_, p, state, updating_.grads, updating_.out));
+  if (options_.dtype == DType::f32)
+    std::memcpy(updating_.out + piece.slot_begin * sizeof(float), state.master, piece.slots() * sizeof(float));
   if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
+  if (p + 1 < first_piece_[c + 1]) return Status::ok();
+  offloader_->end_read(c);
+  updating_ = {};
   return weights.commit_update(c);
 }
 
-// The update of a finished step, chunk by chunk in chunk order: one walk through the optimizer
+// The update of a finished step, piece by piece in chunk order: one walk through the optimizer
 // state (NVMe-homed state read ahead from here on and written behind), applied by apply_update
 // as far as it is asked.
 Status Trainer::start_update(PendingUpdate update) {
   pending_ = update;
-  std::vector<size_t> order(model_.layout().chunks.size());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  std::vector<size_t> order(pieces_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   STRATA_RETURN_IF_ERROR(offloader_->begin_read(0));
   if (Status s = states_->begin_walk(order, /*write_back=*/true); !s.is_ok()) {
     pending_.reset();
@@ -444,10 +514,13 @@ Status Trainer::start_update(PendingUpdate update) {
 
 Status Trainer::apply_update(size_t through) {
   if (!pending_) return Status::ok();
-  const auto visit = [this](size_t c, ChunkState& state) { return update_chunk(c, state); };
-  while (states_->walk_remaining() > 0 && states_->walk_next_chunk() <= through) {
+  const auto visit = [this](size_t p, ChunkState& state) { return update_piece(p, state); };
+  while (states_->walk_remaining() > 0 && pieces_[states_->walk_next_chunk()].chunk <= through) {
     if (Status s = states_->visit_next(visit); !s.is_ok()) {
-      pending_.reset();  // the walk has ended; the chunks before the failing one are updated
+      // The walk has ended; the chunks before the failing one are updated.
+      pending_.reset();
+      if (updating_.chunk != SIZE_MAX) offloader_->end_read(updating_.chunk);
+      updating_ = {};
       return s;
     }
   }

@@ -27,6 +27,7 @@
 
 #include "model/batch_loader.h"
 #include "model/loss_scaler.h"
+#include "model/placement.h"
 #include "model/lr_schedule.h"
 #include "model/safetensors.h"
 #include "model/train_options.h"
@@ -68,17 +69,23 @@ Status check_trainer_options(const TrainOptions& options);
 // One named buffer of a chunk's optimizer state, as a checkpoint stores it. fp32 moments:
 // "m.<chunk>", "v.<chunk>" F32, the chunk's padded fp32 bytes. 8-bit moments: "m_code.<chunk>" I8
 // and "v_code.<chunk>" U8 (one byte per padded fp32 slot of the chunk), "m_scale.<chunk>",
-// "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order). `data` points into
-// the chunk's state image during a visit (null when only the names and sizes are wanted).
+// "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order). A piece of the state
+// (model/placement.h) holds `bytes` of it from byte `offset` on; `data` points into the piece's
+// image during a visit (null when only the names and sizes are wanted).
 struct OptimizerBuffer {
   std::string name;
   SafeDType dtype = SafeDType::f32;
   std::byte* data = nullptr;
   uint64_t bytes = 0;
+  uint64_t offset = 0;
 };
-// The buffers of chunk `chunk` whose state image is laid out as `layout` (offload/
-// optimizer_pipeline.h), pointing into `image` when given.
+// The whole buffers of chunk `chunk` whose state, as one image, is laid out as `layout` (offload/
+// optimizer_pipeline.h), pointing into `image` when given (offsets 0).
 std::vector<OptimizerBuffer> optimizer_buffers(size_t chunk, const OptimizerStateLayout& layout,
+                                               std::byte* image = nullptr);
+// The shares of its chunk's buffers (same order) that piece `piece`, laid out as `layout`, holds,
+// pointing into `image` when given.
+std::vector<OptimizerBuffer> optimizer_buffers(const StatePiece& piece, const OptimizerStateLayout& layout,
                                                std::byte* image = nullptr);
 
 // What a Trainer borrows besides the model: both optional, both must outlive it.
@@ -125,21 +132,28 @@ class Trainer {
   // Mean loss over `batches` micro-batches from `next` with the current weights; no gradients.
   StatusOr<double> evaluate(const NextBatch& next, uint64_t batches);
 
-  // Checkpoints. With the optimizer on the device the host images below are mirrors: call
-  // sync_host_state() before reading them (it waits for the step's work and copies the device
-  // state down; a no-op on the CPU). visit_state walks the chunks of `order` through the optimizer
-  // state (OptimizerPipeline::for_each_chunk: one chunk's image at a time, read from NVMe ahead of
-  // the visit when homed there): read them to save; write into them with write_back (before the
-  // next step) to restore, then call restore_progress (which uploads them to the device) with the
-  // step count, the count of applied (not skipped) updates that Adam's bias correction uses and,
-  // for fp16, the loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  // Checkpoints. The optimizer state is kept in pieces (state_pieces(): each chunk's, cut as
+  // options.sub_group_size says; one piece per chunk for chunks no larger). With the optimizer on
+  // the device the host images below are mirrors: call sync_host_state() before reading them (it
+  // waits for the step's work and copies the device state down; a no-op on the CPU). visit_state
+  // walks every piece in order, chunk by chunk (OptimizerPipeline::for_each_chunk: one piece's
+  // image at a time, read from NVMe ahead of the visit when homed there; `index` is the piece's in
+  // state_pieces()): read them to save; write into them with write_back (before the next step) to
+  // restore, then call restore_progress (which uploads them to the device) with the step count,
+  // the count of applied (not skipped) updates that Adam's bias correction uses and, for fp16, the
+  // loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
   // master(): a copy of the fp32 master of tensor `spec` of model().master_layout() (strata's
-  // layout: spec.elements values); one chunk's walk per call, for tests and diagnostics.
+  // layout: spec.elements values); one walk over its chunk's pieces per call, for tests and
+  // diagnostics.
+  using PieceVisit = std::function<Status(size_t index, const StatePiece& piece, ChunkState& state)>;
   Status sync_host_state();
-  Status visit_state(std::span<const size_t> order, bool write_back, const OptimizerPipeline::Visit& visit);
+  Status visit_state(bool write_back, const PieceVisit& visit);
   StatusOr<std::vector<float>> master(const ParamSpec& spec);
-  const OptimizerStateLayout& state_layout(size_t chunk) const { return states_->layout(chunk); }
-  size_t state_chunks() const { return states_->chunk_count(); }
+  // Chunk c's state as if it were one image: the sizes of its checkpoint buffers.
+  const OptimizerStateLayout& state_layout(size_t chunk) const { return chunk_layouts_[chunk]; }
+  size_t state_chunks() const { return chunk_layouts_.size(); }
+  const std::vector<StatePiece>& state_pieces() const { return pieces_; }
+  const OptimizerStateLayout& piece_layout(size_t index) const { return states_->layout(index); }
   OptimizerPipelineStats state_stats() const { return states_->stats(); }
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
   // The gradient of tensor `spec` (strata's layout, spec.elements fp32 values) the last step
@@ -175,12 +189,19 @@ class Trainer {
   Status upload_batch(const BatchView& batch);
   Status queue_loss_copy(uint64_t micro_batch);
   void build_tensor_refs();
-  // AdamW over the tensors of chunk `chunk` on the CPU (thread pool), its state in `state`.
-  Status adam_update(const PendingUpdate& update, const ChunkState& state, const float* grads,
+  // AdamW over the tensors of piece `piece` on the CPU (thread pool), its state in `state`;
+  // `grads` and `copy_out` are its chunk's (working layout).
+  Status adam_update(const PendingUpdate& update, size_t piece, const ChunkState& state, const float* grads,
                      std::byte* copy_out);
   Status start_update(PendingUpdate update);  // begins the walk (reads ahead)
   Status apply_update(size_t through);         // updates every chunk <= through not yet updated
-  Status update_chunk(size_t c, ChunkState& state);
+  Status update_piece(size_t p, ChunkState& state);
+  // One walk over every piece that sets its masters to its chunk's fp32 values (master layout,
+  // the chunk's padded slots, padding zero) from `produce`, called once per chunk: into the
+  // piece's image when the chunk is one piece, else into one buffer of the chunk.
+  using ChunkValues = std::function<Status(size_t chunk, float* values)>;
+  Status fill_masters(const ChunkValues& produce, bool write_back);
+  std::vector<size_t> pieces_of(size_t chunk) const;  // indices into pieces_
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
   Status copy_device_state(bool to_device);
@@ -192,15 +213,25 @@ class Trainer {
   const LrSchedule schedule_;
   std::optional<LossScaler> scaler_;         // fp16 only
   std::vector<uint64_t> master_offsets_;     // device byte offset of each chunk, fp32 (optimizer on the device)
-  // Where each tensor's state sits in its chunk's image, and its gradient in the working layout.
+  // Where each tensor's share of a piece sits in the piece's image, and its gradient in the
+  // chunk's working layout.
   struct TensorRef {
-    uint64_t master_slot = 0;  // first fp32 slot in the chunk (master, fp32 moments, 8-bit codes)
-    uint64_t scale_at = 0;     // 8-bit: first block scale in the chunk's scales
+    uint64_t master_slot = 0;  // first fp32 slot in the piece (master, fp32 moments, 8-bit codes)
+    uint64_t scale_at = 0;     // 8-bit: first block scale in the piece's scales
     uint64_t work_at = 0;      // first element in the chunk's working layout (gradient, copy-out)
     uint64_t n = 0;
     bool decay = false;
   };
-  std::vector<std::vector<TensorRef>> tensor_refs_;  // per chunk, layout order (built once)
+  std::vector<std::vector<TensorRef>> tensor_refs_;  // per piece, layout order (built once)
+  std::vector<StatePiece> pieces_;                   // the optimizer state's pieces, chunk by chunk
+  std::vector<size_t> first_piece_;                  // per chunk (and one past the last): its first piece
+  std::vector<OptimizerStateLayout> chunk_layouts_;  // per chunk, as one image
+  // The update in progress: the chunk whose gradient is read and whose update buffer is filled.
+  struct ChunkUpdate {
+    size_t chunk = SIZE_MAX;  // SIZE_MAX: none
+    const float* grads = nullptr;
+    std::byte* out = nullptr;
+  } updating_;
   TraceRecorder* trace_;                     // may be null
   std::unique_ptr<GradientOffloader> offloader_;  // optimizer on the CPU
   uint64_t offloader_host_bytes_ = 0;

@@ -39,12 +39,17 @@ std::vector<uint64_t> group_slot_bytes(const GradientOffloaderOptions& o) {
   return bytes;
 }
 
-// The largest chunk's gradient in fp32 bytes.
-uint64_t largest_fp32_bytes(const GradientOffloaderOptions& o) {
+// Home nvme: the fp32 bytes each spill buffer holds (padded to `alignment`): buffer i as the i-th
+// largest chunk's sum (the smallest chunk's past the chunk count), so a model with one large chunk
+// (an embedding) pins one buffer of its size and the rest of a layer's.
+std::vector<uint64_t> spill_sizes(const GradientOffloaderOptions& o, uint64_t alignment) {
   const size_t es = kernels::float_format_size(o.format);
-  uint64_t largest = 0;
-  for (uint64_t b : o.chunk_bytes) largest = std::max(largest, b / es * sizeof(float));
-  return largest;
+  std::vector<uint64_t> fp32;
+  for (uint64_t b : o.chunk_bytes) fp32.push_back(round_up(b / es * sizeof(float), alignment));
+  std::sort(fp32.begin(), fp32.end(), std::greater<>());
+  std::vector<uint64_t> sizes;
+  for (size_t i = 0; i < o.spill_buffers && !fp32.empty(); ++i) sizes.push_back(fp32[std::min(i, fp32.size() - 1)]);
+  return sizes;
 }
 
 Status validate(const GradientOffloaderOptions& o, bool have_store) {
@@ -112,9 +117,7 @@ uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options
   }
   if (options.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-    const uint64_t spill =
-        round_up(round_up(largest_fp32_bytes(options), a), kPinnedGranule) + (a > kPinnedGranule ? a : 0);
-    total = options.spill_buffers * spill;
+    for (uint64_t bytes : spill_sizes(options, a)) total += round_up(bytes, kPinnedGranule) + (a > kPinnedGranule ? a : 0);
   }
   return total + round_up(largest, kPinnedGranule);
 }
@@ -197,10 +200,11 @@ Status GradientOffloader::carve_nvme(PinnedPool& pinned) {
     }
     chunks_[c].extent = *e;
   }
-  spill_bytes_ = round_up(largest_fp32_bytes(o), a);
-  spills_.resize(o.spill_buffers);
+  const std::vector<uint64_t> sizes = spill_sizes(o, a);
+  spills_.resize(sizes.size());
   for (size_t i = 0; i < spills_.size(); ++i) {
-    StatusOr<PinnedBuffer> b = pinned.acquire(round_up(spill_bytes_, kPinnedGranule) + (a > kPinnedGranule ? a : 0));
+    spills_[i].bytes = sizes[i];
+    StatusOr<PinnedBuffer> b = pinned.acquire(round_up(sizes[i], kPinnedGranule) + (a > kPinnedGranule ? a : 0));
     if (!b.is_ok()) {
       return b.status().with_context(fmt::format("{}: pinned spill buffer {} of {} ({} in all)", o.name, i + 1,
                                                  spills_.size(), format_size(gradient_offloader_pinned_bytes(o, a))));
@@ -493,26 +497,42 @@ Status GradientOffloader::begin_read(size_t c) {
   }
   Chunk& ch = chunks_[c];
   if (!nvme() || ch.reading) return Status::ok();
-  if (ch.spill < 0) {
-    STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
-    if (ch.touched) {
-      Status st = begin_extent_io(c, b, IoOp::read);
-      if (!st.is_ok()) {
-        detach(b);
-        return st;
-      }
-    } else {
-      std::memset(spills_[b].data, 0, elements(c) * sizeof(float));  // no contribution: zero
+  if (ch.spill >= 0) {
+    // c's value is still in a buffer from the step. When a smaller buffer holds it too, the read
+    // moves there (from the extent, which has the value since the step's writes finished), keeping
+    // the large buffers for the chunks only they hold.
+    const long smaller = pick_spill(c, ch.spill);
+    if (smaller >= 0 && spills_[static_cast<size_t>(smaller)].bytes < spills_[static_cast<size_t>(ch.spill)].bytes) {
+      const size_t own = static_cast<size_t>(ch.spill);
+      if (Status st = settle(spills_[own]); !st.is_ok()) return sticky_ = st;
+      detach(own);
     }
   }
+  STRATA_RETURN_IF_ERROR(load_for_read(c));
   ch.reading = true;
   return Status::ok();
+}
+
+Status GradientOffloader::load_for_read(size_t c) {
+  if (chunks_[c].spill >= 0) return Status::ok();
+  STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
+  if (!chunks_[c].touched) {
+    std::memset(spills_[b].data, 0, elements(c) * sizeof(float));  // no contribution: zero
+    return Status::ok();
+  }
+  Status st = begin_extent_io(c, b, IoOp::read);
+  if (!st.is_ok()) detach(b);
+  return st;
 }
 
 StatusOr<const float*> GradientOffloader::wait_read(size_t c) {
   STRATA_RETURN_IF_ERROR(begin_read(c));  // checks; a no-op when begun
   if (!nvme()) return accumulated(c);
   Chunk& ch = chunks_[c];
+  if (Status st = load_for_read(c); !st.is_ok()) {  // its buffer was lent to a larger chunk's read
+    ch.reading = false;
+    return st;
+  }
   const size_t b = static_cast<size_t>(ch.spill);
   Status st = settle(spills_[b]);
   if (!st.is_ok()) {  // the buffer's contents are not c's: end the read
@@ -520,14 +540,17 @@ StatusOr<const float*> GradientOffloader::wait_read(size_t c) {
     detach(b);
     return st;
   }
+  ch.handed_out = true;
   return static_cast<const float*>(spills_[b].data);
 }
 
 void GradientOffloader::end_read(size_t c) {
   if (!nvme() || c >= chunks_.size() || !chunks_[c].reading) return;
   Chunk& ch = chunks_[c];
-  const size_t b = static_cast<size_t>(ch.spill);
   ch.reading = false;
+  ch.handed_out = false;
+  if (ch.spill < 0) return;  // its buffer went to a larger chunk's read before it was waited for
+  const size_t b = static_cast<size_t>(ch.spill);
   if (!settle(spills_[b]).is_ok()) {  // begun, never waited for, and failed: not c's value
     detach(b);
     return;
@@ -554,17 +577,42 @@ bool GradientOffloader::has_callback_error() {
   return !callback_error_.is_ok();
 }
 
-StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
+long GradientOffloader::pick_spill(size_t c, long except) const {
+  const uint64_t need = elements(c) * sizeof(float);
   long best = -1;
   for (size_t b = 0; b < spills_.size(); ++b) {
     const Spill& s = spills_[b];
-    if (s.chunk < 0) {  // free
-      best = static_cast<long>(b);
-      break;
+    if (static_cast<long>(b) == except || s.bytes < need) continue;
+    if (s.chunk >= 0) {
+      const Chunk& owner = chunks_[static_cast<size_t>(s.chunk)];
+      if (owner.open || owner.reading) continue;
     }
-    const Chunk& owner = chunks_[static_cast<size_t>(s.chunk)];
-    if (owner.open || owner.reading) continue;
-    if (best < 0 || s.closed_at < spills_[static_cast<size_t>(best)].closed_at) best = static_cast<long>(b);
+    if (best < 0) {
+      best = static_cast<long>(b);
+      continue;
+    }
+    const Spill& t = spills_[static_cast<size_t>(best)];
+    const bool better = s.bytes != t.bytes                  ? s.bytes < t.bytes
+                        : (s.chunk < 0) != (t.chunk < 0) ? s.chunk < 0
+                                                           : s.closed_at < t.closed_at;
+    if (better) best = static_cast<long>(b);
+  }
+  return best;
+}
+
+StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
+  long best = pick_spill(c, -1);
+  if (best < 0 && !in_step_) {
+    // Reads hold every buffer large enough for c: take one from a read not waited for yet (its
+    // transfer finished and dropped; its wait_read reads it again into another buffer).
+    const uint64_t need = elements(c) * sizeof(float);
+    for (size_t b = 0; b < spills_.size() && best < 0; ++b) {
+      Spill& s = spills_[b];
+      if (s.bytes < need || s.chunk < 0 || chunks_[static_cast<size_t>(s.chunk)].handed_out) continue;
+      if (Status st = settle(s); !st.is_ok() && s.io.op() == IoOp::write) return sticky_ = st;
+      detach(b);
+      best = static_cast<long>(b);
+    }
   }
   if (best < 0) {
     std::string held;

@@ -75,10 +75,11 @@ struct GradientOffloaderOptions {
   // Where the fp32 accumulators live: cpu (pinned, one per chunk: 4 bytes per parameter) or nvme
   // (one NvmeStore extent per chunk, accumulated through spill_buffers pinned buffers).
   Tier home = Tier::cpu;
-  // nvme: pinned fp32 buffers of the largest chunk's accumulator; >= 2: the tied embedding keeps
-  // one from the head's contribution to its own, while the layers go through another (a chunk's
-  // buffer is taken back only after its write). 3 or more let a chunk's write overlap the next
-  // chunk's read and accumulation.
+  // nvme: pinned fp32 accumulator buffers, buffer i the size of the i-th largest chunk's (so one
+  // large embedding costs one large buffer, the rest are a layer's); a chunk takes the smallest
+  // free buffer that holds it. >= 2: the tied embedding keeps one from the head's contribution to
+  // its own, while the layers go through another (a chunk's buffer is taken back only after its
+  // write). 3 or more let a chunk's write overlap the next chunk's read and accumulation.
   uint32_t spill_buffers = 3;
 };
 
@@ -86,8 +87,9 @@ struct GradientOffloaderOptions {
 // the arena's 256-byte alignment). For the planner's preflight. Options are not validated here.
 uint64_t gradient_offloader_device_bytes(const GradientOffloaderOptions& options);
 // Pinned host bytes create() takes from the pool: home cpu: each chunk's fp32 accumulator
-// (chunk_bytes / element size floats); home nvme: spill_buffers buffers of the largest chunk's
-// accumulator padded to the store's alignment (plus that alignment where it exceeds 4 KiB); and
+// (chunk_bytes / element size floats); home nvme: spill_buffers buffers, buffer i the i-th
+// largest chunk's accumulator padded to the store's alignment (plus that alignment where it
+// exceeds 4 KiB); and
 // one staging buffer of the largest chunk; each rounded up to 4 KiB.
 uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment = 4096);
 // NVMe bytes of the extents create() allocates (home nvme: each chunk's fp32 accumulator padded to
@@ -164,9 +166,10 @@ class GradientOffloader final : public GradSink {
   // Between finish_step and the next begin_step, in any order: begin_read(c) .. wait_read(c) ..
   // end_read(c). Home cpu: no I/O; wait_read returns accumulated(c). Home nvme: begin_read takes a
   // spill buffer not held by another read (c's own if its value is still in one: no I/O) and
-  // begins c's extent read (a chunk without contribution is zero-filled, no I/O). At most
-  // spill_buffers reads are outstanding (begun, not ended): one more is failed_precondition, it
-  // never waits. begin_read of a chunk already begun is a no-op; wait_read without begin_read
+  // begins c's extent read (a chunk without contribution is zero-filled, no I/O), in the smallest
+  // buffer that holds c and is free of reads (the largest chunk fits only the largest buffer). When
+  // reads hold every such buffer, one not waited for yet gives its buffer up (its wait_read reads
+  // it again); when wait_read has handed them all out, failed_precondition: it never waits. begin_read of a chunk already begun is a no-op; wait_read without begin_read
   // begins it; end_read of a chunk not begun is a no-op. failed_precondition during a step.
   Status begin_read(size_t c);
   // Chunk c's accumulated fp32 gradient (accumulated_count(c) floats, as accumulated()), valid
@@ -217,6 +220,7 @@ class GradientOffloader final : public GradSink {
     bool open = false;       // acquired, or released with last = false: its buffer stays
     bool released = false;   // released this step: its value is in its buffer or its extent
     bool reading = false;    // between begin_read and end_read
+    bool handed_out = false; // wait_read gave out its buffer (until end_read): the buffer stays
     // Per step, written by the d2h callbacks; read by the driving thread after synchronize(d2h).
     bool touched = false;        // got a contribution this step
     bool partial_ready = false;  // partial holds the sum of squares of the step's final value
@@ -227,7 +231,8 @@ class GradientOffloader final : public GradSink {
   // thread's; the stream order and the event synchronize hand it over.
   struct Spill {
     PinnedBuffer memory;
-    float* data = nullptr;       // aligned to the store's alignment, spill_bytes_ long
+    float* data = nullptr;       // aligned to the store's alignment, `bytes` long
+    uint64_t bytes = 0;          // the fp32 bytes it holds (spill_sizes)
     long chunk = -1;             // whose value it holds (driving thread only), or -1: free
     uint64_t closed_at = 0;      // use_clock_ when its chunk last closed or was read (LRU)
     std::unique_ptr<Event> done; // d2h: the buffer's last callback is queued before it
@@ -253,7 +258,11 @@ class GradientOffloader final : public GradSink {
   Status check_errors();                      // sticky_, else the callbacks' error (made sticky)
   void record_callback_error(Status st);      // any thread: the first one wins
   bool has_callback_error();                  // any thread
-  StatusOr<size_t> take_spill(size_t c);      // a buffer for c: free, else the oldest closed one
+  // The buffer for c: among those that hold it, free or holding a closed chunk not being read (not
+  // `except`), the smallest; ties: a free one, else the one whose chunk closed longest ago. -1: none.
+  long pick_spill(size_t c, long except) const;
+  StatusOr<size_t> take_spill(size_t c);      // pick_spill's buffer, taken back from its chunk
+  Status load_for_read(size_t c);             // a buffer holding c's value (its read begun), if it has none
   Status settle(Spill& s);                    // finishes s's pending transfer (any thread owning it)
   Status begin_extent_io(size_t c, size_t b, IoOp op);  // c's extent <-> spill b; any thread owning b
   void detach(size_t b);                      // b free, its chunk without a buffer
@@ -266,7 +275,6 @@ class GradientOffloader final : public GradSink {
   std::vector<Group> groups_;
   std::vector<Chunk> chunks_;
   std::vector<Spill> spills_;   // home nvme
-  uint64_t spill_bytes_ = 0;    // the largest chunk's fp32 bytes, padded to the store's alignment
   uint64_t use_clock_ = 0;      // driving thread only
   PinnedBuffer staging_;  // one chunk's working-precision gradient, the largest chunk's size
   kernels::ParallelFor parallel_for_;  // over pool_'s workers; empty without a pool

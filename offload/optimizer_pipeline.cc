@@ -41,8 +41,9 @@ uint64_t max_padded(const OptimizerPipelineOptions& o, uint64_t alignment) {
 }
 
 // ---- trace wiring: the only place the pipeline talks to the TraceRecorder ----------------------
-void trace_io(TraceRecorder* t, std::string_view track, size_t c, uint64_t bytes, double begin_us) {
-  if (t) t->span(track, fmt::format("chunk {}", c), begin_us, t->now_us(),
+void trace_io(TraceRecorder* t, std::string_view track, size_t c, const std::string& label, uint64_t bytes,
+              double begin_us) {
+  if (t) t->span(track, label, begin_us, t->now_us(),
                  {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
 }
 
@@ -92,6 +93,8 @@ Status check_optimizer_pipeline_options(const OptimizerPipelineOptions& o, bool 
       return error(Code::invalid_argument, "{}: chunk {} has {} block scales, but the states are fp32 (scales are for 8-bit states)",
                    n, c, o.scale_count[c]);
   }
+  if (!o.labels.empty() && o.labels.size() != o.fp32_slots.size())
+    return error(Code::invalid_argument, "{}: {} chunks but {} labels", n, o.fp32_slots.size(), o.labels.size());
   if (o.home != Tier::cpu && o.home != Tier::nvme)
     return error(Code::invalid_argument, "{}: the optimizer states' home must be cpu or nvme, not {}", n, tier_name(o.home));
   if (o.home == Tier::nvme && !have_store)
@@ -168,7 +171,7 @@ Status OptimizerPipeline::carve() {
     for (size_t c = 0; c < chunks; c++) {
       auto b = pool_.acquire(layouts_[c].padded);
       if (!b.is_ok())
-        return b.status().with_context(fmt::format("{}: pinned state of chunk {} (all chunks need {})", o.name, c,
+        return b.status().with_context(fmt::format("{}: pinned state of {} (all chunks need {})", o.name, label(c),
                                                    format_size(pinned_total)));
       std::memset(b->data(), 0, b->size());
       homes_.push_back(std::move(*b));
@@ -178,9 +181,9 @@ Status OptimizerPipeline::carve() {
 
   extents_.reserve(chunks);
   for (size_t c = 0; c < chunks; c++) {
-    auto e = store_->allocate(fmt::format("{} chunk {}", o.name, c), layouts_[c].bytes);
+    auto e = store_->allocate(fmt::format("{} {}", o.name, label(c)), layouts_[c].bytes);
     if (!e.is_ok())
-      return e.status().with_context(fmt::format("{}: NVMe extent of chunk {} (all chunks need {})", o.name, c,
+      return e.status().with_context(fmt::format("{}: NVMe extent of {} (all chunks need {})", o.name, label(c),
                                                  format_size(optimizer_pipeline_nvme_bytes(o, alignment_))));
     extents_.push_back(*e);
   }
@@ -210,6 +213,10 @@ OptimizerPipeline::~OptimizerPipeline() {
 }
 
 // ---- the visit's view ----------------------------------------------------------------------------
+
+std::string OptimizerPipeline::label(size_t c) const {
+  return options_.labels.empty() ? fmt::format("chunk {}", c) : options_.labels[c];
+}
 
 ChunkState OptimizerPipeline::view(size_t c, std::byte* image) const {
   const OptimizerStateLayout& l = layouts_[c];
@@ -298,7 +305,7 @@ Status OptimizerPipeline::visit_cpu(size_t c, const Visit& visit) {
   const auto t0 = std::chrono::steady_clock::now();
   Status v = visit(c, s);
   counters_.visit_seconds += seconds_since(t0);
-  if (!v.is_ok()) return abort_walk(v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c)));
+  if (!v.is_ok()) return abort_walk(v.with_context(fmt::format("{}: visiting {}", options_.name, label(c))));
   counters_.chunks_visited++;
   return Status::ok();
 }
@@ -333,7 +340,7 @@ void OptimizerPipeline::begin_read(size_t pos, size_t c, int b) {
   st.begin_us = trace_ ? trace_->now_us() : 0.0;
   auto io = store_->begin_read(extents_[c], st.data);
   if (!io.is_ok()) {
-    st.begin_error = io.status().with_context(fmt::format("{}: reading the state of chunk {} from NVMe", options_.name, c));
+    st.begin_error = io.status().with_context(fmt::format("{}: reading the state of {} from NVMe", options_.name, label(c)));
     return;
   }
   st.io = std::move(*io);
@@ -350,10 +357,10 @@ Status OptimizerPipeline::finish_read(int b) {
     s = store_->finish(st.io);
     counters_.read_wait_seconds += seconds_since(t0);
     if (s.is_ok()) {
-      trace_io(trace_, "optimizer read", c, layouts_[c].padded, st.begin_us);
+      trace_io(trace_, "optimizer read", c, label(c), layouts_[c].padded, st.begin_us);
       counters_.read_bytes += layouts_[c].padded;
     } else {
-      s = s.with_context(fmt::format("{}: reading the state of chunk {} from NVMe", options_.name, c));
+      s = s.with_context(fmt::format("{}: reading the state of {} from NVMe", options_.name, label(c)));
     }
   }
   if (!s.is_ok()) st.state = Staging::State::idle;  // the bytes are never visited
@@ -369,12 +376,12 @@ Status OptimizerPipeline::finish_write(int b) {
   st.state = Staging::State::idle;
   if (!s.is_ok()) {
     written_[c] = 0;
-    s = s.with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
+    s = s.with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
     if (write_error_.is_ok()) write_error_ = s;
     return s;
   }
   written_[c] = 1;
-  trace_io(trace_, "optimizer write", c, layouts_[c].padded, st.begin_us);
+  trace_io(trace_, "optimizer write", c, label(c), layouts_[c].padded, st.begin_us);
   counters_.write_bytes += layouts_[c].padded;
   return Status::ok();
 }
@@ -414,7 +421,7 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   read_ahead(i);
   if (!write_error_.is_ok()) return abort_walk(write_error_);  // a write finished to make room failed
   if (walk_next_ <= i)  // unreachable with >= 3 buffers; kept so the walk cannot stall
-    return abort_walk(error(Code::internal, "{}: no staging buffer for chunk {}", options_.name, c));
+    return abort_walk(error(Code::internal, "{}: no staging buffer for {}", options_.name, label(c)));
   counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, walk_next_ - 1 - i);
 
   const int b = buffer_of_[i];
@@ -426,7 +433,7 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   counters_.visit_seconds += seconds_since(t0);
   if (!v.is_ok()) {
     st.state = Staging::State::idle;
-    return abort_walk(v.with_context(fmt::format("{}: visiting chunk {}", options_.name, c)));
+    return abort_walk(v.with_context(fmt::format("{}: visiting {}", options_.name, label(c))));
   }
   counters_.chunks_visited++;
   if (!walk_write_back_) {
@@ -440,7 +447,7 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   if (!io.is_ok()) {
     st.state = Staging::State::idle;
     written_[c] = 0;
-    write_error_ = io.status().with_context(fmt::format("{}: writing the state of chunk {} to NVMe", options_.name, c));
+    write_error_ = io.status().with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
     return abort_walk(write_error_);
   }
   st.io = std::move(*io);

@@ -76,10 +76,13 @@ struct OptimizerPipelineOptions {
   // one visited, the one being written). More buffers read further ahead.
   uint32_t staging = 3;
   std::string name = "optimizer";  // for extent names, errors and trace tags
+  // Per chunk: how extent names, errors and trace spans call it ("chunk 3 piece 2/5" for a caller
+  // whose pipeline chunks are pieces of its own); empty: "chunk <index>".
+  std::vector<std::string> labels;
 };
 
-// invalid_argument naming what is wrong (no chunks, a chunk of 0 slots, scale counts of the wrong
-// length, q8 with a chunk of 0 scales or f32 with scales, home not cpu/nvme, nvme without a store
+// invalid_argument naming what is wrong (no chunks, a chunk of 0 slots, scale counts or labels of the
+// wrong length, q8 with a chunk of 0 scales or f32 with scales, home not cpu/nvme, nvme without a store
 // or with fewer than 3 staging buffers), else ok. `have_store`: an NvmeStore will be given.
 Status check_optimizer_pipeline_options(const OptimizerPipelineOptions& options, bool have_store);
 
@@ -196,6 +199,7 @@ class OptimizerPipeline {
   OptimizerPipeline(PinnedPool& pool, NvmeStore* store, TraceRecorder* trace, OptimizerPipelineOptions options);
   Status carve();
   ChunkState view(size_t c, std::byte* image) const;
+  std::string label(size_t c) const;
 
   Status visit_cpu(size_t c, const Visit& visit);
   Status visit_nvme(size_t i, const Visit& visit);  // walk position i

@@ -52,10 +52,8 @@ TrainOptions schedule_rule(const PrecisionCase& setup = {}) {
 
 std::vector<std::vector<std::byte>> optimizer_bytes(Trainer& t) {
   std::vector<std::vector<std::byte>> out;
-  std::vector<size_t> order(t.state_chunks());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  EXPECT_TRUE(t.visit_state(order, /*write_back=*/false, [&](size_t c, ChunkState& state) {
-                 for (const OptimizerBuffer& b : optimizer_buffers(c, t.state_layout(c), state.image.data()))
+  EXPECT_TRUE(t.visit_state(/*write_back=*/false, [&](size_t i, const StatePiece& piece, ChunkState& state) {
+                 for (const OptimizerBuffer& b : optimizer_buffers(piece, t.piece_layout(i), state.image.data()))
                    out.emplace_back(b.data, b.data + b.bytes);
                  return Status::ok();
                }).is_ok());

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,6 +36,11 @@ namespace strata::model {
 namespace {
 
 using testing::expect_value;
+
+std::vector<char> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 constexpr int64_t kB = 2, kT = 16;
 constexpr int kSteps = 20;
@@ -65,10 +72,14 @@ struct Placement {
   OptHome optimizer = OptHome::cpu;
   bool grads_on_nvme = false;  // the step's fp32 gradient sums spill to NVMe (the CPU optimizer reads them back)
   bool overlap = true;         // the CPU optimizer's update runs under the next forward
+  // Parameters per optimizer piece (0: the default, which no chunk of these models exceeds): a
+  // small one cuts every chunk's state into pieces, many tensors among them.
+  uint64_t sub_group = 0;
 };
 std::string placement_name(Placement p) {
   return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
-         (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap");
+         (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap") +
+         (p.sub_group != 0 ? ", pieces of " + std::to_string(p.sub_group) : "");
 }
 
 struct Outcome {
@@ -188,6 +199,7 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   o.optimizer_staging = 3;
   o.offload_grad = place.grads_on_nvme ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
   o.overlap_optimizer = place.overlap;
+  if (place.sub_group != 0) o.sub_group_size = place.sub_group;
   auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
   Batches batches(11, config.vocab);
   const NextBatch next = [&]() { return batches.next(); };
@@ -254,8 +266,9 @@ void expect_same_training(const Outcome& got, const Outcome& want) {
 // The whole placement matrix of one (model, precision, micro-batches, moments) against the run
 // with resident weights and the optimizer state in pinned memory: weights resident / cpu / nvme
 // x optimizer state device (resident weights, fp32 moments: the only combination it runs) / cpu /
-// nvme, the gradient sums spilled to NVMe in two of them; every CPU-optimizer run but the
-// reference overlaps the update with the next forward.
+// nvme, the gradient sums spilled to NVMe in two of them, the optimizer state cut into pieces of
+// 1000 parameters (every tensor of a layer cut, pieces spanning tensors) in two; every
+// CPU-optimizer run but the reference overlaps the update with the next forward.
 TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   const Case k = GetParam();
   const ModelConfig config = tiny(k.arch);
@@ -268,9 +281,10 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   for (double c : resident.clips) EXPECT_LT(c, 1.0);
   std::vector<Placement> placements = {{Home::resident, OptHome::cpu},       {Home::resident, OptHome::nvme, true},
                                        {Home::cpu, OptHome::cpu},
-                                       {Home::cpu, OptHome::nvme},            {Home::nvme, OptHome::cpu},
+                                       {Home::cpu, OptHome::nvme, false, true, 1000},
+                                       {Home::nvme, OptHome::cpu},
                                        {Home::nvme, OptHome::nvme, true}};
-  if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device});
+  if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device, false, true, 1000});
   for (Placement place : placements) {
     SCOPED_TRACE(placement_name(place));
     const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states);
@@ -286,15 +300,16 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   }
 }
 
-// A checkpoint saved mid-run with weights and optimizer state on NVMe (streamed out chunk by
-// chunk) resumes into the uninterrupted run bit for bit, into NVMe placement and into resident.
+// A checkpoint saved mid-run with weights and optimizer state on NVMe (streamed out piece by
+// piece) resumes into the uninterrupted run bit for bit, into NVMe placement and into resident
+// (whole chunks: the format does not depend on the pieces).
 TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
   const ModelConfig config = tiny(Arch::llama);
   const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/nvme-ckpt-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
     SCOPED_TRACE(adam_states_name(states));
-    const Placement nvme{Home::nvme, OptHome::nvme, true};
+    const Placement nvme{Home::nvme, OptHome::nvme, true, true, /*sub_group=*/1000};
     const Outcome straight = train(config, DType::bf16, 3, nvme, states);
     train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_at = 0, .save_dir = dir, .resume_dir = ""});
     for (Placement into : {nvme, Placement{Home::resident, OptHome::cpu}}) {
@@ -308,6 +323,28 @@ TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+// The checkpoint files are the same bytes whether the optimizer state is kept in pieces or whole
+// chunks: GPT-2's transposed weights cut into pieces are gathered before their HF layout is
+// written, the moments of each piece land at their offsets.
+TEST(NvmeCheckpoint, PiecesWriteTheSameFilesAsWholeChunks) {
+  const ModelConfig config = tiny(Arch::gpt2);
+  const std::string base = std::string(STRATA_BINARY_DIR) + "/test-scratch/pieces-ckpt-" + std::to_string(::getpid());
+  for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
+    SCOPED_TRACE(adam_states_name(states));
+    std::filesystem::remove_all(base);
+    for (uint64_t sub_group : {uint64_t(0), uint64_t(1000)})
+      train(config, DType::bf16, 1, {Home::resident, OptHome::nvme, false, true, sub_group}, states, {}, nullptr,
+            {.stop_after = 3, .save_at = 0, .save_dir = base + "/" + std::to_string(sub_group), .resume_dir = ""});
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      SCOPED_TRACE(file);
+      const auto whole = read_file_bytes(base + "/0/" + file), pieces = read_file_bytes(base + "/1000/" + file);
+      ASSERT_FALSE(whole.empty());
+      EXPECT_TRUE(whole == pieces);
+    }
+  }
+  std::filesystem::remove_all(base);
 }
 
 // Faults on the optimizer state's NVMe I/O mid-run (weights resident, so every request is the

@@ -436,6 +436,8 @@ TEST(TrainOptionsTest, DeepSpeedZeroInfinityConfigLoads) {
   EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::nvme);
   EXPECT_EQ(o.optimizer_staging, 4u);
   EXPECT_EQ(optimizer_home_name(o), "nvme");
+  // sub_group_size: parameters per optimizer piece.
+  EXPECT_EQ(o.sub_group_size, 1000000000u);
 
   // Every ignored setting is reported, grouped by why it has no effect; nothing else is warned.
   ASSERT_EQ(o.warnings.size(), 11u) << ::testing::PrintToString(o.warnings);

@@ -372,13 +372,17 @@ TEST(GradientOffloader, PredictedDeviceBytesArePerGroupSlotsTimesLargestChunk) {
   EXPECT_EQ(gradient_offloader_device_bytes(o), 2 * 163840 * 2 + 6144 * 2 + 2048 * 2);
   EXPECT_EQ(gradient_offloader_pinned_bytes(o), (6144 + 8192 + 163840 + 12288 + 2048) * 4 + 163840 * 2);
   EXPECT_EQ(gradient_offloader_nvme_bytes(o), 0u);
-  // Home nvme: the spill buffers of the largest fp32 chunk instead of one accumulator per chunk;
-  // the extents padded to the store's alignment (each extra 64 KiB of alignment buys one).
+  // Home nvme: spill buffers instead of one accumulator per chunk, buffer i the i-th largest
+  // chunk's fp32 sum (163840 and 12288 elements' here); the extents padded to the store's alignment
+  // (each extra 64 KiB of alignment buys one).
   GradientOffloaderOptions n = o;
   n.home = Tier::nvme;
   n.spill_buffers = 2;
-  EXPECT_EQ(gradient_offloader_pinned_bytes(n), 2 * 163840 * 4 + 163840 * 2);
-  EXPECT_EQ(gradient_offloader_pinned_bytes(n, 65536), 2 * (163840 * 4 + 65536) + 163840 * 2);
+  EXPECT_EQ(gradient_offloader_pinned_bytes(n), (163840 + 12288) * 4 + 163840 * 2);
+  EXPECT_EQ(gradient_offloader_pinned_bytes(n, 65536), (163840 * 4 + 65536) + (65536 + 65536) + 163840 * 2);
+  // More buffers than chunks: the rest are the smallest chunk's.
+  n.spill_buffers = 7;
+  EXPECT_EQ(gradient_offloader_pinned_bytes(n), (6144 + 8192 + 163840 + 12288 + 2048 + 2048 + 2048) * 4 + 163840 * 2);
   EXPECT_EQ(gradient_offloader_nvme_bytes(n), (6144 + 8192 + 163840 + 12288 + 2048) * 4);
   EXPECT_EQ(gradient_offloader_nvme_bytes(n, 65536), (1 + 1 + 10 + 1 + 1) * 65536);
 }
@@ -733,15 +737,17 @@ TEST(GradientOffloaderNvme, ReadsAreBoundedByTheSpillBuffersAndRefusedDuringASte
   o.end_read(2);
   ASSERT_TRUE(drive_step(*n.fx.backend, o, FloatFormat::bf16, 3).is_ok());
   EXPECT_EQ(o.accumulated(1), nullptr);  // home nvme: read through wait_read
+  // The largest chunk first: only the largest spill buffer holds it.
+  ASSERT_TRUE(o.begin_read(2).is_ok());
   ASSERT_TRUE(o.begin_read(4).is_ok());
   ASSERT_TRUE(o.begin_read(4).is_ok());  // already begun: a no-op
   ASSERT_TRUE(o.begin_read(0).is_ok());
-  ASSERT_TRUE(o.begin_read(2).is_ok());
+  StatusOr<const float*> r0 = o.wait_read(0), r2 = o.wait_read(2), r4 = o.wait_read(4);
+  ASSERT_TRUE(r0.is_ok() && r2.is_ok() && r4.is_ok());
+  // Every buffer is handed out: a fourth read is refused, never waits.
   Status fourth = o.begin_read(1);
   EXPECT_EQ(fourth.code(), Code::failed_precondition);
   EXPECT_NE(fourth.message().find("end_read one first"), std::string::npos) << fourth.to_string();
-  StatusOr<const float*> r0 = o.wait_read(0), r2 = o.wait_read(2), r4 = o.wait_read(4);
-  ASSERT_TRUE(r0.is_ok() && r2.is_ok() && r4.is_ok());
   EXPECT_NE(*r0, *r2);
   EXPECT_NE(*r2, *r4);
   EXPECT_EQ(o.begin_step().code(), Code::failed_precondition);  // reads outstanding

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "model/placement.h"
+#include "model/planner.h"
 #include "offload/config_keys.h"
 #include "offload/io_engine_factory.h"
 #include "runtime/units.h"
@@ -72,15 +73,14 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
     t->pool_registered_ = true;
     NvmeStoreOptions so;
     so.paths = paths;
-    // Every weight chunk's extent, each rounded up to whole stripe segments; every optimizer
-    // state image (padded to 4 KiB, plus a block each should the drives' alignment be larger).
-    if (nvme) so.capacity = layout.total_bytes() + layout.chunks.size() * (so.stripe_unit / 8) + so.stripe_unit;
-    if (states_on_nvme) so.capacity += optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
-    if (grads_on_nvme) so.capacity += gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
+    // The weight extents, optimizer images and gradient sums, as `strata plan` predicts them.
+    so.capacity = model::nvme_reservation(model, o, so.stripe_unit).total();
     STRATA_ASSIGN_OR_RETURN(t->store_, NvmeStore::create(*t->engine_, so));
     if (states_on_nvme)
-      spdlog::info("offload: optimizer state homed on nvme ({} in {} chunk images, {} pinned staging buffers)",
-                   format_size(optimizer_pipeline_nvme_bytes(po)), po.fp32_slots.size(), po.staging);
+      spdlog::info("offload: optimizer state homed on nvme ({} in {} images: {} chunks, pieces of at most {} "
+                   "parameters; {} pinned staging buffers of {})",
+                   format_size(optimizer_pipeline_nvme_bytes(po)), po.fp32_slots.size(), layout.chunks.size(),
+                   o.sub_group_size, po.staging, format_size(optimizer_pipeline_pinned_bytes(po) / po.staging));
     if (grads_on_nvme)
       spdlog::info("offload: gradients spill to nvme ({} of fp32 sums, accumulated through {} pinned buffers)",
                    format_size(gradient_offloader_nvme_bytes(go)), go.spill_buffers);
