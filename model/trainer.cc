@@ -158,6 +158,8 @@ Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
                  "pass --nvme-path DIR");
   STRATA_ASSIGN_OR_RETURN(states_, OptimizerPipeline::create(pinned, po.home == Tier::nvme ? store : nullptr, trace_, po));
   pieces_ = optimizer_state_pieces(masters, options_.sub_group_size);
+  piece_order_.resize(pieces_.size());
+  for (size_t i = 0; i < pieces_.size(); ++i) piece_order_[i] = i;
   first_piece_.assign(masters.chunks.size() + 1, pieces_.size());
   for (size_t i = pieces_.size(); i-- > 0;) first_piece_[pieces_[i].chunk] = i;
   for (size_t c = 0; c < masters.chunks.size(); ++c) {
@@ -181,10 +183,8 @@ Status Trainer::allocate(PinnedPool& pinned, NvmeStore* store) {
   return Status();
 }
 
-std::vector<size_t> Trainer::pieces_of(size_t chunk) const {
-  std::vector<size_t> out;
-  for (size_t i = first_piece_[chunk]; i < first_piece_[chunk + 1]; ++i) out.push_back(i);
-  return out;
+std::span<const size_t> Trainer::pieces_of(size_t chunk) const {
+  return std::span(piece_order_).subspan(first_piece_[chunk], first_piece_[chunk + 1] - first_piece_[chunk]);
 }
 
 Status Trainer::fill_masters(const ChunkValues& produce, bool write_back) {
@@ -202,9 +202,7 @@ Status Trainer::fill_masters(const ChunkValues& produce, bool write_back) {
     std::copy_n(values.data() + piece.slot_begin, piece.slots(), state.master);
     return Status::ok();
   };
-  std::vector<size_t> order(pieces_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  return states_->for_each_chunk(order, fill, write_back);
+  return states_->for_each_chunk(piece_order_, fill, write_back);
 }
 
 // The exact fp32 values of the model's last load or init from its fp32 source (16-bit models), else
@@ -257,9 +255,7 @@ Status Trainer::copy_device_state(bool to_device) {
     }
     return Status::ok();
   };
-  std::vector<size_t> order(pieces_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(order, copy, /*write_back=*/false));
+  STRATA_RETURN_IF_ERROR(states_->for_each_chunk(piece_order_, copy, /*write_back=*/false));
   STRATA_RETURN_IF_ERROR(backend_.record(*params_sent_, stream));
   if (to_device) return backend_.wait(Stream::compute, *params_sent_);  // the next step reads them
   STRATA_RETURN_IF_ERROR(backend_.synchronize(*params_sent_));
@@ -276,10 +272,8 @@ Status Trainer::sync_host_state() {
 
 Status Trainer::visit_state(bool write_back, const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
-  std::vector<size_t> order(pieces_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   return states_->for_each_chunk(
-      order, [&](size_t i, ChunkState& state) { return visit(i, pieces_[i], state); }, write_back);
+      piece_order_, [&](size_t i, ChunkState& state) { return visit(i, pieces_[i], state); }, write_back);
 }
 
 StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {
@@ -502,10 +496,8 @@ Status Trainer::update_piece(size_t p, ChunkState& state) {
 // as far as it is asked.
 Status Trainer::start_update(PendingUpdate update) {
   pending_ = update;
-  std::vector<size_t> order(pieces_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   STRATA_RETURN_IF_ERROR(offloader_->begin_read(0));
-  if (Status s = states_->begin_walk(order, /*write_back=*/true); !s.is_ok()) {
+  if (Status s = states_->begin_walk(piece_order_, /*write_back=*/true); !s.is_ok()) {
     pending_.reset();
     return s;
   }

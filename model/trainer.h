@@ -201,7 +201,7 @@ class Trainer {
   // piece's image when the chunk is one piece, else into one buffer of the chunk.
   using ChunkValues = std::function<Status(size_t chunk, float* values)>;
   Status fill_masters(const ChunkValues& produce, bool write_back);
-  std::vector<size_t> pieces_of(size_t chunk) const;  // indices into pieces_
+  std::span<const size_t> pieces_of(size_t chunk) const;  // indices into pieces_ (a run of piece_order_)
   Status device_adam_update(double lr, double grad_multiplier);
   // The optimizer's device state <-> its host mirrors (optimizer on the device only).
   Status copy_device_state(bool to_device);
@@ -225,6 +225,7 @@ class Trainer {
   std::vector<std::vector<TensorRef>> tensor_refs_;  // per piece, layout order (built once)
   std::vector<StatePiece> pieces_;                   // the optimizer state's pieces, chunk by chunk
   std::vector<size_t> first_piece_;                  // per chunk (and one past the last): its first piece
+  std::vector<size_t> piece_order_;                  // 0 .. pieces_.size() - 1: every walk's order
   std::vector<OptimizerStateLayout> chunk_layouts_;  // per chunk, as one image
   // The update in progress: the chunk whose gradient is read and whose update buffer is filled.
   struct ChunkUpdate {
