@@ -125,14 +125,14 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     shard_names.push_back(shards.size() == 1 ? std::string(kCheckpointModelFile)
                                              : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()));
     std::vector<SafetensorsSpec> specs;
-    for (size_t i : shards[s]) {
+    for (size_t i : shards[s]) {  // tensors (their first tiles)
       const ParamSpec& p = layout.params[i];
       std::vector<uint64_t> shape;
       for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
       place[i] = {s, specs.size()};
       specs.push_back({.name = p.name, .dtype = SafeDType::f32, .shape = shape});
       weight_map[p.name] = shard_names.back();
-      total += p.elements * sizeof(float);
+      total += p.tensor_elements() * sizeof(float);
     }
     STRATA_ASSIGN_OR_RETURN(
         model_files.emplace_back(),
@@ -161,12 +161,16 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       {"micro_batch", std::to_string(state.micro_batch)},
       {"seq", std::to_string(state.seq)},
       {"grad_accum", std::to_string(state.grad_accum)},
+      {"vocab_tile", std::to_string(model.config().vocab_tile)},  // the moments are per chunk
   };
   if (const LossScaler* scaler = trainer.loss_scaler()) metadata["loss_scaler"] = scaler->serialize();
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> optimizer_file,
                           SafetensorsWriter::create(path_in(dir, kCheckpointOptimizerFile), std::move(specs),
                                                     std::move(metadata), std::string(kCrcMetadataKey)));
 
+  // A vocabulary tile is written into its tensor, declared by the tensor's first tile.
+  for (size_t i = 0; i < layout.params.size(); ++i)
+    if (layout.params[i].row_begin > 0) place[i] = place[layout.find(layout.params[i].name) - layout.params.data()];
   std::vector<std::vector<size_t>> params_of(trainer.state_chunks());
   for (size_t i = 0; i < layout.params.size(); ++i) params_of[layout.params[i].chunk].push_back(i);
   // A transposed tensor cut into pieces is gathered whole before its HF layout is written.
@@ -179,11 +183,11 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       if (lo >= hi) continue;
       const float* values = state.master + (lo - piece.slot_begin);
       SafetensorsWriter& file = *model_files[place[i].first];
-      if (lo == slot && hi == slot + p.elements) {
+      if (lo == slot && hi == slot + p.elements && p.whole()) {
         STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, values))));
       } else if (!p.hf_transposed) {
         STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(std::span(values, hi - lo)),
-                                          (lo - slot) * sizeof(float)));
+                                          (p.tensor_offset() + lo - slot) * sizeof(float)));
       } else {
         if (lo == slot) gathered.assign(p.elements, 0.0f);
         std::copy(values, values + (hi - lo), gathered.begin() + (lo - slot));
@@ -310,6 +314,15 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
     return error(Code::invalid_argument,
                  "{} holds {} Adam moments but this run keeps {} moments; pass --optimizer-type {} to resume it",
                  opt.path(), have_states, want_states, have_states == "8bit" ? "adamw8bit" : "adamw");
+  if (opt.metadata().contains("vocab_tile")) {  // from before tiling: untiled
+    STRATA_ASSIGN_OR_RETURN(uint64_t tile, metadata_number(opt, "vocab_tile"));
+    const int64_t want = trainer.model().config().vocab_tile;
+    if (int64_t(tile) != want)
+      return error(Code::invalid_argument,
+                   "{} was saved with --vocab-tile {} and this run tiles by {}: the Adam moments are stored per chunk "
+                   "and the vocabulary tiles are chunks; pass --vocab-tile {} to resume it",
+                   opt.path(), tile, want, tile);
+  }
   // Every tensor is checked before any state changes; then one walk writes each chunk's image.
   for (size_t c = 0; c < trainer.state_chunks(); ++c) {
     for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c))) {

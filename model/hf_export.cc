@@ -49,7 +49,8 @@ std::vector<std::vector<size_t>> plan_hf_shards(const ParamLayout& layout, const
   std::vector<std::vector<size_t>> shards(1);
   uint64_t filled = 0;
   for (size_t i = 0; i < layout.params.size(); ++i) {
-    const uint64_t bytes = layout.params[i].elements * safe_dtype_size(options.dtype);
+    if (layout.params[i].row_begin > 0) continue;  // a vocabulary tile: its tensor is listed once
+    const uint64_t bytes = layout.params[i].tensor_elements() * safe_dtype_size(options.dtype);
     if (!shards.back().empty() && filled + bytes > options.shard_bytes) {
       shards.emplace_back();
       filled = 0;

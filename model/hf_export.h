@@ -45,7 +45,8 @@ using HfTensorSource = std::function<StatusOr<std::vector<float>>(const ParamSpe
 
 // The shard file names of writing `layout` at `options`: {"model.safetensors"} when it fits in
 // one, else model-00001-of-0000n.safetensors ... Tensors fill shards in layout order; a new
-// shard starts when the next tensor would pass shard_bytes (transformers' rule).
+// shard starts when the next tensor would pass shard_bytes (transformers' rule). A tiled tensor
+// is listed once, by its first tile's index.
 std::vector<std::vector<size_t>> plan_hf_shards(const ParamLayout& layout, const HfExportOptions& options);
 
 // Writes config.json and the weights of `config` into the existing directory `dir`, each file

@@ -165,15 +165,23 @@ Status HfWeights::check_layout(const ParamLayout& layout, std::string_view model
 }
 
 StatusOr<std::vector<float>> hf_tensor_as_f32(const HfTensorRef& ref) {
+  return hf_tensor_as_f32(ref, 0, ref.tensor->elements());
+}
+
+StatusOr<std::vector<float>> hf_tensor_as_f32(const HfTensorRef& ref, uint64_t begin, uint64_t count) {
   const SafetensorsTensor& t = *ref.tensor;
+  if (begin > t.elements() || count > t.elements() - begin)
+    return error(Code::out_of_range, "{}: elements [{}, {}) of tensor '{}' are past its {}", ref.file->path(), begin,
+                 begin + count, t.name, t.elements());
   const auto bytes = ref.file->data(t);
-  std::vector<float> out(t.elements());
+  std::vector<float> out(count);
   if (t.dtype == SafeDType::f32) {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    std::memcpy(out.data(), bytes.data() + begin * sizeof(float), count * sizeof(float));
   } else if (t.dtype == SafeDType::bf16 || t.dtype == SafeDType::f16) {
+    const std::byte* from = bytes.data() + begin * 2;
     for (size_t i = 0; i < out.size(); ++i) {
       uint16_t h;
-      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      std::memcpy(&h, from + 2 * i, 2);
       out[i] = t.dtype == SafeDType::bf16 ? kernels::bf16_to_float(h) : kernels::fp16_to_float(h);
     }
   } else {

@@ -61,5 +61,7 @@ class HfWeights {
 // A tensor's elements as fp32 (F32 copied; BF16 and F16 widened exactly); invalid_argument
 // naming the tensor and file for any other dtype.
 StatusOr<std::vector<float>> hf_tensor_as_f32(const HfTensorRef& ref);
+// Elements [begin, begin + count) of it (a vocabulary tile's rows); out_of_range past its end.
+StatusOr<std::vector<float>> hf_tensor_as_f32(const HfTensorRef& ref, uint64_t begin, uint64_t count);
 
 }  // namespace strata::model

@@ -122,6 +122,11 @@ Status validate(const ModelConfig& c) {
   if (c.vocab > std::numeric_limits<int32_t>::max()) {
     return error(Code::invalid_argument, "model config '{}': vocab {} does not fit the int32 token ids", c.name, c.vocab);
   }
+  if (c.vocab_tile < 0 || c.vocab_tile % kVocabTileBlock != 0) {
+    return error(Code::invalid_argument,
+                 "model config '{}': vocab_tile {} must be 0 (whole tables) or a positive multiple of {} rows", c.name,
+                 c.vocab_tile, kVocabTileBlock);
+  }
   if (c.dim % c.n_head != 0) {
     return error(Code::invalid_argument,
                  "model config '{}': dim {} is not a multiple of n_head {}; pick n_head dividing dim", c.name, c.dim,
@@ -151,6 +156,10 @@ Status validate(const ModelConfig& c) {
     return error(Code::invalid_argument, "model config '{}': rope_theta {} must be > 0", c.name, c.rope_theta);
   }
   return Status::ok();
+}
+
+int64_t vocab_tiles(const ModelConfig& c) {
+  return c.vocab_tile > 0 ? (c.vocab + c.vocab_tile - 1) / c.vocab_tile : 1;
 }
 
 uint64_t parameter_count(const ModelConfig& c) {

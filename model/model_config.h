@@ -16,6 +16,11 @@
 namespace strata::model {
 
 enum class Arch : uint8_t { gpt2, llama };
+
+// Memory-centric tiling: a tiled table's rows per tile are a multiple of this, and the head's
+// input gradient is always reduced over the vocabulary in blocks of this many rows (tiled or not,
+// transformer.cc), so a run's bits do not depend on the tiling.
+inline constexpr int64_t kVocabTileBlock = 1024;
 std::string_view arch_name(Arch arch);
 
 struct ModelConfig {
@@ -32,6 +37,11 @@ struct ModelConfig {
   float rope_theta = 10000.f; // LLaMA RoPE base; unused by GPT-2
   bool tied_head = true;      // logits use the token embedding (V, C) as the head weight
   bool qkv_bias = false;      // LLaMA layout with q/k/v biases (Qwen2); GPT-2 always has them
+  // Layout, not architecture: memory-centric tiling cuts the (V, C) token table and untied head
+  // into tiles of this many rows (a multiple of kVocabTileBlock, param_layout.h), each its own
+  // chunk, so the device holds about two tiles of them at a time. 0: whole tables. Changes the
+  // chunking only: no value, no checkpoint, no name.
+  int64_t vocab_tile = 0;
 
   int64_t head_dim() const { return n_head > 0 ? dim / n_head : 0; }  // HS
   int64_t kv_dim() const { return n_kv_head * head_dim(); }           // NKV * HS
@@ -66,10 +76,14 @@ StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOver
 
 // invalid_argument naming the first problem and how to fix it: a dimension < 1, dim not a
 // multiple of n_head, n_head not a multiple of n_kv_head, GPT-2 with n_kv_head != n_head, an odd
-// LLaMA head size (RoPE pairs elements), norm_eps or rope_theta <= 0, a vocabulary beyond int32.
+// LLaMA head size (RoPE pairs elements), norm_eps or rope_theta <= 0, a vocabulary beyond int32,
+// a vocab_tile < 0 or not a multiple of kVocabTileBlock.
 Status validate(const ModelConfig& config);
 
 // Number of parameters (elements), the tied head counted once. gpt2-124m: 124,439,808.
 uint64_t parameter_count(const ModelConfig& config);
+
+// Tiles the (V, C) tables are cut into: ceil(V / vocab_tile), 1 when untiled.
+int64_t vocab_tiles(const ModelConfig& config);
 
 }  // namespace strata::model

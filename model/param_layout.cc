@@ -10,12 +10,15 @@ namespace {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// One HF tensor of a slot: `rows` x `cols` in strata's layout (cols 0 for a vector).
+// One HF tensor of a slot: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
+// tile of it: rows [row_begin, row_begin + tile_rows) (tile_rows 0: all).
 struct Member {
   std::string name;
   int64_t rows = 0;
   int64_t cols = 0;
   bool hf_transposed = false;
+  int64_t row_begin = 0;
+  int64_t tile_rows = 0;
 };
 
 // Appends one chunk's slots to the layout, each slot aligned, members back to back.
@@ -23,8 +26,9 @@ class ChunkBuilder {
  public:
   ChunkBuilder(ParamLayout& layout, ChunkKind kind, int layer, std::string name) : layout_(layout), layer_(layer) {
     chunk_ = static_cast<int>(layout_.chunks.size());
-    layout_.chunks.push_back({kind, layer, std::move(name), 0});
+    layout_.chunks.push_back({.kind = kind, .layer = layer, .name = std::move(name)});
   }
+  ChunkSpec& spec() { return layout_.chunks[chunk_]; }
   ~ChunkBuilder() { layout_.chunks[chunk_].bytes = align_up(cursor_, kChunkAlignment); }
 
   void slot(int slot, const std::vector<Member>& members) {
@@ -40,8 +44,12 @@ class ChunkBuilder {
       p.slot = slot;
       p.slot_offset = slot_offset;
       p.offset = cursor_;
-      p.elements = uint64_t(m.rows) * uint64_t(m.cols > 0 ? m.cols : 1);
+      p.elements = uint64_t(m.tile_rows > 0 ? m.tile_rows : m.rows) * uint64_t(m.cols > 0 ? m.cols : 1);
       p.weight_decay = m.cols > 0;
+      p.row_begin = m.row_begin;
+      // A tensor's tiles share the ordinal of its first tile; a new tensor takes the next one.
+      const ParamSpec* first = m.row_begin > 0 ? layout_.find(m.name) : nullptr;
+      p.tensor = first != nullptr ? first->tensor : layout_.params.empty() ? 0 : tensor_count(layout_);
       cursor_ += p.elements * layout_.element_bytes;
       layout_.params.push_back(std::move(p));
     }
@@ -54,6 +62,12 @@ class ChunkBuilder {
   int chunk_ = 0;
   int layer_ = -1;
   uint64_t cursor_ = 0;
+
+  static int tensor_count(const ParamLayout& layout) {
+    int n = 0;
+    for (const ParamSpec& q : layout.params) n = std::max(n, q.tensor + 1);
+    return n;
+  }
 };
 
 void gpt2_layer(ParamLayout& layout, const ModelConfig& c, int i) {
@@ -175,6 +189,24 @@ uint64_t ParamLayout::total_elements() const {
   return sum;
 }
 
+uint64_t ParamSpec::tensor_elements() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);
+  return n;
+}
+
+size_t ParamLayout::embedding_chunks() const {
+  size_t n = 0;
+  while (n < chunks.size() && chunks[n].kind == ChunkKind::embedding) ++n;
+  return n;
+}
+
+size_t ParamLayout::head_chunks() const {
+  size_t n = 0;
+  while (n < chunks.size() && chunks[chunks.size() - 1 - n].kind == ChunkKind::head) ++n;
+  return n;
+}
+
 const ParamSpec* ParamLayout::find(std::string_view hf_name) const {
   for (const auto& p : params) {
     if (p.name == hf_name) return &p;
@@ -192,10 +224,23 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
   layout.element_bytes = element_bytes;
   const int64_t V = c.vocab, C = c.dim;
   const bool gpt2 = c.arch == Arch::gpt2;
-  {
-    ChunkBuilder b(layout, ChunkKind::embedding, -1, "embedding");
-    b.slot(GlobalSlot::wte, {{gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", V, C}});
-    if (gpt2) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
+  const int64_t tiles = vocab_tiles(c), R = tiles > 1 ? c.vocab_tile : V;
+  const auto tile_name = [tiles](std::string_view what, int64_t k) {
+    return tiles > 1 ? fmt::format("{} tile {}/{}", what, k + 1, tiles) : std::string(what);
+  };
+  // Tile k of table `name`: rows [k R, min(V, (k + 1) R)).
+  const auto table_tile = [&](ChunkBuilder& b, GlobalSlot slot, const std::string& name, int64_t k) {
+    const int64_t begin = k * R, rows = std::min(V, begin + R) - begin;
+    b.slot(slot, {{.name = name, .rows = V, .cols = C, .row_begin = begin, .tile_rows = rows}});
+    b.spec().tile = int(k);
+    b.spec().tiles = int(tiles);
+    b.spec().row_begin = begin;
+    b.spec().rows = rows;
+  };
+  for (int64_t k = 0; k < tiles; ++k) {
+    ChunkBuilder b(layout, ChunkKind::embedding, -1, tile_name("embedding", k));
+    table_tile(b, GlobalSlot::wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", k);
+    if (gpt2 && k == 0) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
   }
   for (int i = 0; i < c.n_layer; ++i) {
     if (gpt2) {
@@ -204,11 +249,14 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
       llama_layer(layout, c, i);
     }
   }
-  {
-    ChunkBuilder b(layout, ChunkKind::head, -1, "head");
-    b.slot(GlobalSlot::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
-    if (gpt2) b.slot(GlobalSlot::lnf_b, {{"transformer.ln_f.bias", C}});
-    if (!c.tied_head) b.slot(GlobalSlot::lm_head, {{"lm_head.weight", V, C}});
+  const int64_t head_tiles = c.tied_head ? 1 : tiles;
+  for (int64_t k = 0; k < head_tiles; ++k) {
+    ChunkBuilder b(layout, ChunkKind::head, -1, c.tied_head ? std::string("head") : tile_name("head", k));
+    if (k == 0) {
+      b.slot(GlobalSlot::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
+      if (gpt2) b.slot(GlobalSlot::lnf_b, {{"transformer.ln_f.bias", C}});
+    }
+    if (!c.tied_head) table_tile(b, GlobalSlot::lm_head, "lm_head.weight", k);
   }
   return layout;
 }

@@ -68,25 +68,37 @@ enum class ChunkKind : uint8_t { embedding, layer, head };
 struct ChunkSpec {
   ChunkKind kind = ChunkKind::layer;
   int layer = -1;      // for ChunkKind::layer
-  std::string name;    // "embedding", "layer 3", "head"
+  std::string name;    // "embedding", "layer 3", "head"; tiled: "embedding tile 2/4", "head tile 1/4"
   uint64_t bytes = 0;  // padded to kChunkAlignment
+  int tile = 0;        // embedding / head: which vocabulary tile (the first also holds wpe / ln_f)
+  int tiles = 1;       //   of how many
+  int64_t row_begin = 0, rows = 0;  // the tile's vocabulary rows (embedding and head; 0 rows untiled tied head)
 };
 
-// One Hugging Face tensor. Several may share one slot (LLaMA q/k/v, gate/up): they are row
-// blocks of the fused tensor, back to back.
+// One Hugging Face tensor, or one tile of it. Several may share one slot (LLaMA q/k/v, gate/up):
+// they are row blocks of the fused tensor, back to back. A tiled (V, C) table (ModelConfig::
+// vocab_tile) is one spec per tile, each in its own chunk, all with the tensor's name and shape:
+// the tile holds rows [row_begin, row_begin + rows()) of the tensor, `elements` of them.
 struct ParamSpec {
   std::string name;            // HF name, e.g. "model.layers.3.self_attn.k_proj.weight"
-  std::vector<int64_t> shape;  // strata's shape: (out, in) for matrices
+  std::vector<int64_t> shape;  // the whole tensor's shape in strata's layout: (out, in) for matrices
   bool hf_transposed = false;  // the HF file stores the transpose (GPT-2 Conv1D weights (in, out))
   int chunk = 0;               // index into ParamLayout::chunks
   int layer = -1;              // -1 outside the layers
   int slot = 0;                // LayerSlot (layer >= 0) or GlobalSlot value
   uint64_t slot_offset = 0;    // bytes from the chunk's start to the slot (the fused tensor)
   uint64_t offset = 0;         // bytes from the chunk's start to this tensor
-  uint64_t elements = 0;
+  uint64_t elements = 0;       // of this spec: the tensor's, or its tile's
   bool weight_decay = false;   // AdamW decays 2-D and larger tensors only
+  int tensor = 0;              // the tensor's ordinal in the layout (shared by its tiles)
+  int64_t row_begin = 0;       // a tile's first row; 0 for a whole tensor
 
-  std::vector<int64_t> hf_shape() const;  // shape as the HF file stores it
+  std::vector<int64_t> hf_shape() const;  // shape of the whole tensor as the HF file stores it
+  uint64_t tensor_elements() const;       // of the whole tensor
+  // Elements of the tensor before this spec's first (row-major, strata's layout = the file's for
+  // every tiled tensor: tables are never transposed).
+  uint64_t tensor_offset() const { return tensor_elements() / uint64_t(shape[0]) * uint64_t(row_begin); }
+  bool whole() const { return elements == tensor_elements(); }
 };
 
 struct ParamLayout {
@@ -96,7 +108,11 @@ struct ParamLayout {
 
   uint64_t total_bytes() const;     // sum of padded chunk sizes
   uint64_t total_elements() const;  // == parameter_count(config)
-  const ParamSpec* find(std::string_view hf_name) const;  // nullptr when absent
+  const ParamSpec* find(std::string_view hf_name) const;  // its first spec (tile); nullptr when absent
+  // Chunk indices: the embedding's tiles [0, embedding_chunks), layer l at embedding_chunks + l,
+  // the head's tiles after the layers.
+  size_t embedding_chunks() const;
+  size_t head_chunks() const;
 };
 
 // One tensor's values between strata's layout (`shape`, (out, in) for matrices) and the HF file's
@@ -104,7 +120,10 @@ struct ParamLayout {
 std::vector<float> to_hf_layout(const ParamSpec& p, const float* src);
 void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst);
 
-// The layout of `config` (validated first) at `element_bytes` per element (2 or 4).
+// The layout of `config` (validated first) at `element_bytes` per element (2 or 4). With
+// config.vocab_tile the token table and the untied head are cut into tiles of that many rows
+// (the last one shorter), each its own chunk: the embedding's first tile also holds GPT-2's
+// positions, the head's first tile the final norm.
 StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
 
 }  // namespace strata::model

@@ -11,6 +11,10 @@ namespace {
 constexpr uint64_t kArenaAlign = 256;  // the arena's block alignment
 uint64_t aligned(uint64_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
 
+// Slots of the embedding's or head's group: one whole, two tiled (the first tile, holding GPT-2's
+// positions or the final norm, stays while the others pass through the second).
+uint32_t table_slots(size_t chunks) { return chunks > 1 ? 2 : 1; }
+
 }  // namespace
 
 std::vector<uint32_t> chunk_groups(const ParamLayout& layout) {
@@ -26,7 +30,7 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
   for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
   o.home = home;
   o.chunk_group = chunk_groups(layout);
-  o.group_slots = {layer_slots, 1, 1};
+  o.group_slots = {layer_slots, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
   o.group_names = {"layers", "embedding", "head"};
   o.prefetch_bytes = prefetch_bytes;
   o.nvme_staging = nvme_staging;
@@ -39,7 +43,7 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
   o.format = float_format_of(dtype, "gradients").value();
   for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
   for (uint32_t g : chunk_groups(layout)) o.chunk_group.push_back(g);
-  o.group_slots = {2, 1, 1};
+  o.group_slots = {2, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
   o.group_names = {"layers", "embedding", "head"};
   o.name = name + " gradients";
   return o;
@@ -140,6 +144,22 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   d.activations = aligned(Transformer::activation_bytes(config, t));
   d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
   return d;
+}
+
+ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
+  ModelConfig c = config;
+  if (o.vocab_tile >= 0) {
+    c.vocab_tile = o.vocab_tile;
+    return c;
+  }
+  c.vocab_tile = 0;
+  const uint64_t row_bytes = uint64_t(c.dim) * dtype_size(o.dtype);
+  const uint64_t table = uint64_t(c.vocab) * row_bytes;
+  if (o.offload_param == TrainOptions::ParamHome::none || gpu_budget == 0 || table <= gpu_budget / 8) return c;
+  const uint64_t rows = gpu_budget / 16 / row_bytes / kVocabTileBlock * kVocabTileBlock;
+  c.vocab_tile = int64_t(std::max<uint64_t>(rows, kVocabTileBlock));
+  if (c.vocab_tile >= c.vocab) c.vocab_tile = 0;  // one tile: whole
+  return c;
 }
 
 }  // namespace strata::model

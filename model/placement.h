@@ -23,11 +23,13 @@ inline constexpr uint32_t kLayerGroup = 0, kEmbeddingGroup = 1, kHeadGroup = 2;
 std::vector<uint32_t> chunk_groups(const ParamLayout& layout);
 
 // Weights homed on `home` (cpu or nvme) paged through `layer_slots` layer slots and one slot each
-// for the embedding and the head; `prefetch_bytes` 0 = the TierManager's default.
+// for the embedding and the head, two each when their tables are tiled (the first tile is held
+// while the others pass); `prefetch_bytes` 0 = the TierManager's default.
 TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
                                         uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name);
 // The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
-// one each for the embedding and the head (both held at the tied head's backward).
+// one each for the embedding and the head (both held at the tied head's backward), two each when
+// tiled.
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
 // The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
 // options.offload_grad says (nvme: three spill buffers).
@@ -66,5 +68,11 @@ struct DeviceBytes {
   uint64_t total() const { return weights + gradients + activations + optimizer + batch; }
 };
 DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& options);
+
+// The ModelConfig::vocab_tile a run uses: options.vocab_tile when given (>= 0); auto (-1) tiles
+// when the weights are paged (offload_param cpu or nvme) and a (V, C) table at the working
+// precision exceeds 1/8 of `gpu_budget` (the device arena's bytes), into tiles of at most 1/16 of
+// it, whole kVocabTileBlock rows, at least one block; else 0. `config` with it set.
+ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
 
 }  // namespace strata::model

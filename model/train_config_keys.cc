@@ -198,6 +198,17 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 256,
               .max = int64_t(1) << 40,
               .file_aliases = {"zero_optimization.sub_group_size"}});
+  schema.add({.name = "vocab_tile",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "Memory-centric tiling: the token embedding and an untied head are cut into tiles of this many "
+                      "vocabulary rows (a multiple of 1024), each its own chunk fetched, used and released in turn, "
+                      "so the device holds about two tiles of a table; 0: whole tables; auto: tiles of at most 1/16 "
+                      "of --gpu-mem when the weights are paged and a table exceeds 1/8 of it. Same values and bits "
+                      "in fp32; resume with the value a checkpoint was saved with",
+              .min = 0,
+              .max = int64_t(1) << 31,
+              .allow_auto = true});
   // 1e-3: gpt2-tiny learns the built-in corpus visibly within a few hundred steps at this rate.
   schema.add({.name = "lr",
               .type = ValueType::real,

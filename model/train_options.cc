@@ -157,6 +157,11 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   o.optimizer_home = offload == "nvme" ? TrainOptions::OptimizerHome::nvme : TrainOptions::OptimizerHome::cpu;
   o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
   o.sub_group_size = static_cast<uint64_t>(config.get_int("sub_group_size"));
+  const std::optional<int64_t> vocab_tile = config.get_int_or_auto("vocab_tile");
+  o.vocab_tile = vocab_tile ? *vocab_tile : -1;
+  if (o.vocab_tile > 0 && o.vocab_tile % kVocabTileBlock != 0)
+    return error(Code::invalid_argument, "{}: a tile is a whole number of {}-row blocks; pass a multiple of {}, 0 "
+                 "(whole tables) or auto", describe(config, "vocab_tile"), kVocabTileBlock, kVocabTileBlock);
   if (o.optimizer_home == TrainOptions::OptimizerHome::nvme) {
     if (o.optimizer_staging < 3)
       return error(Code::invalid_argument,

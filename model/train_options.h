@@ -64,6 +64,10 @@ struct TrainOptions {
   // is read, updated and written in pieces of at most this many fp32 slots (model/placement.h), so
   // a staging buffer holds 12 (fp32 moments) or 6 (8-bit) bytes times this, whatever the chunk.
   uint64_t sub_group_size = uint64_t(1) << 24;
+  // Memory-centric tiling: rows per tile of the (V, C) token table and untied head
+  // (ModelConfig::vocab_tile, a multiple of kVocabTileBlock), 0 whole, -1 auto
+  // (with_vocab_tile, placement.h: by the device budget when the weights are paged).
+  int64_t vocab_tile = -1;
   // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
   // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
   // larger than RAM spill per chunk, the optimizer reads them back).

@@ -166,6 +166,7 @@ class Trainer {
   uint64_t steps_done() const { return steps_done_; }
   uint64_t updates_done() const { return updates_done_; }  // steps_done() less the skipped ones
   const TrainOptions& options() const { return options_; }
+  const Transformer& model() const { return model_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
   // Pinned host bytes this trainer holds (masters and moments or their staging ring, gradient
   // accumulators and staging).

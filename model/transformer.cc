@@ -6,6 +6,8 @@
 // transformer_io.cc.
 #include "model/transformer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -133,7 +135,9 @@ Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layou
       layout_(std::move(layout)),
       master_layout_(std::move(master_layout)),
       options_(options),
-      esize_(layout_.element_bytes) {}
+      esize_(layout_.element_bytes),
+      embedding_chunks_(layout_.embedding_chunks()),
+      head_chunks_(layout_.head_chunks()) {}
 
 Transformer::~Transformer() {
   Status s = backend_.synchronize_all();
@@ -223,20 +227,14 @@ Status Transformer::traced(std::string_view what, int64_t index, const std::func
                              index >= 0 ? fmt::format("{} {}", what, index) : std::string(what), work);
 }
 
-StatusOr<GlobalParams> Transformer::acquire_head() {
-  GlobalParams g;
-  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
-  bind_globals(g, head_chunk(), head);
-  if (config_.tied_head) {
-    STRATA_ASSIGN_OR_RETURN(std::byte* emb, acquire_chunk(embedding_chunk()));
-    bind_globals(g, embedding_chunk(), emb);
-  }
-  return g;
+StatusOr<std::byte*> Transformer::acquire_head_table(size_t k, std::byte* first) {
+  if (!config_.tied_head && k == 0) return first;
+  return acquire_chunk(head_table_chunk(k));
 }
 
-Status Transformer::release_head() {
-  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
-  return config_.tied_head ? weights_->release(embedding_chunk()) : Status::ok();
+Status Transformer::release_head_table(size_t k) {
+  if (!config_.tied_head && k == 0) return Status::ok();
+  return weights_->release(head_table_chunk(k));
 }
 
 // ---- forward -------------------------------------------------------------------------------------
@@ -253,15 +251,27 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   targets_ = targets;
   const int64_t N = B * T, C = config_.dim, V = config_.vocab;
 
-  // Embedding: GPT-2 adds learned positions; LLaMA's positions enter through RoPE.
-  GlobalParams emb;
-  STRATA_ASSIGN_OR_RETURN(std::byte* emb_chunk, acquire_chunk(embedding_chunk()));
-  bind_globals(emb, embedding_chunk(), emb_chunk);
-  STRATA_RETURN_IF_ERROR(traced("forward embedding", -1, [&] {
-    if (config_.arch == Arch::gpt2)
-      return ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, emb.wpe, B, T, C, V);
-    return ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, V);
-  }));
+  // Embedding, one vocabulary tile at a time: GPT-2 adds learned positions (in the first tile,
+  // held while the others pass); LLaMA's positions enter through RoPE.
+  GlobalParams first;
+  STRATA_ASSIGN_OR_RETURN(std::byte* first_chunk, acquire_chunk(embedding_chunk()));
+  bind_globals(first, embedding_chunk(), first_chunk);
+  for (size_t k = 0; k < embedding_chunks_; ++k) {
+    const ChunkSpec& tile = layout_.chunks[k];
+    GlobalParams emb = first;
+    if (k > 0) {
+      STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(k));
+      bind_globals(emb, k, w);
+    }
+    STRATA_RETURN_IF_ERROR(traced("forward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
+      if (config_.arch == Arch::gpt2)
+        return ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, first.wpe, B, T, C, tile.rows,
+                                    tile.row_begin);
+      return ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, tile.rows,
+                                          tile.row_begin);
+    }));
+    if (k > 0) STRATA_RETURN_IF_ERROR(weights_->release(k));
+  }
   STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
   for (int l = 0; l < config_.n_layer; ++l) {
     STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
@@ -269,18 +279,31 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
   }
 
-  // Final norm, head (tied to wte or lm_head), fused cross-entropy -> mean loss on the device.
-  STRATA_ASSIGN_OR_RETURN(const GlobalParams g, acquire_head());
-  STRATA_RETURN_IF_ERROR(traced("forward head", -1, [&]() -> Status {
-    STRATA_RETURN_IF_ERROR(
-        norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
-    const std::byte* head = config_.tied_head ? g.wte : g.lm_head;
-    const int64_t Vp = logits_stride();
-    STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, acts_.logits, acts_.lnf, head, nullptr, N, C, V, Vp));
-    return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets,
-                                     N, V, Vp);
-  }));
-  return release_head();
+  // Final norm, head (tied to wte or lm_head) one table tile at a time into its columns of the
+  // logits, then the fused cross-entropy -> mean loss on the device.
+  GlobalParams g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  bind_globals(g, head_chunk(), head);
+  const size_t tiles = size_t(vocab_tiles(config_));
+  const int64_t Vp = logits_stride();
+  for (size_t k = 0; k < tiles; ++k) {
+    const ChunkSpec& tile = layout_.chunks[head_table_chunk(k)];
+    STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
+    GlobalParams t;
+    bind_globals(t, head_table_chunk(k), base);
+    const std::byte* table = config_.tied_head ? t.wte : t.lm_head;
+    STRATA_RETURN_IF_ERROR(traced(k == 0 ? "forward head" : "forward head tile", k == 0 ? -1 : int64_t(k), [&]() -> Status {
+      if (k == 0)
+        STRATA_RETURN_IF_ERROR(
+            norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
+      STRATA_RETURN_IF_ERROR(head_table_forward(head_table_chunk(k), table));
+      if (k + 1 < tiles) return Status::ok();
+      return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits,
+                                       targets, N, V, Vp);
+    }));
+    STRATA_RETURN_IF_ERROR(release_head_table(k));
+  }
+  return weights_->release(head_chunk());
 }
 
 // x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
@@ -360,27 +383,41 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   STRATA_RETURN_IF_ERROR(
       ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
   const std::byte* dlogits = acts_.logits;
-  STRATA_ASSIGN_OR_RETURN(const GlobalParams p, acquire_head());
-  GlobalParams g;
+  GlobalParams p, g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  bind_globals(p, head_chunk(), head);
   STRATA_ASSIGN_OR_RETURN(std::byte* head_grads, sink.acquire(head_chunk()));
   bind_globals(g, head_chunk(), head_grads);
-  if (config_.tied_head) {
-    STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(embedding_chunk()));
-    bind_globals(g, embedding_chunk(), emb_grads);
+  const size_t tiles = size_t(vocab_tiles(config_));
+  for (size_t k = 0; k < tiles; ++k) {
+    const size_t c = head_table_chunk(k);
+    const bool own = !config_.tied_head && k == 0;  // the head's first chunk, held already
+    STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
+    std::byte* grads = head_grads;
+    if (!own) {
+      STRATA_ASSIGN_OR_RETURN(grads, sink.acquire(c));
+    }
+    GlobalParams t, dt;
+    bind_globals(t, c, base);
+    bind_globals(dt, c, grads);
+    const std::byte* table = config_.tied_head ? t.wte : t.lm_head;
+    std::byte* dtable = config_.tied_head ? dt.wte : dt.lm_head;
+    STRATA_RETURN_IF_ERROR(traced(k == 0 ? "backward head" : "backward head tile", k == 0 ? -1 : int64_t(k), [&]() -> Status {
+      if (k == 0) {
+        STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
+        STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
+      }
+      STRATA_RETURN_IF_ERROR(head_table_backward(c, table, dtable, dlogits));
+      if (k + 1 < tiles) return Status::ok();
+      return norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean,
+                           acts_.lnf_rstd);
+    }));
+    STRATA_RETURN_IF_ERROR(release_head_table(k));
+    // The tied embedding's tiles get a second contribution, the embedding's, at the end.
+    if (!own) STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/!config_.tied_head));
   }
-  const std::byte* head = config_.tied_head ? p.wte : p.lm_head;
-  std::byte* dhead = config_.tied_head ? g.wte : g.lm_head;
-  STRATA_RETURN_IF_ERROR(traced("backward head", -1, [&]() -> Status {
-    STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
-    STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
-    STRATA_RETURN_IF_ERROR(
-        ops_.matmul_backward(options_.dtype, dacts_.dln, dhead, nullptr, dlogits, acts_.lnf, head, N, C, V, Vp));
-    return norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean,
-                         acts_.lnf_rstd);
-  }));
-  STRATA_RETURN_IF_ERROR(release_head());
+  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
   STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
-  if (config_.tied_head) STRATA_RETURN_IF_ERROR(sink.release(embedding_chunk(), /*last=*/false));
 
   for (int l = int(L) - 1; l >= 0; --l) {
     STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
@@ -396,16 +433,48 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
     STRATA_RETURN_IF_ERROR(sink.release(layer_chunk(l), /*last=*/true));
   }
 
-  // The embedding's backward needs no weights, only its gradient chunk.
-  GlobalParams ge;
-  STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(embedding_chunk()));
-  bind_globals(ge, embedding_chunk(), emb_grads);
-  STRATA_RETURN_IF_ERROR(traced("backward embedding", -1, [&] {
-    if (config_.arch == Arch::gpt2)
-      return ops_.encoder_backward(options_.dtype, ge.wte, ge.wpe, dacts_.dres, inputs_, B_, T_, C, V);
-    return ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, V);
-  }));
-  return sink.release(embedding_chunk(), /*last=*/true);
+  // The embedding's backward needs no weights, only its gradient chunks, a tile at a time
+  // (GPT-2's positions, in the first, once).
+  for (size_t k = 0; k < embedding_chunks_; ++k) {
+    const ChunkSpec& tile = layout_.chunks[k];
+    GlobalParams ge;
+    STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(k));
+    bind_globals(ge, k, emb_grads);
+    STRATA_RETURN_IF_ERROR(traced("backward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
+      if (config_.arch == Arch::gpt2)
+        return ops_.encoder_backward(options_.dtype, ge.wte, k == 0 ? ge.wpe : nullptr, dacts_.dres, inputs_, B_, T_,
+                                     C, tile.rows, tile.row_begin);
+      return ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, tile.rows,
+                                           tile.row_begin);
+    }));
+    STRATA_RETURN_IF_ERROR(sink.release(k, /*last=*/true));
+  }
+  return Status::ok();
+}
+
+Status Transformer::head_table_forward(size_t c, const std::byte* table) {
+  const ChunkSpec& tile = layout_.chunks[c];
+  const int64_t N = B_ * T_, C = config_.dim;
+  const int64_t block = options_.dtype == DType::f32 ? kVocabTileBlock : tile.rows;
+  for (int64_t r = 0; r < tile.rows; r += block) {
+    STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, at(acts_.logits, tile.row_begin + r), acts_.lnf,
+                                               at(table, r * C), nullptr, N, C, std::min(block, tile.rows - r),
+                                               logits_stride()));
+  }
+  return Status::ok();
+}
+
+Status Transformer::head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits) {
+  const ChunkSpec& tile = layout_.chunks[c];
+  const int64_t N = B_ * T_, C = config_.dim;
+  const int64_t block = options_.dtype == DType::f32 ? kVocabTileBlock : tile.rows;
+  for (int64_t r = 0; r < tile.rows; r += block) {
+    const int64_t rows = std::min(block, tile.rows - r);
+    STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, dacts_.dln, at(dtable, r * C), nullptr,
+                                                at(dlogits, tile.row_begin + r), acts_.lnf, at(table, r * C), N, C,
+                                                rows, logits_stride()));
+  }
+  return Status::ok();
 }
 
 // dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each

@@ -199,9 +199,11 @@ class Transformer {
   const ParamLayout& master_layout() const { return master_layout_; }
   const TransformerOptions& options() const { return options_; }
   // Chunk indices in layout(): the embedding, transformer layer l, the head (final norm, lm_head).
+  // With vocabulary tiles (ModelConfig::vocab_tile) these are each table's first tile, which also
+  // holds GPT-2's positions / the final norm; the other tiles follow it.
   size_t embedding_chunk() const { return 0; }
-  size_t layer_chunk(int l) const { return size_t(l) + 1; }
-  size_t head_chunk() const { return layout_.chunks.size() - 1; }
+  size_t layer_chunk(int l) const { return embedding_chunks_ + size_t(l); }
+  size_t head_chunk() const { return layout_.chunks.size() - head_chunks_; }
   // The tensors of layer l / of the global chunks at device chunk base `base` (any slot).
   LayerParams bind_layer(int l, std::byte* base) const;
   void bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const;
@@ -225,10 +227,20 @@ class Transformer {
   const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
   Status layer_forward(const LayerParams& p, int l, bool write_output = true);
   Status layer_backward(const LayerParams& p, const LayerParams& g, int l);
-  // The head's chunks (and the embedding's when tied) acquired from the weight source: the
-  // forward's end and the backward's start. release_head gives back what acquire_head took.
-  StatusOr<GlobalParams> acquire_head();
-  Status release_head();
+  // The chunk of the head's table tile k (tied: the embedding's tile k).
+  size_t head_table_chunk(size_t k) const { return config_.tied_head ? k : head_chunk() + k; }
+  // Tile k of the head's table: its weights (acquired, or `first` for the head's own first
+  // chunk), bound: tied wte, else lm_head. release_head_table gives back what it took.
+  StatusOr<std::byte*> acquire_head_table(size_t k, std::byte* first);
+  Status release_head_table(size_t k);
+  // The logits' columns of the table tile in chunk c (forward), and the head's input gradient
+  // dln (N, C) += with the tile's gradient (backward). In fp32 kVocabTileBlock vocabulary rows per
+  // GEMM, tiled or not, so every GEMM has the same shape and operands for any tiling and every bit
+  // is the same (a BLAS may sum an output differently in GEMMs of other widths, and dln's sum over
+  // the vocabulary is grouped by GEMM); in 16-bit precisions one GEMM per tile, since each GEMM
+  // rounds dln to 16 bits (a tiled run is then within those roundings of an untiled one).
+  Status head_table_forward(size_t c, const std::byte* table);
+  Status head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits);
   // Queues `work` (compute ops on Stream::compute), as a span "<what> <index>" when tracing.
   Status traced(std::string_view what, int64_t index, const std::function<Status()>& work);
   Status attention_forward(const LayerParams& p, const LayerActivations& a);
@@ -255,6 +267,8 @@ class Transformer {
   const uint64_t esize_;              // bytes per working-precision element
   std::vector<void*> blocks_;         // every arena block this model owns
   std::vector<std::vector<const ParamSpec*>> chunk_params_;  // per chunk, its tensors (layout_)
+  const size_t embedding_chunks_;     // the embedding's tiles (1 untiled)
+  const size_t head_chunks_;          // the head's chunks (1 untiled or tied)
   std::unique_ptr<PinnedPool> own_pinned_;      // the resident source's staging, when not given
   std::unique_ptr<WeightSource> own_weights_;   // ResidentWeights, when no source was given
   WeightSource* weights_ = nullptr;

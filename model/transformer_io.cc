@@ -43,8 +43,8 @@ class NormalRng {
 constexpr uint64_t kRangeElements = uint64_t{1} << 16;
 
 // GPT-2 initialisation of chunk c of `masters` into `out` (chunk bytes / 4 floats, padding zero).
-// Tensor i is the stream NormalRng(seed * 0x100000001B3 + i) whatever the chunking; each range of
-// a tensor skips to its first sample, so the parallel fill equals one sequential loop bit for bit.
+// Tensor i is the stream NormalRng(seed * 0x100000001B3 + i) whatever the chunking and tiling
+// (a tile starts at its first row's sample); each range of a tensor skips to its first sample, so the parallel fill equals one sequential loop bit for bit.
 void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size_t c, float* out) {
   std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
   const float residual_std = 0.02f / std::sqrt(2.0f * float(n_layer));
@@ -70,8 +70,8 @@ void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size
     const ParamSpec& p = masters.params[range.param];
     const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
     const float stddev = residual_proj ? residual_std : 0.02f;
-    NormalRng rng(seed * 0x100000001B3ull + range.param);  // one stream per tensor: independent of chunking
-    rng.discard(range.begin);
+    NormalRng rng(seed * 0x100000001B3ull + uint64_t(p.tensor));  // one stream per tensor: independent of chunking
+    rng.discard(p.tensor_offset() + range.begin);                     // and of tiling
     float* dst = out + p.offset / sizeof(float);
     for (uint64_t e = range.begin; e < range.end; ++e) dst[e] = rng.next(stddev);
   });
@@ -84,6 +84,11 @@ Status read_hf_chunk(const ParamLayout& masters, size_t c, const Find& find, flo
   std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
   for (const ParamSpec& p : masters.params) {
     if (size_t(p.chunk) != c) continue;
+    if (!p.whole()) {  // a tile: its rows of the (never transposed) table
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name), p.tensor_offset(), p.elements));
+      std::copy(values.begin(), values.end(), out + p.offset / sizeof(float));
+      continue;
+    }
     STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name)));
     from_hf_layout(p, values.data(), out + p.offset / sizeof(float));
   }
@@ -205,36 +210,38 @@ StatusOr<kernels::CrossEntropyResult> Transformer::read_loss() {
 }
 
 StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_view hf_name, ParamState state) {
-  const ParamSpec* p = layout_.find(hf_name);
-  if (p == nullptr) {
+  const ParamSpec* first = layout_.find(hf_name);
+  if (first == nullptr) {
     return error(Code::not_found, "model '{}' has no parameter '{}' (Hugging Face names, e.g. '{}')", config_.name,
                  hf_name, layout_.params.front().name);
   }
-  std::vector<float> values(p->elements);
-  if (state == ParamState::gradients) {  // the fp32 sums of the backward passes since zero_grad
-    if (grad_sink_ == nullptr || grad_sink_ != device_grads_.get())
-      return error(Code::failed_precondition, "model '{}': its gradients are not on the device (they stream to the "
-                   "trainer's host accumulators)", config_.name);
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-    STRATA_RETURN_IF_ERROR(backend_.copy_to_host(values.data(), device_grads_->accumulated(p->chunk) + p->offset / esize_,
-                                                 p->elements * sizeof(float), Stream::d2h));
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
-    if (!p->hf_transposed) return values;
-    return to_hf_layout(*p, values.data());
-  }
-  std::vector<uint16_t> halves(options_.dtype == DType::f32 ? 0 : p->elements);
-  void* dst = halves.empty() ? static_cast<void*>(values.data()) : halves.data();
-  {
-    std::vector<std::byte> chunk(layout_.chunks[p->chunk].bytes);
-    STRATA_RETURN_IF_ERROR(weights_->read(p->chunk, chunk.data()));
-    std::memcpy(dst, chunk.data() + p->offset, bytes(int64_t(p->elements)));
-  }
-  if (!halves.empty()) {
+  const bool grads = state == ParamState::gradients;  // the fp32 sums of the backward passes since zero_grad
+  if (grads && (grad_sink_ == nullptr || grad_sink_ != device_grads_.get()))
+    return error(Code::failed_precondition, "model '{}': its gradients are not on the device (they stream to the "
+                 "trainer's host accumulators)", config_.name);
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  std::vector<float> values(first->tensor_elements());
+  for (const ParamSpec& p : layout_.params) {  // the tensor, or each of its tiles
+    if (p.name != hf_name) continue;
+    float* out = values.data() + p.tensor_offset();
+    if (grads) {
+      STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out, device_grads_->accumulated(p.chunk) + p.offset / esize_,
+                                                   p.elements * sizeof(float), Stream::d2h));
+      STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+      continue;
+    }
+    std::vector<std::byte> chunk(layout_.chunks[p.chunk].bytes);
+    STRATA_RETURN_IF_ERROR(weights_->read(p.chunk, chunk.data()));
+    if (options_.dtype == DType::f32) {
+      std::memcpy(out, chunk.data() + p.offset, bytes(int64_t(p.elements)));
+      continue;
+    }
     const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
-    for (size_t e = 0; e < halves.size(); ++e) values[e] = kernels::half_to_float(format, halves[e]);
+    const auto* halves = reinterpret_cast<const uint16_t*>(chunk.data() + p.offset);
+    for (uint64_t e = 0; e < p.elements; ++e) out[e] = kernels::half_to_float(format, halves[e]);
   }
-  if (!p->hf_transposed) return values;
-  return to_hf_layout(*p, values.data());
+  if (!first->hf_transposed) return values;
+  return to_hf_layout(*first, values.data());
 }
 
 }  // namespace strata::model

@@ -102,6 +102,13 @@ namespace {
 
 constexpr bool positive_finite(float x) { return x > 0.0f && x <= std::numeric_limits<float>::max(); }
 
+// The sizes of an embedding op over a table of V rows holding the ids [row_begin, row_begin + V).
+void check_embedding_args(OpArgs& a, std::initializer_list<std::pair<const char*, int64_t>> sizes,
+                          int64_t row_begin) {
+  a.sizes(sizes).require(row_begin >= 0, "row_begin = {} is negative; a table's first row is a token id >= 0",
+                         row_begin);
+}
+
 }  // namespace
 
 StatusOr<kernels::FloatFormat> float_format_of(DType dt, std::string_view what) {
@@ -235,41 +242,41 @@ Status ComputeOps::residual_backward(DType dt, void* da, void* db, const void* d
 }
 
 Status ComputeOps::encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                   int64_t B, int64_t T, int64_t C, int64_t V) {
+                                   int64_t B, int64_t T, int64_t C, int64_t V, int64_t row_begin) {
   OpArgs a(*this, "encoder_forward");
-  a.activations(dt).sizes({{"B", B}, {"T", T}, {"C", C}, {"V", V}});
+  check_embedding_args(a.activations(dt), {{"B", B}, {"T", T}, {"C", C}, {"V", V}}, row_begin);
   a.tensor("out", out, dt, {B, T, C}).tensor("tokens", tokens, 4, {B, T});
   a.tensor("wte", wte, dt, {V, C}).tensor("wpe", wpe, dt, {T, C});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_encoder_forward(dt, out, tokens, wte, wpe, B, T, C);
+  return queue_encoder_forward(dt, out, tokens, wte, wpe, B, T, C, V, row_begin);
 }
 
 Status ComputeOps::encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                    int64_t B, int64_t T, int64_t C, int64_t V) {
+                                    int64_t B, int64_t T, int64_t C, int64_t V, int64_t row_begin) {
   OpArgs a(*this, "encoder_backward");
-  a.activations(dt).sizes({{"B", B}, {"T", T}, {"C", C}, {"V", V}});
+  check_embedding_args(a.activations(dt), {{"B", B}, {"T", T}, {"C", C}, {"V", V}}, row_begin);
   a.tensor("dwte", dwte, dt, {V, C}, true).tensor("dwpe", dwpe, dt, {T, C}, true);
   a.tensor("dout", dout, dt, {B, T, C}).tensor("tokens", tokens, 4, {B, T});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_encoder_backward(dt, dwte, dwpe, dout, tokens, B, T, C);
+  return queue_encoder_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V, row_begin);
 }
 
 Status ComputeOps::token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, int64_t N,
-                                           int64_t C, int64_t V) {
+                                           int64_t C, int64_t V, int64_t row_begin) {
   OpArgs a(*this, "token_embedding_forward");
-  a.activations(dt).sizes({{"N", N}, {"C", C}, {"V", V}});
+  check_embedding_args(a.activations(dt), {{"N", N}, {"C", C}, {"V", V}}, row_begin);
   a.tensor("out", out, dt, {N, C}).tensor("tokens", tokens, 4, {N}).tensor("wte", wte, dt, {V, C});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_token_embedding_forward(dt, out, tokens, wte, N, C);
+  return queue_token_embedding_forward(dt, out, tokens, wte, N, C, V, row_begin);
 }
 
 Status ComputeOps::token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
-                                            int64_t N, int64_t C, int64_t V) {
+                                            int64_t N, int64_t C, int64_t V, int64_t row_begin) {
   OpArgs a(*this, "token_embedding_backward");
-  a.activations(dt).sizes({{"N", N}, {"C", C}, {"V", V}});
+  check_embedding_args(a.activations(dt), {{"N", N}, {"C", C}, {"V", V}}, row_begin);
   a.tensor("dwte", dwte, dt, {V, C}).tensor("dout", dout, dt, {N, C}).tensor("tokens", tokens, 4, {N});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_token_embedding_backward(dt, dwte, dout, tokens, N, C);
+  return queue_token_embedding_backward(dt, dwte, dout, tokens, N, C, V, row_begin);
 }
 
 namespace {

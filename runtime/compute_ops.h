@@ -30,8 +30,9 @@ namespace strata {
 //   Statistics (mean, rstd, lse, losses) are always fp32; token ids and targets int32.
 // - Backward ops ACCUMULATE (+=) into every gradient (zero them first with Backend::fill_zero);
 //   a gradient marked "may be null" is then not computed.
-// - Outputs must not alias inputs unless stated. Token ids must lie in [0, V) and targets in
-//   [0, V) or -1: they are device data, so the ops cannot check them (the data loader does).
+// - Outputs must not alias inputs unless stated. Token ids must lie in [0, vocab) (the embedding
+//   ops' V may be a tile of it, see there) and targets in [0, V) or -1: they are device data, so
+//   the ops cannot check them (the data loader does).
 // - Scalar results (loss, grad norm, finite flag) are written to device memory: the host reads
 //   them with copy_to_host after an event, so no op ever synchronizes.
 // Thread-safety: like the compute stream: one thread drives it at a time.
@@ -82,16 +83,27 @@ class ComputeOps {
   Status residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n);
 
   // ---- embeddings: tokens int32 (B, T) or (N), wte (V, C), wpe (>= T, C) ------------------------
-  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. dwte +=, dwpe rows 0..T-1 +=; either may be null.
+  // wte is a table of V rows holding the token ids [row_begin, row_begin + V) (row r is id
+  // row_begin + r): the whole vocabulary (row_begin = 0, V = vocab) or one row tile of it, so a
+  // (vocab, C) table can be visited one tile at a time. row_begin >= 0. A row n whose token the
+  // table does not hold is SKIPPED: the forward does not write out[n] (not even its position part),
+  // the backward adds nothing for it. Visiting every tile of a partition of [0, vocab) with all the
+  // rows writes the untiled call's bits to every row of out, and gives each dwte row the untiled
+  // call's bits (its rows n summed in the same order, added once). The ops are not told the
+  // vocabulary: the caller keeps tokens in [0, vocab) (a token outside it is in no tile, so its row
+  // is never written or read; no table row past V is ever touched).
+  // out (B, T, C) = wte[tokens[b, t] - row_begin] + wpe[t] (one fp32 add, as untiled).
+  // dwte += scatter of dout by token over the rows the table holds; dwpe rows 0..T-1 += sum over b
+  // of EVERY row, whatever row_begin (pass it in one tile's call only). Either may be null.
   Status encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,
-                         int64_t T, int64_t C, int64_t V);
+                         int64_t T, int64_t C, int64_t V, int64_t row_begin = 0);
   Status encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B,
-                          int64_t T, int64_t C, int64_t V);
-  // out (N, C) = wte[tokens[n]]. dwte (V, C) += scatter of dout (N, C).
+                          int64_t T, int64_t C, int64_t V, int64_t row_begin = 0);
+  // out (N, C) = wte[tokens[n] - row_begin]. dwte (V, C) += scatter of dout (N, C), as above.
   Status token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t C,
-                                 int64_t V);
+                                 int64_t V, int64_t row_begin = 0);
   Status token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens, int64_t N,
-                                  int64_t C, int64_t V);
+                                  int64_t C, int64_t V, int64_t row_begin = 0);
 
   // ---- rotary embedding over (B, T, NH, HS), "rotate half" pairing, HS even, theta > 0 ----------
   // Position of row t is pos_offset + t (pos_offset >= 0). out may equal inp. dinp += inverse.
@@ -181,13 +193,13 @@ class ComputeOps {
   virtual Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) = 0;
   virtual Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) = 0;
   virtual Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                       int64_t B, int64_t T, int64_t C) = 0;
+                                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t row_begin) = 0;
   virtual Status queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                        int64_t B, int64_t T, int64_t C) = 0;
+                                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t row_begin) = 0;
   virtual Status queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                               int64_t N, int64_t C) = 0;
+                                               int64_t N, int64_t C, int64_t V, int64_t row_begin) = 0;
   virtual Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
-                                                int64_t N, int64_t C) = 0;
+                                                int64_t N, int64_t C, int64_t V, int64_t row_begin) = 0;
   virtual Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
                                     int64_t HS, float theta, int64_t pos_offset) = 0;
   virtual Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,

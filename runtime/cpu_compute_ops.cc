@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/grad_accumulate.h"
 #include "kernels/cpu/half.h"
@@ -155,38 +158,84 @@ Status CpuComputeOps::queue_residual_backward(DType dt, void* da, void* db, cons
       dt, [=](WidenedArgs& a) { kernels::residual_backward(a.inout(da, n), a.inout(db, n), a.in(dout, n), n); });
 }
 
-// The embedding ops are not given V: they widen the rows their tokens reach (table_rows_used),
-// which the closure reads when it runs, after the copies queued before it.
+// The embedding ops touch only what a table tile's rows need (kernels::TableRows): the table rows
+// between its smallest and largest token (kernels::table_rows_used; never past its V rows), and,
+// for 16-bit tensors, only the activation rows whose token it holds (kernels::rows_holding) and
+// the positions of those rows; the others are neither converted nor written. The tokens are read
+// when the closure runs, after the copies queued before it.
+namespace {
+
+// `table` (holding `rows`, C elements of elem_size bytes a row) from the row of id used.begin on;
+// null stays null (a gradient not computed).
+template <typename Void>
+Void* table_from(Void* table, kernels::TableRows rows, kernels::TableRows used, int64_t C, size_t elem_size) {
+  using Byte = std::conditional_t<std::is_const_v<Void>, const std::byte, std::byte>;
+  if (table == nullptr) return nullptr;
+  return static_cast<Byte*>(table) + (used.begin - rows.begin) * C * static_cast<int64_t>(elem_size);
+}
+
+// The distinct positions n % T of `listed` rows, increasing.
+std::vector<int64_t> positions_of(const std::vector<int64_t>& listed, int64_t T) {
+  std::vector<char> used(static_cast<size_t>(T), 0);
+  for (int64_t n : listed) used[n % T] = 1;
+  std::vector<int64_t> positions;
+  for (int64_t t = 0; t < T; ++t) {
+    if (used[t] != 0) positions.push_back(t);
+  }
+  return positions;
+}
+
+}  // namespace
+
 Status CpuComputeOps::queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                            const void* wpe, int64_t B, int64_t T, int64_t C) {
+                                            const void* wpe, int64_t B, int64_t T, int64_t C, int64_t V,
+                                            int64_t row_begin) {
+  const size_t elem = dtype_size(dt);
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    const int64_t rows = table_rows_used(tokens, B * T);
-    kernels::encoder_forward(a.out(out, B * T * C), tokens, a.in(wte, rows * C), a.in(wpe, T * C), B, T, C);
+    const int64_t N = B * T;
+    const kernels::TableRows table{row_begin, V}, used = kernels::table_rows_used(tokens, N, table);
+    const std::vector<int64_t> rows = kernels::rows_holding(tokens, N, used);
+    const std::vector<int64_t> positions = positions_of(rows, T);
+    kernels::encoder_forward(a.out_listed_rows(out, N, C, rows), tokens,
+                             a.in(table_from(wte, table, used, C, elem), used.count * C),
+                             a.in_listed_rows(wpe, T, C, positions), B, T, C, used);
   });
 }
 
+// dwpe sums every row of dout, so with dwpe the whole of dout is widened (the model passes dwpe in
+// one tile's call only); without it, the rows the table holds.
 Status CpuComputeOps::queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                             int64_t B, int64_t T, int64_t C) {
+                                             int64_t B, int64_t T, int64_t C, int64_t V, int64_t row_begin) {
+  const size_t elem = dtype_size(dt);
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    const int64_t rows = table_rows_used(tokens, B * T);
-    kernels::encoder_backward(a.inout(dwte, rows * C), a.inout(dwpe, T * C), a.in(dout, B * T * C), tokens, B, T,
-                              C);
+    const int64_t N = B * T;
+    const kernels::TableRows table{row_begin, V}, used = kernels::table_rows_used(tokens, N, table);
+    const std::vector<int64_t> rows = dwpe != nullptr ? std::vector<int64_t>{} : kernels::rows_holding(tokens, N, used);
+    const float* dy = dwpe != nullptr ? a.in(dout, N * C) : a.in_listed_rows(dout, N, C, rows);
+    kernels::encoder_backward(a.inout(table_from(dwte, table, used, C, elem), used.count * C),
+                              a.inout(dwpe, T * C), dy, tokens, B, T, C, used);
   });
 }
 
 Status CpuComputeOps::queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                                    int64_t N, int64_t C) {
+                                                    int64_t N, int64_t C, int64_t V, int64_t row_begin) {
+  const size_t elem = dtype_size(dt);
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    const int64_t rows = table_rows_used(tokens, N);
-    kernels::token_embedding_forward(a.out(out, N * C), tokens, a.in(wte, rows * C), N, C);
+    const kernels::TableRows table{row_begin, V}, used = kernels::table_rows_used(tokens, N, table);
+    const std::vector<int64_t> rows = kernels::rows_holding(tokens, N, used);
+    kernels::token_embedding_forward(a.out_listed_rows(out, N, C, rows), tokens,
+                                     a.in(table_from(wte, table, used, C, elem), used.count * C), N, C, used);
   });
 }
 
 Status CpuComputeOps::queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
-                                                     int64_t N, int64_t C) {
+                                                     int64_t N, int64_t C, int64_t V, int64_t row_begin) {
+  const size_t elem = dtype_size(dt);
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    const int64_t rows = table_rows_used(tokens, N);
-    kernels::token_embedding_backward(a.inout(dwte, rows * C), a.in(dout, N * C), tokens, N, C);
+    const kernels::TableRows table{row_begin, V}, used = kernels::table_rows_used(tokens, N, table);
+    const std::vector<int64_t> rows = kernels::rows_holding(tokens, N, used);
+    kernels::token_embedding_backward(a.inout(table_from(dwte, table, used, C, elem), used.count * C),
+                                      a.in_listed_rows(dout, N, C, rows), tokens, N, C, used);
   });
 }
 

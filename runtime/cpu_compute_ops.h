@@ -41,13 +41,13 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) override;
   Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) override;
   Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,
-                               int64_t T, int64_t C) override;
+                               int64_t T, int64_t C, int64_t V, int64_t row_begin) override;
   Status queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B,
-                                int64_t T, int64_t C) override;
+                                int64_t T, int64_t C, int64_t V, int64_t row_begin) override;
   Status queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, int64_t N,
-                                       int64_t C) override;
+                                       int64_t C, int64_t V, int64_t row_begin) override;
   Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens, int64_t N,
-                                        int64_t C) override;
+                                        int64_t C, int64_t V, int64_t row_begin) override;
   Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
                             float theta, int64_t pos_offset) override;
   Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH, int64_t HS,

@@ -32,51 +32,53 @@ void for_each_element(int64_t n, const Element& element) {
 
 // Calls element(i) for the offset i of every element in columns [0, cols) of `rows` rows that
 // start `stride` elements apart: one flat loop when the rows are contiguous, else rows in tasks of
-// about kConvertGrain elements.
+// about kConvertGrain elements. For listed rows only, those rows in tasks of the same size.
 template <typename Element>
-void for_each_element(int64_t rows, int64_t cols, int64_t stride, const Element& element) {
-  if (stride == cols || rows <= 1) {
-    for_each_element(rows * cols, element);
+void for_each_element(const WidenedArgs::Rows& rows, const Element& element) {
+  const int64_t cols = rows.cols, stride = rows.stride;
+  if (!rows.listed_only && (stride == cols || rows.rows <= 1)) {
+    for_each_element(rows.rows * cols, element);
     return;
   }
-  const auto run = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t i = r * stride, end = i + cols; i < end; ++i) element(i);
+  const auto row_at = [&](int64_t k) { return rows.listed_only ? rows.listed[k] : k; };
+  const auto run = [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      for (int64_t i = row_at(k) * stride, end = i + cols; i < end; ++i) element(i);
     }
   };
+  const int64_t count = rows.listed_only ? static_cast<int64_t>(rows.listed.size()) : rows.rows;
   const int64_t row_grain = std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(cols, 1));
-  if (rows <= row_grain) {
-    run(0, rows);
+  if (count <= row_grain) {
+    run(0, count);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, row_grain),
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, row_grain),
                     [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); });
 }
 
-// dst = the 16-bit elements at src, over the (rows, cols, stride) elements of both.
-void widen(float* dst, const void* src, kernels::FloatFormat format, int64_t rows, int64_t cols, int64_t stride) {
+// dst = the 16-bit elements at src, over the `rows` elements of both.
+void widen(float* dst, const void* src, kernels::FloatFormat format, const WidenedArgs::Rows& rows) {
   const auto* h = static_cast<const uint16_t*>(src);
   if (format == kernels::FloatFormat::bf16) {
-    for_each_element(rows, cols, stride, [&](int64_t i) { dst[i] = kernels::bf16_to_float(h[i]); });
+    for_each_element(rows, [&](int64_t i) { dst[i] = kernels::bf16_to_float(h[i]); });
   } else {
-    for_each_element(rows, cols, stride, [&](int64_t i) { dst[i] = kernels::fp16_to_float(h[i]); });
+    for_each_element(rows, [&](int64_t i) { dst[i] = kernels::fp16_to_float(h[i]); });
   }
 }
 
-// The 16-bit elements at dst = src rounded to nearest even, over the (rows, cols, stride) elements.
-void narrow_into(void* dst, const float* src, kernels::FloatFormat format, int64_t rows, int64_t cols,
-                 int64_t stride) {
+// The 16-bit elements at dst = src rounded to nearest even, over the `rows` elements.
+void narrow_into(void* dst, const float* src, kernels::FloatFormat format, const WidenedArgs::Rows& rows) {
   auto* h = static_cast<uint16_t*>(dst);
   if (format == kernels::FloatFormat::bf16) {
-    for_each_element(rows, cols, stride, [&](int64_t i) { h[i] = kernels::float_to_bf16(src[i]); });
+    for_each_element(rows, [&](int64_t i) { h[i] = kernels::float_to_bf16(src[i]); });
   } else {
-    for_each_element(rows, cols, stride, [&](int64_t i) { h[i] = kernels::float_to_fp16(src[i]); });
+    for_each_element(rows, [&](int64_t i) { h[i] = kernels::float_to_fp16(src[i]); });
   }
 }
 
 // Elements a (rows, cols, stride) tensor spans: (rows - 1) * stride + cols, 0 when empty.
-int64_t span_of(int64_t rows, int64_t cols, int64_t stride) {
-  return rows <= 0 || cols <= 0 ? 0 : (rows - 1) * stride + cols;
+int64_t span_of(const WidenedArgs::Rows& r) {
+  return r.rows <= 0 || r.cols <= 0 ? 0 : (r.rows - 1) * r.stride + r.cols;
 }
 
 }  // namespace
@@ -104,33 +106,50 @@ float* WidenedArgs::out(void* p, int64_t n) { return out_rows(p, 1, n, n); }
 float* WidenedArgs::inout(void* p, int64_t n) { return inout_rows(p, 1, n, n); }
 
 const float* WidenedArgs::in_rows(const void* p, int64_t rows, int64_t cols, int64_t stride) {
-  if (format_ == kernels::FloatFormat::f32 || p == nullptr) return static_cast<const float*>(p);
-  float* view = next_buffer(span_of(rows, cols, stride));
-  widen(view, p, format_, rows, cols, stride);
-  return view;
+  return in_view(p, Rows{rows, cols, stride, false, {}});
 }
 
 float* WidenedArgs::out_rows(void* p, int64_t rows, int64_t cols, int64_t stride) {
-  if (format_ == kernels::FloatFormat::f32 || p == nullptr) return static_cast<float*>(p);
-  float* view = next_buffer(span_of(rows, cols, stride));
-  outputs_.push_back({p, view, rows, cols, stride});
-  return view;
+  return out_view(p, Rows{rows, cols, stride, false, {}});
 }
 
 float* WidenedArgs::inout_rows(void* p, int64_t rows, int64_t cols, int64_t stride) {
-  float* view = out_rows(p, rows, cols, stride);
-  if (view != p) widen(view, p, format_, rows, cols, stride);
+  const Rows all{rows, cols, stride, false, {}};
+  float* view = out_view(p, all);
+  if (view != p) widen(view, p, format_, all);
+  return view;
+}
+
+const float* WidenedArgs::in_listed_rows(const void* p, int64_t rows, int64_t cols, std::span<const int64_t> listed) {
+  return in_view(p, Rows{rows, cols, cols, true, listed});
+}
+
+float* WidenedArgs::out_listed_rows(void* p, int64_t rows, int64_t cols, std::span<const int64_t> listed) {
+  return out_view(p, Rows{rows, cols, cols, true, listed});
+}
+
+const float* WidenedArgs::in_view(const void* p, const Rows& rows) {
+  if (format_ == kernels::FloatFormat::f32 || p == nullptr) return static_cast<const float*>(p);
+  float* view = next_buffer(span_of(rows));
+  widen(view, p, format_, rows);
+  return view;
+}
+
+float* WidenedArgs::out_view(void* p, const Rows& rows) {
+  if (format_ == kernels::FloatFormat::f32 || p == nullptr) return static_cast<float*>(p);
+  float* view = next_buffer(span_of(rows));
+  outputs_.push_back(Output{p, view, rows, std::vector<int64_t>(rows.listed.begin(), rows.listed.end())});
+  outputs_.back().rows.listed = {};  // narrow() reads the copy
   return view;
 }
 
 void WidenedArgs::narrow() {
-  for (const Output& o : outputs_) narrow_into(o.tensor, o.view, format_, o.rows, o.cols, o.stride);
+  for (const Output& o : outputs_) {
+    Rows rows = o.rows;
+    rows.listed = o.listed;
+    narrow_into(o.tensor, o.view, format_, rows);
+  }
   outputs_.clear();
-}
-
-int64_t table_rows_used(const int32_t* tokens, int64_t n) {
-  if (n <= 0) return 0;
-  return int64_t{*std::max_element(tokens, tokens + n)} + 1;
 }
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/half.h"
@@ -61,15 +62,33 @@ class WidenedArgs {
   const float* in_rows(const void* p, int64_t rows, int64_t cols, int64_t stride);
   float* out_rows(void* p, int64_t rows, int64_t cols, int64_t stride);
   float* inout_rows(void* p, int64_t rows, int64_t cols, int64_t stride);
+  // in and out for the `listed` rows only of a contiguous (rows, cols) tensor (row indices in
+  // [0, rows), each at most once; an output keeps its own copy of the list): the view has the
+  // tensor's layout, but only the listed rows are widened or narrowed, so the tensor's other rows
+  // keep their bytes and the view's are undefined. What an embedding op over a table tile uses to
+  // touch only the rows whose token the tile holds.
+  const float* in_listed_rows(const void* p, int64_t rows, int64_t cols, std::span<const int64_t> listed);
+  float* out_listed_rows(void* p, int64_t rows, int64_t cols, std::span<const int64_t> listed);
   // Rounds every out/inout view back into its tensor (nothing for fp32). Call once, after the kernel.
   void narrow();
 
+  // The elements a view converts: columns [0, cols) of rows `stride` elements apart, of every row
+  // in [0, rows) or of the listed rows only.
+  struct Rows {
+    int64_t rows, cols, stride;
+    bool listed_only;
+    std::span<const int64_t> listed;
+  };
+
  private:
-  struct Output {  // a (rows, cols) tensor with row stride `stride`, and its view
+  struct Output {  // a tensor and its view; the listed rows (if rows.listed_only) in `listed`
     void* tensor;
     const float* view;
-    int64_t rows, cols, stride;
+    Rows rows;
+    std::vector<int64_t> listed;
   };
+  const float* in_view(const void* p, const Rows& rows);
+  float* out_view(void* p, const Rows& rows);
   float* next_buffer(int64_t n) { return scratch_.buffer(next_slot_++, n); }
 
   const kernels::FloatFormat format_;
@@ -77,9 +96,5 @@ class WidenedArgs {
   size_t next_slot_ = 0;
   std::vector<Output> outputs_;
 };
-
-// Rows 0 .. max(tokens) of a (V, C) table that tokens (n) index: what an embedding op must widen
-// when only its tokens, not V, are known (ids lie in [0, V) by contract). 0 when n == 0.
-int64_t table_rows_used(const int32_t* tokens, int64_t n);
 
 }  // namespace strata

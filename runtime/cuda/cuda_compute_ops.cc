@@ -231,38 +231,42 @@ Status CudaComputeOps::queue_residual_backward(DType dt, void* da, void* db, con
 }
 
 Status CudaComputeOps::queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                             const void* wpe, int64_t B, int64_t T_len, int64_t C) {
+                                             const void* wpe, int64_t B, int64_t T_len, int64_t C, int64_t V,
+                                             int64_t row_begin) {
   return launch(dt, "encoder_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::encoder_forward(as<T>(out), tokens, as<T>(wte), as<T>(wpe), B, T_len, C, stream_);
+    return kc::encoder_forward(as<T>(out), tokens, as<T>(wte), as<T>(wpe), B, T_len, C, stream_,
+                               kernels::TableRows{row_begin, V});
   });
 }
 
 Status CudaComputeOps::queue_encoder_backward(DType dt, void* dwte, void* dwpe, const void* dout,
-                                              const int32_t* tokens, int64_t B, int64_t T_len, int64_t C) {
+                                              const int32_t* tokens, int64_t B, int64_t T_len, int64_t C, int64_t V,
+                                              int64_t row_begin) {
   return launch(dt, "encoder_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const kc::GemmContext ctx = gemm_context();  // the product tiles are the sort's scratch
     return kc::encoder_backward(as<T>(dwte), as<T>(dwpe), as<T>(dout), tokens, B, T_len, C, ctx.product,
-                                ctx.product_floats * sizeof(float), stream_);
+                                ctx.product_floats * sizeof(float), stream_, kernels::TableRows{row_begin, V});
   });
 }
 
 Status CudaComputeOps::queue_token_embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                                     int64_t N, int64_t C) {
+                                                     int64_t N, int64_t C, int64_t V, int64_t row_begin) {
   return launch(dt, "token_embedding_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::token_embedding_forward(as<T>(out), tokens, as<T>(wte), N, C, stream_);
+    return kc::token_embedding_forward(as<T>(out), tokens, as<T>(wte), N, C, stream_,
+                                       kernels::TableRows{row_begin, V});
   });
 }
 
 Status CudaComputeOps::queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
-                                                      int64_t N, int64_t C) {
+                                                      int64_t N, int64_t C, int64_t V, int64_t row_begin) {
   return launch(dt, "token_embedding_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const kc::GemmContext ctx = gemm_context();  // the product tiles are the sort's scratch
     return kc::token_embedding_backward(as<T>(dwte), as<T>(dout), tokens, N, C, ctx.product,
-                                        ctx.product_floats * sizeof(float), stream_);
+                                        ctx.product_floats * sizeof(float), stream_, kernels::TableRows{row_begin, V});
   });
 }
 

@@ -1,7 +1,8 @@
 // GPU tests of the sorted token-embedding backward and the position-parallel RoPE kernels: the
 // sorted backward (CUB radix sort + one block per token) against the CPU reference bit for bit
 // (fp32 sums in row order, one rounding), with heavily repeated tokens (a run longer than a block's
-// chunk), against the slow path without a workspace, and run to run; RoPE at head sizes with and
+// chunk), against the slow path without a workspace, and run to run; the embeddings over row tiles
+// of the table against the untiled calls, bit for bit; RoPE at head sizes with and
 // without the shared cos/sin table, several row slices per position, in place, and run to run.
 #include <gtest/gtest.h>
 
@@ -123,6 +124,93 @@ TYPED_TEST(CudaEmbeddingRopeTest, SortedTokenBackwardAtBothExtremes) {
               cudaSuccess);
     EXPECT_TRUE(same_bits(d_te.download(), round_all<T>(want)));
   }
+}
+
+// Row tiles of the table (TableRows), each its own device buffer, visited one at a time with all
+// N = 4 x 256 rows over V = 1000 ids (none in [300, 420); token 7 on every third row): the forward
+// writes the untiled bits to the rows the tile holds and nothing else, the backward (sorted and
+// slow path) gives the untiled dwte bits tile by tile, dwpe passed with one tile is the untiled.
+TYPED_TEST(CudaEmbeddingRopeTest, TiledTablesGiveTheUntiledBits) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  using T = TypeParam;
+  const int64_t B = 4, T_len = 256, N = B * T_len, C = 300, V = 1000;
+  const std::vector<int64_t> begins = {0, 1, 300, 420, 777, V};  // one row, none held, an uneven last
+  std::vector<int32_t> tokens(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const auto x = static_cast<int32_t>((i * i / 7 + i / 13) % (V - 120));
+    tokens[i] = i % 3 == 0 ? 7 : x < 300 ? x : x + 120;
+  }
+  tokens[5] = 0;  // the one-row tile holds a token
+  const auto wte = round_all<T>(random_floats(V * C, 331)), wpe = round_all<T>(random_floats(T_len * C, 332));
+  const auto dout = round_all<T>(random_floats(N * C, 333)), g0_te = round_all<T>(random_floats(V * C, 334));
+  const auto g0_pe = round_all<T>(random_floats(T_len * C, 335));
+  Workspace workspace(token_embedding_backward_workspace_bytes(N));
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceTensor<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_enc(N * C), d_tok(N * C);
+  DeviceTensor<T> d_te(g0_te), d_pe(g0_pe), d_te_tok(g0_te);
+  ASSERT_EQ(encoder_forward(d_enc.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T_len, C, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(token_embedding_forward(d_tok.data(), d_tokens.data(), d_wte.data(), N, C, nullptr), cudaSuccess);
+  ASSERT_EQ(encoder_backward(d_te.data(), d_pe.data(), d_dout.data(), d_tokens.data(), B, T_len, C, workspace.data(),
+                             workspace.bytes(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(token_embedding_backward(d_te_tok.data(), d_dout.data(), d_tokens.data(), N, C, workspace.data(),
+                                     workspace.bytes(), nullptr),
+            cudaSuccess);
+  const std::vector<float> want_enc = d_enc.download(), want_tok = d_tok.download(), want_te = d_te.download();
+  const std::vector<float> want_pe = d_pe.download(), want_te_tok = d_te_tok.download();
+
+  const std::vector<float> fill(N * C, 0.25f);
+  std::vector<float> got_te, got_te_tok, got_te_slow;
+  DeviceTensor<T> d_tile_pe(g0_pe);
+  for (size_t k = 0; k + 1 < begins.size(); ++k) {
+    const TableRows tile{begins[k], begins[k + 1] - begins[k]};
+    SCOPED_TRACE(::testing::Message() << "tile [" << tile.begin << ", +" << tile.count << ")");
+    const auto rows_of = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + tile.begin * C, v.begin() + (tile.begin + tile.count) * C);
+    };
+    DeviceTensor<T> d_table(rows_of(wte)), d_out(fill), d_out_tok(fill);
+    ASSERT_EQ(encoder_forward(d_out.data(), d_tokens.data(), d_table.data(), d_wpe.data(), B, T_len, C, nullptr,
+                              tile),
+              cudaSuccess);
+    ASSERT_EQ(token_embedding_forward(d_out_tok.data(), d_tokens.data(), d_table.data(), N, C, nullptr, tile),
+              cudaSuccess);
+    const std::vector<float> out = d_out.download(), out_tok = d_out_tok.download();
+    int64_t wrong = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t at = static_cast<size_t>(n * C), bytes = sizeof(float) * C;
+      const bool held = tile.holds(tokens[n]);
+      wrong += std::memcmp(&out[at], held ? &want_enc[at] : &fill[at], bytes) != 0;
+      wrong += std::memcmp(&out_tok[at], held ? &want_tok[at] : &fill[at], bytes) != 0;
+    }
+    EXPECT_EQ(wrong, 0) << "rows with other bits than the untiled call's, or rows of other tiles written";
+    EXPECT_TRUE(d_out.guards_intact() && d_out_tok.guards_intact());
+
+    DeviceTensor<T> d_tile_te(rows_of(g0_te)), d_tile_tok(rows_of(g0_te)), d_tile_slow(rows_of(g0_te));
+    ASSERT_EQ(encoder_backward(d_tile_te.data(), tile.begin == 420 ? d_tile_pe.data() : nullptr, d_dout.data(),
+                               d_tokens.data(), B, T_len, C, workspace.data(), workspace.bytes(), nullptr, tile),
+              cudaSuccess);
+    ASSERT_EQ(token_embedding_backward(d_tile_tok.data(), d_dout.data(), d_tokens.data(), N, C, workspace.data(),
+                                       workspace.bytes(), nullptr, tile),
+              cudaSuccess);
+    ASSERT_EQ(token_embedding_backward(d_tile_slow.data(), d_dout.data(), d_tokens.data(), N, C, nullptr, 0, nullptr,
+                                       tile),
+              cudaSuccess);
+    EXPECT_TRUE(d_tile_te.guards_intact() && d_tile_tok.guards_intact() && d_tile_slow.guards_intact());
+    const auto append = [](DeviceTensor<T>& d, std::vector<float>& got) {
+      const std::vector<float> v = d.download();
+      got.insert(got.end(), v.begin(), v.end());
+    };
+    append(d_tile_te, got_te);
+    append(d_tile_tok, got_te_tok);
+    append(d_tile_slow, got_te_slow);
+  }
+  EXPECT_TRUE(same_bits(got_te, want_te)) << "encoder dwte";
+  EXPECT_TRUE(same_bits(got_te_tok, want_te_tok)) << "token dwte, sorted path";
+  EXPECT_TRUE(same_bits(got_te_slow, want_te_tok)) << "token dwte, slow path";
+  EXPECT_TRUE(same_bits(d_tile_pe.download(), want_pe)) << "dwpe passed with the tile at 420";
+  EXPECT_EQ(token_embedding_forward<T>(nullptr, nullptr, nullptr, 1, 1, nullptr, TableRows{-1, 4}),
+            cudaErrorInvalidValue);
 }
 
 // HS = 128 (table; B * NH * HS/2 = 2048 pairs per position: two row slices) and HS = 2100 (no

@@ -3,7 +3,8 @@
 // in, results copied back and compared with the float64 references of backend_ops_reference.h,
 // outputs guarded (backend_ops_fixture.h); the casts, gradient checks, AdamW, the rounding of
 // accumulated gradients and argument errors are in backend_ops_suite_checks.h, the padded-row
-// (strided) matmul and cross-entropy in backend_ops_suite_strided.h. Backward ops start
+// (strided) matmul and cross-entropy in backend_ops_suite_strided.h, the embedding ops over row
+// tiles of the table in backend_ops_suite_embedding_tiles.h. Backward ops start
 // from non-zero gradients, so the += contract is checked too. Included by backend_ops_test.cc
 // (CPU) and backend_ops_gpu_test.cc (CUDA, label gpu), each instantiating it for its backend.
 // Tolerances: activation_tol (backend_ops_fixture.h), derived per dtype; fp32 statistics (mean,
@@ -16,6 +17,7 @@
 #include "tests/runtime/backend_ops_fixture.h"
 #include "tests/runtime/backend_ops_reference.h"
 #include "tests/runtime/backend_ops_suite_checks.h"  // casts, gradient checks, AdamW, argument errors
+#include "tests/runtime/backend_ops_suite_embedding_tiles.h"  // embedding ops over table row tiles
 #include "tests/runtime/backend_ops_suite_strided.h"  // padded rows (matmul, cross-entropy): StridedOpsTest
 
 namespace strata::ops_test {

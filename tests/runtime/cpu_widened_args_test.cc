@@ -1,7 +1,7 @@
 // WidenedArgs and Fp32Scratch (runtime/cpu_widened_args.h): fp32 passes through untouched, 16-bit
 // tensors are widened exactly and narrowed with one round-to-nearest-even, null stays null,
 // outputs are written back only by narrow(), strided (padded-row) views convert only the rows'
-// real columns, and scratch is reused across ops.
+// real columns, listed-row views only the listed rows, and scratch is reused across ops.
 #include "runtime/cpu_widened_args.h"
 
 #include <cstring>
@@ -170,11 +170,44 @@ TEST(Fp32Scratch, BuffersAreReusedAndGrowOnlyWhenNeeded) {
   EXPECT_EQ(scratch.bytes(), (1000u + 2000u) * sizeof(float));
 }
 
-TEST(TableRowsUsed, IsOnePastTheLargestToken) {
-  const std::vector<int32_t> tokens = {3, 0, 7, 2, 7};
-  EXPECT_EQ(table_rows_used(tokens.data(), 5), 8);
-  EXPECT_EQ(table_rows_used(tokens.data(), 2), 4);
-  EXPECT_EQ(table_rows_used(tokens.data(), 0), 0);
+// Listed-row views (the embedding ops over a table tile): only the listed rows are widened and
+// narrowed; the tensor's other rows keep their bytes even when the view's are scribbled on. 20000
+// rows with every third listed, so the row loop runs over several oneTBB tasks; and an empty list.
+TEST(WidenedArgs, ListedRowViewsConvertOnlyTheListedRows) {
+  const int64_t cols = 4;
+  for (const int64_t rows : {int64_t{5}, int64_t{20000}}) {
+    std::vector<int64_t> listed;
+    for (int64_t r = 1; r < rows; r += 3) listed.push_back(r);
+    for (FloatFormat format : {FloatFormat::bf16, FloatFormat::f16}) {
+      SCOPED_TRACE(std::string(kernels::float_format_name(format)) + " rows " + std::to_string(rows));
+      std::vector<float> values(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) values[i] = static_cast<float>(i % 997) * 0.25f - 100.0f;
+      const std::vector<uint16_t> x = encode(format, values);
+      std::vector<uint16_t> y(rows * cols, 0xabcd), untouched(rows * cols, 0x1234);
+      Fp32Scratch scratch;
+      WidenedArgs a(format, scratch);
+      const float* xv = a.in_listed_rows(x.data(), rows, cols, listed);
+      float* yv = a.out_listed_rows(y.data(), rows, cols, listed);
+      float* none = a.out_listed_rows(untouched.data(), rows, cols, {});
+      int64_t bad = 0;
+      for (int64_t r : listed) {
+        for (int64_t c = 0; c < cols; ++c) bad += xv[r * cols + c] != decode(format, x[r * cols + c]);
+      }
+      EXPECT_EQ(bad, 0) << "listed rows widened wrongly";
+      for (int64_t i = 0; i < rows * cols; ++i) yv[i] = none[i] = values[i] / 3.0f;  // every row of the view
+      a.narrow();
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const bool is_listed = (i / cols) % 3 == 1;
+        bad += y[i] != (is_listed ? encode(format, {values[i] / 3.0f})[0] : uint16_t{0xabcd});
+      }
+      EXPECT_EQ(bad, 0) << "listed rows narrowed wrongly or other rows written";
+      EXPECT_EQ(untouched, std::vector<uint16_t>(rows * cols, 0x1234)) << "an empty list narrows nothing";
+    }
+  }
+  Fp32Scratch scratch;
+  WidenedArgs a(FloatFormat::f32, scratch);
+  std::vector<float> t(8, 1.0f);
+  EXPECT_EQ(a.out_listed_rows(t.data(), 2, 4, std::vector<int64_t>{1}), t.data()) << "fp32: the tensor itself";
 }
 
 }  // namespace
