@@ -232,7 +232,9 @@ Status check_hardware(const Hardware& h) {
   return Status::ok();
 }
 
-PlanCandidate evaluate_placement(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
+PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions& options, const Hardware& h) {
+  // The vocabulary tiles the run would take with this placement (--vocab-tile auto tiles paged tables).
+  const ModelConfig config = with_vocab_tile(untiled, options, h.gpu_bytes);
   PlanCandidate c;
   c.options = options;
   c.bytes = plan_bytes(config, options);

@@ -311,6 +311,16 @@ void add_train_config_keys(ConfigSchema& schema) {
               .file_aliases = {"gradient_clipping"}});
 
   // --- weight placement (Offload I: offload/tier_manager.h) ---------------------------------------
+  // How the placement is chosen (tools/strata/train_placement.h).
+  schema.add({.name = "offload",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "How the placement (--offload-param, --offload-optimizer, --offload-grad, "
+                      "--activation-checkpointing) is chosen: auto (when no placement is given and the default one "
+                      "does not fit --gpu-mem / --cpu-mem / the --nvme-path space, the one `strata plan` picks; "
+                      "given explicitly, always the planner's for the choices not given) or off (always the given "
+                      "placement and the defaults, refused when it does not fit)",
+              .choices = {"auto", "off"}});
   schema.add({.name = "offload_param",
               .type = ValueType::choice,
               .default_text = "none",

@@ -1,7 +1,9 @@
 // Runs the built `strata` binary for CLI tests and captures its exit code, stdout and stderr.
 // The child gets this process's environment without any STRATA_* variable (so the caller's shell
-// cannot change the result), plus the variables the test gives. Not a general process library:
-// no stdin, no timeout (the CLI commands tested here finish in well under a second).
+// cannot change the result), plus STRATA_CALIBRATION=none unless the test sets it (so no test reads
+// or writes the user's calibration cache, and plans use the rates a test gives), plus the variables
+// the test gives. Not a general process library: no stdin, no timeout (the CLI commands tested
+// here finish in well under a second).
 #pragma once
 
 #include <poll.h>
@@ -32,14 +34,23 @@ inline std::string temp_path(const std::string& name) {
 inline std::string strata_binary() { return std::string(STRATA_BINARY_DIR) + "/bin/strata"; }
 
 // argv and envp for posix_spawn of `strata args...`: this process's environment without STRATA_*
-// variables, plus `env` ("NAME=VALUE"). The pointers stay valid while the object lives.
+// variables and those `env` sets, STRATA_CALIBRATION=none unless `env` sets it, plus `env`
+// ("NAME=VALUE"). The pointers stay valid while the object lives.
 class SpawnArgs {
  public:
   SpawnArgs(const std::vector<std::string>& args, const std::vector<std::string>& env) {
     argv_s_ = {strata_binary()};
     argv_s_.insert(argv_s_.end(), args.begin(), args.end());
+    // A variable the test gives replaces the inherited one (getenv would find the first).
+    const auto given = [&](const std::string& entry) {
+      const std::string name = entry.substr(0, entry.find('=') + 1);
+      for (const std::string& e : env)
+        if (e.rfind(name, 0) == 0) return true;
+      return false;
+    };
     for (char** e = environ; *e != nullptr; e++)
-      if (std::string(*e).rfind("STRATA_", 0) != 0) env_s_.emplace_back(*e);
+      if (std::string(*e).rfind("STRATA_", 0) != 0 && !given(*e)) env_s_.emplace_back(*e);
+    if (!given("STRATA_CALIBRATION=")) env_s_.emplace_back("STRATA_CALIBRATION=none");
     env_s_.insert(env_s_.end(), env.begin(), env.end());
     for (std::string& a : argv_s_) argv_.push_back(a.data());
     argv_.push_back(nullptr);

@@ -1,7 +1,8 @@
 // `strata train --bench` end to end on the CPU backend: with weights and optimizer state homed on
 // NVMe the run measures the disk (read and write GB/s > 0), prints a line per step after the
 // warm-up and a mean line, a positive bound and an efficiency in (0, 1.5], and ends its --metrics
-// file with one bench JSON line; a resident run's bound is its compute alone.
+// file with one bench JSON line (before the prediction line every run ends with); a resident run's
+// bound is its compute alone.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -89,8 +90,9 @@ TEST(TrainBenchCli, NvmeRunMeasuresTheDiskAndPrintsEachStepsBound) {
   std::ifstream in(metrics);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 4u);  // three steps, then the bench line
-  const nlohmann::json j = nlohmann::json::parse(lines.back());
+  ASSERT_EQ(lines.size(), 5u);  // three steps, the bench line, the prediction line
+  EXPECT_TRUE(nlohmann::json::parse(lines.back()).at("prediction").get<bool>());
+  const nlohmann::json j = nlohmann::json::parse(lines[3]);
   EXPECT_EQ(j.at("bench"), true);
   for (const char* key : {"step_s", "compute_s", "disk_read_gbps", "disk_write_gbps", "bound_s", "efficiency"})
     EXPECT_GT(j.at(key).get<double>(), 0.0) << key << ": " << lines.back();

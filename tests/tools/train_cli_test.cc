@@ -1,5 +1,6 @@
 // `strata train` end to end on the CPU backend: a short run prints one progress line per step
-// and writes one --metrics JSON line per step with the required fields; a text file trains too;
+// and writes one --metrics JSON line per step with the required fields, then the planner's
+// prediction beside the measured figures (train_placement.h); a text file trains too;
 // a checkpointed run resumes bit-identically; unsupported precision, an unknown preset, a too-long sequence and a missing file exit 2.
 #include <cmath>
 #include <filesystem>
@@ -41,7 +42,19 @@ TEST(TrainCli, FiveStepsPrintFiveProgressLinesAndWriteFiveMetricsLines) {
   std::ifstream in(metrics);
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(lines.size(), 5u);
+  ASSERT_EQ(lines.size(), 6u);  // five steps, then the prediction
+  const nlohmann::json prediction = lines.back();
+  lines.pop_back();
+  EXPECT_TRUE(prediction.at("prediction").get<bool>());
+  EXPECT_FALSE(prediction.at("planned").get<bool>()) << "gpt2-tiny fits resident: the flags' placement";
+  EXPECT_EQ(prediction.at("placement"), "weights gpu, optimizer cpu, gradients cpu, activation checkpointing off");
+  EXPECT_EQ(prediction.at("measured_steps"), 4);
+  for (const char* key : {"predicted_step_s", "measured_step_s", "step_ratio", "gpu_ratio", "cpu_ratio"})
+    EXPECT_GT(prediction.at(key).get<double>(), 0.0) << key;
+  EXPECT_EQ(prediction.at("measured_gpu_peak_bytes"), lines.back().at("peak_bytes").at("gpu"));
+  EXPECT_EQ(prediction.at("measured_cpu_peak_bytes"), lines.back().at("peak_bytes").at("cpu"));
+  EXPECT_NE(r.err.find("predicted vs measured (weights gpu, optimizer cpu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(mean of steps 2-5; predicted bottleneck "), std::string::npos) << r.err;
   for (size_t i = 0; i < lines.size(); ++i) {
     const nlohmann::json& j = lines[i];
     EXPECT_EQ(j.at("step").get<uint64_t>(), i + 1);
@@ -70,7 +83,10 @@ TEST(TrainCli, TrainsOnATextFile) {
 std::vector<double> metric_losses(const std::string& path) {
   std::ifstream in(path);
   std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());  // not the prediction line
+  }
   return losses;
 }
 
@@ -104,10 +120,10 @@ TEST(TrainCli, ResumedRunEqualsAStraightRunBitForBit) {
   ASSERT_EQ(want.size(), 6u);
   EXPECT_EQ(metric_losses(halves), want);
   // Resuming again from step 3 (the run directory's step-3 checkpoint) rewrites the metrics file's
-  // steps 4-6 instead of repeating them.
+  // steps 4-6 (and the run's closing prediction line) instead of repeating them.
   CliResult again = with({"--steps", "6", "--metrics", halves, "--resume", dir + "/step-000003"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.err.find("dropped 3 line(s)"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("dropped 4 line(s)"), std::string::npos) << again.err;
   EXPECT_EQ(metric_losses(halves), want);
 }
 
@@ -128,7 +144,8 @@ TEST(TrainCli, Bf16AndFp16Train) {
     EXPECT_NE(r.err.find(extra[1]), std::string::npos) << r.err;  // the banner names the precision
     std::ifstream in(metrics);
     std::vector<nlohmann::json> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    for (std::string line; std::getline(in, line);)
+      if (nlohmann::json j = nlohmann::json::parse(line); !j.contains("prediction")) lines.push_back(j);
     ASSERT_EQ(lines.size(), 30u);
     EXPECT_LT(lines.back().at("loss").get<double>(), lines.front().at("loss").get<double>() - 0.5) << r.err;
     EXPECT_EQ(lines.front().contains("loss_scale"), extra[1] == "fp16");

@@ -1,6 +1,7 @@
 // `strata bench adam [--params 100M] [--tensors 1,200] [--threads N] [--grad fp32,bf16]
-// [--states fp32,8bit] [--simd auto|scalar|avx2|avx512] [--repeat N] [--python PATH] [--json]`:
-// CPU AdamW throughput against this machine's Adam-pattern memory ceiling and against PyTorch.
+// [--states fp32,8bit] [--simd auto|scalar|avx2|avx512] [--repeat N] [--python PATH] [--json]
+// [--calibration FILE] [--no-record]`: CPU AdamW throughput against this machine's Adam-pattern
+// memory ceiling and against PyTorch; the fp32-gradient rates are recorded in the calibration cache.
 // Only flag parsing and printing live here; the benchmark is bench/adam_bench.h.
 #include <cstdio>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "bench/adam_bench.h"
 #include "runtime/units.h"
+#include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 
 namespace strata::cli {
@@ -27,6 +29,7 @@ struct BenchAdamFlags {
   std::string python = "python3";
   bool no_torch = false;
   bool json = false;
+  RecordFlags record;
 };
 
 // Turns the flag strings into bench options; a usage error names the bad value and the choices.
@@ -88,6 +91,7 @@ void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_option("--python", flags->python, "interpreter for the torch peer")->capture_default_str();
   app->add_flag("--no-torch", flags->no_torch, "do not run the torch peer");
   app->add_flag("--json", flags->json, "print one JSON document (a list of cases) instead of the table");
+  add_record_flags(*app, flags->record);
   registry.add(app, [flags]() {
     StatusOr<bench::AdamBenchOptions> options = to_options(*flags);
     if (!options.is_ok()) return report_error(options.status().message(), kExitUsage);
@@ -105,6 +109,8 @@ void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry) {
       return report_error(report.status().message(), code == Code::invalid_argument ? kExitUsage : kExitFailure);
     }
     fmt::print("{}\n", flags->json ? bench::adam_bench_json(*report) : bench::adam_bench_table(*report));
+    std::fflush(stdout);
+    record_calibration(flags->record.path(), adam_rates(*report, "strata bench adam"));
     return kExitOk;
   });
 }

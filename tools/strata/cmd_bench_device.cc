@@ -1,17 +1,21 @@
 // `strata bench device [--device cpu|cuda|auto] [--gpu-index N] [--preset NAME] [--micro-batch B]
 // [--seq T] [--precision fp32,tf32,bf16,fp16] [--square N] [--copy-size SIZE] [--repeat N]
-// [--min-time S] [--peak-tflops X] [--quick] [--json FILE] [--csv FILE]`: GEMM TFLOP/s at a model's
-// forward shapes and a square shape beside the nominal peak, and device-to-device copy GB/s. Only
-// flag parsing, progress and output files live here; the benchmark is bench/device_bench.h.
+// [--min-time S] [--peak-tflops X] [--quick] [--json FILE] [--csv FILE] [--calibration FILE]
+// [--no-record]`: GEMM TFLOP/s at a model's forward shapes and a square shape beside the nominal
+// peak, and device-to-device copy GB/s; each precision's TFLOP/s is recorded in the calibration
+// cache (not a --quick run's). Only flag parsing, progress and output files live here; the
+// benchmark is bench/device_bench.h.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <fmt/core.h>
+#include <spdlog/spdlog.h>
 
 #include "bench/bench_util.h"
 #include "bench/device_bench.h"
 #include "runtime/units.h"
+#include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 
 namespace strata::cli {
@@ -30,6 +34,7 @@ struct BenchDeviceFlags {
   bool quick = false;
   bool repeat_given = false;
   std::string json, csv;
+  RecordFlags record;
 };
 
 StatusOr<bench::DeviceBenchOptions> to_options(const BenchDeviceFlags& f) {
@@ -103,6 +108,7 @@ void add_bench_device_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_flag("--quick", flags->quick, "small shapes (1 x 32 tokens, square 256, 16 MiB copy, 2 runs): a smoke run");
   app->add_option("--json", flags->json, "write the results as one JSON document to FILE");
   app->add_option("--csv", flags->csv, "write the GEMM results as CSV to FILE");
+  add_record_flags(*app, flags->record);
   registry.add(app, [flags]() {
     StatusOr<bench::DeviceBenchOptions> options = to_options(*flags);
     if (!options.is_ok()) return report_error(options.status().message(), kExitUsage);
@@ -122,6 +128,10 @@ void add_bench_device_command(CLI::App& bench, CommandRegistry& registry) {
     if (!flags->csv.empty())
       if (Status s = bench::write_text_file(flags->csv, bench::device_bench_csv(*report)); !s.is_ok())
         return report_error(s.message());
+    if (flags->quick)  // a smoke run's shapes are far smaller than training's GEMMs
+      spdlog::info("calibration: a --quick run's TFLOP/s are not recorded (its GEMMs are far smaller than training's)");
+    else
+      record_calibration(flags->record.path(), device_rates(*report, "strata bench device"));
     return kExitOk;
   });
 }

@@ -1,8 +1,9 @@
 // `strata bench io --path DIR[,DIR...] [--size 1GiB] [--block 128KiB,1MiB,8MiB] [--qd 1,8,32]
 // [--mode read,write] [--engine auto|io_uring|posix] [--repeat N] [--pages huge|4k] [--no-fio] [--csv FILE]
-// [--png FILE] [--json]`: sequential O_DIRECT throughput of strata's I/O engine beside fio's on
-// the same file. Only flag parsing, progress and printing live here; the benchmark is
-// bench/io_bench.h.
+// [--png FILE] [--json] [--calibration FILE] [--no-record]`: sequential O_DIRECT throughput of
+// strata's I/O engine beside fio's on the same file; the best read and write of the first path are
+// recorded in the calibration cache (calibration_record.h). Only flag parsing, progress and printing
+// live here; the benchmark is bench/io_bench.h.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "bench/bench_util.h"
 #include "bench/io_bench.h"
 #include "runtime/units.h"
+#include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 
 namespace strata::cli {
@@ -30,6 +32,7 @@ struct BenchIoFlags {
   std::string csv = "strata-bench-io.csv";
   std::string png = "strata-bench-io.png";
   bool json = false;
+  RecordFlags record;
 };
 
 StatusOr<bench::IoBenchOptions> to_options(const BenchIoFlags& f) {
@@ -85,6 +88,7 @@ void add_bench_io_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_option("--png", flags->png, "PNG plot of GB/s against block size, when gnuplot is installed (\"\" for none)")
       ->capture_default_str();
   app->add_flag("--json", flags->json, "print one JSON document instead of the table");
+  add_record_flags(*app, flags->record);
   registry.add(app, [flags]() {
     StatusOr<bench::IoBenchOptions> options = to_options(*flags);
     if (!options.is_ok()) return report_error(options.status().message(), kExitUsage);
@@ -106,6 +110,8 @@ void add_bench_io_command(CLI::App& bench, CommandRegistry& registry) {
       }
     }
     fmt::print("{}\n", flags->json ? bench::io_bench_json(*report) : bench::io_bench_table(*report));
+    std::fflush(stdout);
+    record_calibration(flags->record.path(), io_rates(*report, *options, "strata bench io"));
     return kExitOk;
   });
 }

@@ -1,8 +1,9 @@
 // `strata bench pcie [--device cpu|cuda|auto] [--gpu-index N] [--sizes 64KiB,...,1GiB]
 // [--direction h2d,d2h,both] [--memory pinned,pageable] [--numa near|far|all] [--repeat N]
-// [--warmup N] [--no-plain] [--json FILE] [--csv FILE] [--png FILE]`: host<->device copy GB/s of
-// the backend's chunk path beside a plain peer and the PCIe link's rate. Only flag parsing,
-// progress and output files live here; the benchmark is bench/pcie_bench.h.
+// [--warmup N] [--no-plain] [--json FILE] [--csv FILE] [--png FILE] [--calibration FILE]
+// [--no-record]`: host<->device copy GB/s of the backend's chunk path beside a plain peer and the
+// PCIe link's rate; H2D and D2H of the largest pinned size are recorded in the calibration cache.
+// Only flag parsing, progress and output files live here; the benchmark is bench/pcie_bench.h.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "bench/bench_util.h"
 #include "bench/pcie_bench.h"
 #include "runtime/units.h"
+#include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 
 namespace strata::cli {
@@ -28,6 +30,7 @@ struct BenchPcieFlags {
   int warmup = 1;
   bool no_plain = false;
   std::string json, csv, png;
+  RecordFlags record;
 };
 
 StatusOr<bench::PcieBenchOptions> to_options(const BenchPcieFlags& f) {
@@ -96,6 +99,7 @@ void add_bench_pcie_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_option("--png", flags->png,
                   "draw GB/s against transfer size to FILE with gnuplot, when installed (the CSV goes to --csv, or "
                   "FILE.csv)");
+  add_record_flags(*app, flags->record);
   registry.add(app, [flags]() {
     StatusOr<bench::PcieBenchOptions> options = to_options(*flags);
     if (!options.is_ok()) return report_error(options.status().message(), kExitUsage);
@@ -119,6 +123,7 @@ void add_bench_pcie_command(CLI::App& bench, CommandRegistry& registry) {
       Status plot = bench::pcie_bench_plot(csv, flags->png);
       if (!plot.is_ok()) fmt::print(stderr, "bench pcie: no plot: {}\n", plot.message());
     }
+    record_calibration(flags->record.path(), pcie_rates(*report, "strata bench pcie"));
     return kExitOk;
   });
 }

@@ -8,8 +8,10 @@
 // checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
 // continues such a run bit-identically. Paths and disk room are checked before any work
 // (train_preflight.h). --offload-param cpu|nvme homes the working weights in pinned memory or on
-// NVMe and pages them through a few device slots (train_offload.h); --trace writes a Chrome trace;
-// --bench prints each step's breakdown and lower bound after the run (train_bench.h).
+// NVMe and pages them through a few device slots (train_offload.h); with no placement given and a
+// run that does not fit, or with --offload auto, the planner chooses it (train_placement.h), and
+// the end of every run compares the planner's prediction with what it measured; --trace writes a
+// Chrome trace; --bench prints each step's breakdown and lower bound after the run (train_bench.h).
 #include <signal.h>
 
 #include <cerrno>
@@ -33,6 +35,7 @@
 #include "model/hf_weights.h"
 #include "model/metrics_log.h"
 #include "model/model_config.h"
+#include "model/placement.h"
 #include "model/token_dataset.h"
 #include "model/train_options.h"
 #include "model/trainer.h"
@@ -44,10 +47,12 @@
 #include "runtime/thread_pool.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
+#include "tools/strata/plan_machine.h"
 #include "tools/strata/schema.h"
 #include "tools/strata/train_bench.h"
 #include "tools/strata/train_device_rates.h"
 #include "tools/strata/train_offload.h"
+#include "tools/strata/train_placement.h"
 #include "tools/strata/train_preflight.h"
 #include "tools/strata/train_signals.h"
 
@@ -165,23 +170,12 @@ StatusOr<Datasets> open_datasets(const TrainOptions& o, uint32_t vocab, uint64_t
 }
 
 StatusOr<std::unique_ptr<Backend>> make_train_backend(const Config& config, const TrainOptions& o) {
-  const std::string& device = config.get_text("device");
   BackendOptions bo;
   bo.tf32 = o.tf32;
   bo.device_index = int(config.get_int("gpu_index"));
   bo.memory_budget = config.get_size_or_auto("gpu_mem").value_or(0);
   std::string why;
-  if (device == "cuda") {
-    bo.kind = BackendKind::cuda;
-    why = "--device cuda";
-  } else if (device == "cpu") {
-    why = "--device cpu";
-  } else if (cuda_available(&why)) {
-    bo.kind = BackendKind::cuda;
-    why = "--device auto and a CUDA device is visible";
-  } else {
-    why = "--device auto: " + why;
-  }
+  bo.kind = train_backend_kind(config, &why);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(bo));
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend->kind()), backend->device().name, why);
   return backend;
@@ -272,6 +266,17 @@ int train(const Config& config) {
       return fail(s);
     store.emplace(std::move(*st));
   }
+  // The placement: the flags', or the planner's (--offload auto; train_placement.h), refused here
+  // when nothing fits. From here `o` is the run's, with the placement it trains.
+  StatusOr<TrainPlacement> placement = choose_train_placement(config, o, *mc);
+  if (!placement.is_ok()) return report_error(placement.status().message(), kExitUsage);
+  *parsed = placement->options;
+  // Memory-centric tiling (--vocab-tile): the run's chunking, for every layout from here on.
+  *mc = model::with_vocab_tile(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
+  if (mc->vocab_tile > 0)
+    spdlog::info("model: the {}x{} token table{} in {} tiles of {} rows (--vocab-tile {})", mc->vocab, mc->dim,
+                 mc->tied_head ? "" : " and the head", model::vocab_tiles(*mc), mc->vocab_tile,
+                 o.vocab_tile < 0 ? "auto" : std::to_string(o.vocab_tile));
   StatusOr<std::vector<std::string>> memory =
       check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
                         o.optimizer_home == TrainOptions::OptimizerHome::nvme,
@@ -449,6 +454,7 @@ int train(const Config& config) {
   model::RunSummary summary;
   const auto run_start = std::chrono::steady_clock::now();
   const uint64_t first_step = (*trainer)->steps_done();
+  double first_s = 0, steady_s = 0;  // the run's first step and the steps after it (the prediction's comparison)
   uint64_t skipped_in_a_row = 0;
   install_stop_signals();
   for (uint64_t i = first_step; i < o.steps; ++i) {
@@ -506,6 +512,7 @@ int train(const Config& config) {
       }
     }
     if (i == first_step) summary.first_loss = m.loss;
+    (i == first_step ? first_s : steady_s) += step_s;
     summary.last_loss = m.loss;
     summary.steps = m.step - first_step;
     summary.tokens += r->tokens;
@@ -521,16 +528,23 @@ int train(const Config& config) {
   summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
   if (const std::string s = (*offload)->summary(summary.seconds); !s.empty()) spdlog::info("{}", s);
+  const RunMeasured measured{.first_step = first_step + 1,
+                             .steps = summary.steps,
+                             .mean_step_s = summary.steps > 1 ? steady_s / double(summary.steps - 1) : first_s,
+                             .gpu_peak = summary.peak_bytes.gpu,
+                             .cpu_peak = summary.peak_bytes.cpu};
+  for (const std::string& line : prediction_lines(*placement, measured)) spdlog::info("{}", line);
+  metrics.reset();  // closed after its last step line; the bench and prediction lines follow it
   if (bench) {
     StatusOr<BenchReport> report = bench->finish(**trainer);
     if (!report.is_ok()) return fail(report.status());
     fmt::print("{}", bench_table(*report));
     std::fflush(stdout);
-    if (metrics) {
-      metrics.reset();  // closed after its last step line; the bench line follows it
+    if (!o.metrics_path.empty())
       if (Status s = append_line(o.metrics_path, bench_json_line(*report)); !s.is_ok()) return fail(s);
-    }
   }
+  if (!o.metrics_path.empty())
+    if (Status s = append_line(o.metrics_path, prediction_json_line(*placement, measured)); !s.is_ok()) return fail(s);
   if (Status s = (*offload)->write_trace(o.trace_path); !s.is_ok()) return fail(s);
   return kExitOk;
 }

@@ -11,14 +11,56 @@
 namespace strata::cli {
 namespace {
 
-// The keys add_plan_config_keys defines.
-constexpr const char* kPlanKeys[] = {"nvme_mem", "rate_flops", "rate_pcie", "rate_nvme_read", "rate_nvme_write",
-                                     "rate_adam"};
+// The key add_plan_machine_keys defines: only `strata plan` describes another machine's NVMe.
+constexpr const char* kPlanOnlyKeys[] = {"nvme_mem"};
 
-// The plan's own keys: the NVMe capacity of a described machine and the step-time model's rates.
-// The defaults are model::PlanRates's (a described workstation, assumed, not measured).
-void add_plan_config_keys(ConfigSchema& schema) {
+// The CLI's own keys, read by `strata plan` and `strata train` (--offload auto and the end-of-run
+// prediction, tools/strata/train_placement.h): the calibration cache and the step-time model's
+// rates. The rate defaults are model::PlanRates's (a workstation, assumed, not measured); a rate
+// not given is taken from the calibration cache when this machine measured it.
+void add_plan_rate_keys(ConfigSchema& schema) {
   const model::PlanRates d;
+  schema.add({.name = "calibration",
+              .type = ValueType::path,
+              .help = "Calibration cache of measured rates (strata bench and strata plan --calibrate record into "
+                      "it; plan and train read this machine's rates from it): default "
+                      "$XDG_CACHE_HOME/strata/calibration.json, else ~/.cache/strata/calibration.json; none: no "
+                      "cache"});
+  schema.add({.name = "rate_flops",
+              .type = ValueType::real,
+              .default_text = "auto",
+              .help = fmt::format("Device TFLOP/s the step-time model takes (auto: measured, else {:g} at bf16/fp16, "
+                                  "{:g} at fp32)",
+                                  model::default_flops(DType::bf16) / 1e12, model::default_flops(DType::f32) / 1e12),
+              .min = 1e-6,
+              .allow_auto = true});
+  schema.add({.name = "rate_pcie",
+              .type = ValueType::real,
+              .default_text = fmt::format("{:g}", d.pcie / 1e9),
+              .help = "Host <-> device GB/s, each direction, the step-time model takes (not given: measured, else "
+                      "this)",
+              .min = 1e-6});
+  schema.add({.name = "rate_nvme_read",
+              .type = ValueType::real,
+              .default_text = fmt::format("{:g}", d.nvme_read / 1e9),
+              .help = "NVMe read GB/s, all paths together, the step-time model takes (not given: measured, else this)",
+              .min = 1e-6});
+  schema.add({.name = "rate_nvme_write",
+              .type = ValueType::real,
+              .default_text = fmt::format("{:g}", d.nvme_write / 1e9),
+              .help = "NVMe write GB/s, all paths together, the step-time model takes (not given: measured, else "
+                      "this)",
+              .min = 1e-6});
+  schema.add({.name = "rate_adam",
+              .type = ValueType::real,
+              .default_text = fmt::format("{:g}", d.adam / 1e9),
+              .help = "CPU AdamW billions of parameters per second (every thread) the step-time model takes (not "
+                      "given: measured, else this)",
+              .min = 1e-6});
+}
+
+// `strata plan`'s own: the NVMe capacity of a described machine.
+void add_plan_machine_keys(ConfigSchema& schema) {
   schema.add({.name = "nvme_mem",
               .type = ValueType::size,
               .default_text = "auto",
@@ -26,33 +68,6 @@ void add_plan_config_keys(ConfigSchema& schema) {
                       "none given: no NVMe; 0: no NVMe)",
               .min = 0,
               .allow_auto = true});
-  schema.add({.name = "rate_flops",
-              .type = ValueType::real,
-              .default_text = "auto",
-              .help = fmt::format("Device TFLOP/s the step-time model assumes (auto: {:g} at bf16/fp16, {:g} at fp32)",
-                                  model::default_flops(DType::bf16) / 1e12, model::default_flops(DType::f32) / 1e12),
-              .min = 1e-6,
-              .allow_auto = true});
-  schema.add({.name = "rate_pcie",
-              .type = ValueType::real,
-              .default_text = fmt::format("{:g}", d.pcie / 1e9),
-              .help = "Host <-> device GB/s, each direction, the step-time model assumes",
-              .min = 1e-6});
-  schema.add({.name = "rate_nvme_read",
-              .type = ValueType::real,
-              .default_text = fmt::format("{:g}", d.nvme_read / 1e9),
-              .help = "NVMe read GB/s, all paths together, the step-time model assumes",
-              .min = 1e-6});
-  schema.add({.name = "rate_nvme_write",
-              .type = ValueType::real,
-              .default_text = fmt::format("{:g}", d.nvme_write / 1e9),
-              .help = "NVMe write GB/s, all paths together, the step-time model assumes",
-              .min = 1e-6});
-  schema.add({.name = "rate_adam",
-              .type = ValueType::real,
-              .default_text = fmt::format("{:g}", d.adam / 1e9),
-              .help = "CPU AdamW billions of parameters per second (every thread) the step-time model assumes",
-              .min = 1e-6});
 }
 
 // Every layer's keys.
@@ -62,10 +77,11 @@ ConfigSchema layer_keys() {
   schema.ignore_env("STRATA_CMAKE_ARGS");
   // The kill tests' fault seam of `strata train` (cmd_train.cc), not a setting.
   schema.ignore_env("STRATA_TEST_KILL_AT");
-  // One line per layer.
+  // One line per layer, then the CLI's own.
   add_runtime_config_keys(schema);
   add_offload_config_keys(schema);
   model::add_train_config_keys(schema);
+  add_plan_rate_keys(schema);
   return schema;
 }
 
@@ -74,13 +90,13 @@ ConfigSchema layer_keys() {
 ConfigSchema strata_config_schema() {
   ConfigSchema schema = layer_keys();
   // `strata plan`'s own settings: a STRATA_* variable meant for it is no error elsewhere.
-  for (const char* key : kPlanKeys) schema.ignore_env(ConfigSchema::env_name(key));
+  for (const char* key : kPlanOnlyKeys) schema.ignore_env(ConfigSchema::env_name(key));
   return schema;
 }
 
 ConfigSchema strata_plan_config_schema() {
   ConfigSchema schema = layer_keys();
-  add_plan_config_keys(schema);
+  add_plan_machine_keys(schema);
   return schema;
 }
 

@@ -1,0 +1,69 @@
+// `strata train --vocab-tile`: a tiled fp32 run gives the untiled run's losses bit for bit and
+// says how it tiled; `auto` tiles a paged table larger than 1/8 of --gpu-mem; a tile that is not
+// whole 1024-row blocks is refused before any work, naming the flag.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/run_cli.h"
+
+namespace strata {
+namespace vocab_tile_cli_test {
+
+using test::CliResult;
+using test::run_cli;
+using test::temp_path;
+
+// gpt2-tiny (C = 48) with a 12000-token vocabulary (the built-in corpus uses the first 256).
+const std::vector<std::string> kRun = {"train",         "--device", "cpu",           "--vocab", "12000", "--steps", "3",
+                                       "--micro-batch", "1",        "--seq",         "16",      "--eval-every",
+                                       "0",             "--offload-param", "cpu"};
+
+std::vector<double> losses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j.at("loss").get<double>());
+  }
+  return out;
+}
+
+CliResult train(const std::string& metrics, std::vector<std::string> extra) {
+  std::vector<std::string> args = kRun;
+  args.insert(args.end(), {"--metrics", metrics});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_cli(args);
+}
+
+TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesATableOverAnEighthOfTheBudget) {
+  const CliResult whole = train(temp_path("strata_tile_whole.jsonl"), {"--vocab-tile", "0"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.err.find("tiles of"), std::string::npos) << whole.err;
+  const CliResult tiled = train(temp_path("strata_tile_1024.jsonl"), {"--vocab-tile", "1024"});
+  ASSERT_EQ(tiled.exit_code, 0) << tiled.err;
+  EXPECT_NE(tiled.err.find("token table in 12 tiles of 1024 rows (--vocab-tile 1024)"), std::string::npos)
+      << tiled.err;
+  const std::vector<double> want = losses(temp_path("strata_tile_whole.jsonl"));
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(losses(temp_path("strata_tile_1024.jsonl")), want);
+  // The table is 12000 x 48 x 4 B = 2.3 MB, over 16 MiB / 8: auto tiles by at most 16 MiB / 16 =
+  // 1 MiB, 5461 rows of 192 B, in whole blocks 5120.
+  const CliResult automatic = train(temp_path("strata_tile_auto.jsonl"), {"--gpu-mem", "16MiB"});
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  EXPECT_NE(automatic.err.find("in 3 tiles of 5120 rows (--vocab-tile auto)"), std::string::npos) << automatic.err;
+  EXPECT_EQ(losses(temp_path("strata_tile_auto.jsonl")), want);
+}
+
+TEST(VocabTileCli, ATileOfPartBlocksIsRefused) {
+  const CliResult r = train(temp_path("strata_tile_bad.jsonl"), {"--vocab-tile", "1000"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("vocab_tile 1000"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("multiple of 1024"), std::string::npos) << r.err;
+}
+
+}  // namespace vocab_tile_cli_test
+}  // namespace strata

@@ -1,0 +1,150 @@
+// The text and JSON of a plan (plan_report.h).
+#include "tools/strata/plan_report.h"
+
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "runtime/units.h"
+
+namespace strata::cli {
+namespace {
+
+using model::PlanRateKind;
+using model::PlanState;
+using model::PlanTier;
+
+std::string gb(uint64_t bytes) { return fmt::format("{:.1f} GB", double(bytes) / 1e9); }
+std::string cell(uint64_t bytes) { return bytes == 0 ? "-" : format_size(bytes); }
+
+const std::string& source(const Machine& m, PlanRateKind kind) { return m.rate_source[size_t(kind)]; }
+
+void append_bytes(std::string& out, const model::Plan& p) {
+  const model::PlanBytes& b = p.chosen.bytes;
+  auto row = std::back_inserter(out);
+  fmt::format_to(row, "\n{:<13}{:>14}{:>14}{:>14}\n", "bytes", "gpu", "cpu (pinned)", "nvme");
+  for (size_t s = 0; s < model::kPlanStates; ++s)
+    fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", model::plan_state_name(PlanState(s)),
+                   cell(b.at(PlanTier::gpu, PlanState(s))), cell(b.at(PlanTier::cpu, PlanState(s))),
+                   cell(b.at(PlanTier::nvme, PlanState(s))));
+  fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "total", format_size(b.tier(PlanTier::gpu)),
+                 format_size(b.tier(PlanTier::cpu)), cell(b.tier(PlanTier::nvme)));
+  const model::Hardware& h = p.hardware;
+  fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "budget", format_size(h.gpu_bytes), format_size(h.cpu_bytes),
+                 h.nvme_bytes ? format_size(h.nvme_bytes) : "none");
+}
+
+void append_time(std::string& out, const model::Plan& p, const Machine& m) {
+  const model::StepTime& t = p.chosen.time;
+  const model::StepTraffic& x = p.chosen.traffic;
+  const model::PlanRates& r = p.hardware.rates;
+  const double flops = r.flops > 0 ? r.flops : model::default_flops(p.chosen.options.dtype);
+  auto line = std::back_inserter(out);
+  fmt::format_to(line, "\nstep time (the parts overlap: the step is the largest{}):\n",
+                 p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::cpu &&
+                         !p.chosen.options.overlap_optimizer
+                     ? ", plus cpu adam, which runs after them without --overlap-optimizer"
+                     : "");
+  fmt::format_to(line, "  compute   {:>9.3g} s  model FLOPs{} at {:.3g} TFLOP/s ({})\n", t.compute_s,
+                 p.chosen.options.activation_checkpointing ? " x 4/3 (checkpointing recomputes the forward)" : "",
+                 flops / 1e12, source(m, PlanRateKind::flops));
+  fmt::format_to(line, "  pcie      {:>9.3g} s  h2d {}, d2h {} at {:.3g} GB/s each way ({})\n", t.pcie_s, gb(x.h2d),
+                 gb(x.d2h), r.pcie / 1e9, source(m, PlanRateKind::pcie));
+  fmt::format_to(line, "  nvme      {:>9.3g} s  read {} at {:.3g} GB/s ({}), write {} at {:.3g} GB/s ({})\n", t.nvme_s,
+                 gb(x.nvme_read), r.nvme_read / 1e9, source(m, PlanRateKind::nvme_read), gb(x.nvme_write),
+                 r.nvme_write / 1e9, source(m, PlanRateKind::nvme_write));
+  fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
+                 format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
+  fmt::format_to(line, "  step      {:>9.3g} s  bottleneck: {}; {} tokens/s\n", t.step_s, t.bottleneck,
+                 format_count(double(p.chosen.options.tokens_per_step()) / t.step_s));
+  if (assumed_rates(m).empty()) return;
+  if (m.described)
+    out += "rates marked \"assumed default\" describe a typical workstation, not the machine described: pass "
+           "--rate-* for it, or --calibration FILE with a cache recorded on it (`strata plan --calibrate` there)\n";
+  else
+    out += "rates marked \"assumed default\" describe a typical workstation, not this machine: nothing was "
+           "measured; run `strata plan --calibrate` (or the `strata bench` commands) to measure them, or pass "
+           "--rate-*\n";
+}
+
+}  // namespace
+
+std::string plan_shortfall(const model::Plan& p) {
+  std::string out = fmt::format("does not fit: the closest placement ({}) needs", model::placement_summary(p.chosen.options));
+  for (size_t t = 0; t < model::kPlanTiers; ++t)
+    if (p.chosen.missing[t] > 0) out += fmt::format(" {} more {}", gb(p.chosen.missing[t]), model::plan_tier_name(PlanTier(t)));
+  return out;
+}
+
+std::string plan_text(const model::Plan& p, const Machine& m) {
+  std::string out;
+  auto line = std::back_inserter(out);
+  const model::TrainOptions& o = p.chosen.options;
+  fmt::format_to(line, "model: {} ({} parameters), {}, micro-batch {} x seq {} x grad-accum {} = {} tokens per step, {}\n",
+                 p.config.name, format_count(double(p.params)), dtype_name(o.dtype), o.micro_batch, o.seq,
+                 o.grad_accum, o.tokens_per_step(),
+                 o.adam_states == AdamStates::q8 ? "AdamW with 8-bit moments" : "AdamW with fp32 moments");
+  const model::Hardware& h = p.hardware;
+  fmt::format_to(line, "machine{}: gpu {} ({}), cpu {} pinned ({}), nvme {} ({})\n", m.described ? " (described)" : "",
+                 format_size(h.gpu_bytes), m.gpu_from, format_size(h.cpu_bytes), m.cpu_from,
+                 h.nvme_bytes ? gb(h.nvme_bytes) : "none", m.nvme_from);
+  if (!m.calibration.empty()) fmt::format_to(line, "measured rates from {}\n", m.calibration);
+  if (p.fits)
+    fmt::format_to(line, "\nfits: {}\n  strata train {}\n", model::placement_summary(o), model::placement_flags(o));
+  else
+    fmt::format_to(line, "\n{}\n", plan_shortfall(p));
+  append_bytes(out, p);
+  append_time(out, p, m);
+  if (m.memlock && p.chosen.bytes.tier(PlanTier::cpu) > *m.memlock)
+    fmt::format_to(line,
+                   "\nwarning: the plan pins {} but the locked-memory limit is {} (ulimit -l): memory past it is "
+                   "pageable, so copies run slower; raise `ulimit -l`\n",
+                   format_size(p.chosen.bytes.tier(PlanTier::cpu)), format_size(*m.memlock));
+  if (p.fits) return out;
+  out += "\nwhat would make it fit:\n";
+  for (const model::PlanSuggestion& s : p.suggestions) fmt::format_to(line, "  {}: {}\n", s.change, s.effect);
+  return out;
+}
+
+nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
+  const model::PlanCandidate& c = p.chosen;
+  nlohmann::json j;
+  j["fits"] = p.fits;
+  j["model"] = p.config.name;
+  j["params"] = p.params;
+  j["gpu_bytes"] = c.bytes.tier(PlanTier::gpu);
+  j["cpu_bytes"] = c.bytes.tier(PlanTier::cpu);
+  j["nvme_bytes"] = c.bytes.tier(PlanTier::nvme);
+  j["step_s"] = c.time.step_s;
+  j["bottleneck"] = c.time.bottleneck;
+  j["budgets"] = {{"gpu", p.hardware.gpu_bytes}, {"cpu", p.hardware.cpu_bytes}, {"nvme", p.hardware.nvme_bytes}};
+  j["missing"] = {{"gpu", c.missing[0]}, {"cpu", c.missing[1]}, {"nvme", c.missing[2]}};
+  j["described"] = m.described;
+  j["placement"] = {{"summary", model::placement_summary(c.options)},
+                    {"flags", model::placement_flags(c.options)},
+                    {"offload_param", model::param_home_name(c.options.offload_param)},
+                    {"offload_optimizer", model::optimizer_home_name(c.options)},
+                    {"offload_grad", c.options.offload_grad == model::TrainOptions::GradHome::nvme ? "nvme" : "cpu"},
+                    {"activation_checkpointing", c.options.activation_checkpointing}};
+  for (size_t t = 0; t < model::kPlanTiers; ++t)
+    for (size_t s = 0; s < model::kPlanStates; ++s)
+      j["bytes"][model::plan_tier_name(PlanTier(t))][model::plan_state_name(PlanState(s))] =
+          c.bytes.at(PlanTier(t), PlanState(s));
+  j["time"] = {{"compute_s", c.time.compute_s}, {"pcie_s", c.time.pcie_s}, {"nvme_s", c.time.nvme_s},
+               {"cpu_adam_s", c.time.adam_s}};
+  j["traffic"] = {{"h2d", c.traffic.h2d}, {"d2h", c.traffic.d2h}, {"nvme_read", c.traffic.nvme_read},
+                  {"nvme_write", c.traffic.nvme_write}};
+  const model::PlanRates& r = p.hardware.rates;
+  j["rates"] = {{"flops", r.flops > 0 ? r.flops : model::default_flops(c.options.dtype)}, {"pcie", r.pcie},
+                {"nvme_read", r.nvme_read}, {"nvme_write", r.nvme_write}, {"adam", r.adam}};
+  for (size_t k = 0; k < model::kPlanRateKinds; ++k)
+    j["rate_sources"][std::string(model::plan_rate_key(PlanRateKind(k)).substr(5))] = m.rate_source[k];
+  j["assumed_rates"] = assumed_rates(m);
+  j["calibration"] = m.calibration;
+  j["suggestions"] = nlohmann::json::array();
+  for (const model::PlanSuggestion& s : p.suggestions)
+    j["suggestions"].push_back({{"change", s.change}, {"effect", s.effect}, {"fits", s.fits}});
+  return j;
+}
+
+}  // namespace strata::cli
