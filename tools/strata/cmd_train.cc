@@ -340,8 +340,21 @@ int train(const Config& config) {
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
       {.capacity = config.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = (*backend)->kind() == BackendKind::cuda});
   if (!pinned.is_ok()) return fail(pinned.status());
+  // From here a signal stops the run cleanly: during the setup (which may write a model's weights
+  // and optimizer state to NVMe for minutes) at the next phase's end, nothing trained; returning
+  // unwinds the run, which removes its swap directories.
+  install_stop_signals();
+  const auto stopped_in_setup = [](std::string_view while_doing) {
+    const int sig = stop_signal();
+    if (sig != 0)
+      spdlog::warn("{}: stopped while {}, before the first step: nothing was trained or saved", signal_name(sig),
+                   while_doing);
+    return sig != 0 ? 128 + sig : 0;
+  };
   StatusOr<std::unique_ptr<TrainOffload>> offload = TrainOffload::create(config, o, *mc, **backend, **pinned);
   if (!offload.is_ok()) return fail(offload.status());
+  if (std::getenv("STRATA_TEST_SIGNAL_IN_SETUP") != nullptr) ::raise(SIGTERM);  // the signal tests' seam
+  if (const int code = stopped_in_setup("creating the offload tiers")) return code;
   // --bench: the disk measured before any training I/O; the recorder the compute spans go to.
   std::optional<TrainBench> bench;
   if (o.bench) {
@@ -387,10 +400,12 @@ int train(const Config& config) {
       !s.is_ok())
     return fail(s);
   init_weights.reset();  // unmap the Hugging Face files
+  if (const int code = stopped_in_setup("writing the model's weights")) return code;
   StatusOr<std::unique_ptr<model::Trainer>> trainer =
       model::Trainer::create(**backend, **net, **pinned, pool->get(), o,
                              {.trace = (*offload)->trace(), .store = (*offload)->store()});
   if (!trainer.is_ok()) return fail(trainer.status());
+  if (const int code = stopped_in_setup("writing the optimizer state")) return code;
   if (resumed) {
     if (Status s = model::load_checkpoint_optimizer(resume_dir, **trainer); !s.is_ok()) return fail(s);
     spdlog::info("resumed from {} at step {}", resume_dir, resumed->step);
@@ -456,7 +471,6 @@ int train(const Config& config) {
   const uint64_t first_step = (*trainer)->steps_done();
   double first_s = 0, steady_s = 0;  // the run's first step and the steps after it (the prediction's comparison)
   uint64_t skipped_in_a_row = 0;
-  install_stop_signals();
   for (uint64_t i = first_step; i < o.steps; ++i) {
     if (const int sig = stop_signal(); sig != 0) return stop_for_signal(sig);
     const auto t0 = std::chrono::steady_clock::now();

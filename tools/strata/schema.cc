@@ -77,6 +77,8 @@ ConfigSchema layer_keys() {
   schema.ignore_env("STRATA_CMAKE_ARGS");
   // The kill tests' fault seam of `strata train` (cmd_train.cc), not a setting.
   schema.ignore_env("STRATA_TEST_KILL_AT");
+  // The signal tests' seam: a SIGTERM during `strata train`'s setup (cmd_train.cc), not a setting.
+  schema.ignore_env("STRATA_TEST_SIGNAL_IN_SETUP");
   // One line per layer, then the CLI's own.
   add_runtime_config_keys(schema);
   add_offload_config_keys(schema);

@@ -1,6 +1,8 @@
 // SIGINT and SIGTERM during `strata train`: the first asks the run to stop after the step in
 // progress (the training loop polls stop_signal(), writes a checkpoint when --checkpoint-dir is
-// set and exits 128 + signal with the command that resumes); a second one exits at once
+// set and exits 128 + signal with the command that resumes; during the setup, from the offload
+// tiers on, it stops at the end of the phase in progress, removing the swap directories, with
+// nothing to save); a second one exits at once
 // (128 + signal, no checkpoint). Not a general signal library: one process-wide flag, set from the
 // handler with nothing but async-signal-safe calls (write, _exit).
 #pragma once
