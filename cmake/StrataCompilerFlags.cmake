@@ -8,8 +8,10 @@ target_compile_options(strata_flags INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_WERROR}>>:-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_NATIVE}>>:-march=native>)
 if(STRATA_SANITIZE)
+  # -fno-sanitize-recover=all: a UBSan finding aborts the test that hit it, whatever UBSAN_OPTIONS
+  # says (by default UBSan prints and carries on, and the test would pass).
   target_compile_options(strata_flags INTERFACE
-    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${STRATA_SANITIZE} -fno-omit-frame-pointer>)
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${STRATA_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer>)
   target_link_options(strata_flags INTERFACE -fsanitize=${STRATA_SANITIZE})
 endif()
 if(STRATA_HAVE_CUDA)

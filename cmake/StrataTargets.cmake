@@ -18,3 +18,13 @@ function(strata_add_library name)
   target_link_libraries(${name} ${scope} strata::flags ${ARG_DEPS})
   set(${name}_SOURCES ${sources} PARENT_SCOPE)
 endfunction()
+
+# strata_unity_skip(FILES...): keeps these sources (relative to the calling directory) out of unity
+# builds (-DCMAKE_UNITY_BUILD=ON, which tools/test.sh's sanitizer stages use to cut their compile
+# time), for a source whose file-local names (an anonymous-namespace helper or constant) collide
+# with a sibling's in the same target. A plain build ignores the property. Which batch a source
+# lands in changes as sources come and go: configuring with -DCMAKE_UNITY_BUILD_BATCH_SIZE=0 (one
+# batch per target) shows every collision at once.
+function(strata_unity_skip)
+  set_source_files_properties(${ARGN} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+endfunction()

@@ -215,10 +215,12 @@ std::string fingerprint_difference(const MachineFingerprint& here, const Machine
 
 bool same_slot(const CalibrationRate& a, const CalibrationRate& b) {
   if (a.rate != b.rate) return false;
-  for (const auto& [name, value] : qualifiers(a)) {
-    const auto theirs = qualifiers(b);
-    const auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& q) { return q.first == name; });
-    if (it == theirs.end() || *it->second != *value) return false;
+  const auto theirs = qualifiers(b);
+  for (const auto& mine : qualifiers(a)) {
+    // Not a structured binding: clang 14 (Debian's, the fuzz build) cannot capture one.
+    const auto it = std::find_if(theirs.begin(), theirs.end(),
+                                 [&](const auto& q) { return q.first == mine.first; });
+    if (it == theirs.end() || *it->second != *mine.second) return false;
   }
   return true;
 }

@@ -2,33 +2,49 @@
 # Builds strata if needed, then runs the test stages, each in its own build dir, timing each:
 #   unit  every test through CTest (build/); tests labelled `gpu` skip with the reason when no GPU
 #         is visible. Extra arguments go to this stage's ctest (e.g. -L gpu, -R Config).
-#   asan  every CPU test, fuzz corpus replays and CLI tests included, under ASan+UBSan (build-asan/,
-#         CPU backend; LeakSanitizer suppressions in tools/lsan.supp).
+#   asan  every CPU test and the CLI tests (of the transparency matrix, three of its 24 cases) under
+#         ASan+UBSan (build-asan/, CPU backend, clang with libFuzzer's coverage so the fuzz stage
+#         reuses the build; LeakSanitizer suppressions in tools/lsan.supp). Without clang's
+#         libFuzzer it builds with the default compiler and also replays the fuzz corpora, as the
+#         unit stage does.
 #   tsan  the offload tests (I/O engines, NVMe store, CPU Adam, tier manager, prefetcher, gradient
 #         offloader, optimizer pipeline), the stream, backend and thread-pool tests and the
 #         trainer's pipeline and batch loader under TSan (build-tsan/, CPU backend, only the
 #         offload, runtime and model test binaries; suppressions in tools/tsan.supp)
 #   fuzz  each tests/fuzz harness under libFuzzer with ASan+UBSan for 20 s from its corpus, two at
-#         a time (build-fuzz/, clang; skipped, saying why, where clang's libFuzzer is missing)
-# STRATA_TEST_STAGES picks stages. Default: unit tsan fuzz, which CI (.ci/run: setup, then this)
-# runs in about 30 min on 2 idle cores. asan is not in the default: its build alone takes about
-# 39 CPU-minutes (about 20 min on 2 cores), which would take CI past its 45-minute budget; run
-# `STRATA_TEST_STAGES="unit asan tsan fuzz" tools/test.sh` before a merge that touches memory.
-# Not a CI system: .ci/run calls this script after tools/setup.sh.
+#         a time (build-asan/, whose libraries the asan stage built; skipped, saying why, where
+#         clang's libFuzzer is missing)
+# STRATA_TEST_STAGES picks stages. Default: all four, which CI (.ci/run: setup, then this) runs in
+# about 40 min on 2 idle cores (its budget is 45).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=$(nproc)
-STAGES=${STRATA_TEST_STAGES:-unit tsan fuzz}
+STAGES=${STRATA_TEST_STAGES:-unit asan tsan fuzz}
 # Sanitizer reports fail the test that triggered them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tools/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/tsan.supp}
 
-# The sanitizer builds compile at -O1 (what ASan and TSan are meant for): about half the compile
-# time of -O3, which is most of these stages' time on a 2-core machine.
-SANITIZER_OPT="-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"
+# The sanitizer builds are most of CI's time on a 2-core machine. They compile at -O1 (what ASan
+# and TSan are meant for: about half the compile time of -O3) as unity builds (CMAKE_UNITY_BUILD:
+# 8 sources per compiler run share the parse of the common headers; strata_unity_skip in
+# cmake/StrataTargets.cmake keeps out a source whose file-local names collide with a sibling's),
+# only the targets their tests need. The ASan+UBSan build is also the libFuzzer build: one clang
+# build of the libraries serves the asan and fuzz stages.
+SANITIZER_BUILD=(-DSTRATA_CUDA=OFF "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DCMAKE_UNITY_BUILD=ON)
+
+have_libfuzzer() {
+  command -v clang++ >/dev/null &&
+    echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+      clang++ -x c++ -fsanitize=fuzzer - -o /tmp/strata-libfuzzer-probe.$$ 2>/dev/null &&
+    rm -f /tmp/strata-libfuzzer-probe.$$
+}
+ASAN_BUILD=("${SANITIZER_BUILD[@]}" "-DSTRATA_SANITIZE=address,undefined")
+if have_libfuzzer; then
+  ASAN_BUILD+=(-DSTRATA_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+fi
 
 configure() {  # configure DIR [cmake args...]: once per build dir; an existing dir keeps its cache
   local dir=$1
@@ -38,10 +54,26 @@ configure() {  # configure DIR [cmake args...]: once per build dir; an existing 
   fi
 }
 
+configure_own() {  # configure_own DIR [cmake args...]: a dir only this script builds, started over
+  local dir=$1      # when it was configured with other arguments (a compiler cannot be changed in place)
+  shift
+  if [ -f "$dir/build.ninja" ] && [ "$(cat "$dir/test.sh-args" 2>/dev/null)" != "$*" ]; then
+    echo "test.sh: $dir was configured with other arguments; configuring it again from scratch"
+    rm -rf "$dir"
+  fi
+  configure "$dir" "$@"
+  echo "$*" >"$dir/test.sh-args"
+}
+
+built() {  # says how long the running stage took to configure and build (its tests come after)
+  echo "test.sh: stage $stage built in $(( $(date +%s) - start )) s"
+}
+
 stage_unit() {
   # shellcheck disable=SC2086
   configure "$BUILD_DIR" ${STRATA_CMAKE_ARGS:-}
   cmake --build "$BUILD_DIR" --parallel "$JOBS"
+  built
   ctest --test-dir "$BUILD_DIR" --output-on-failure --parallel "$JOBS" "$@"
 }
 
@@ -49,18 +81,35 @@ cpu_test_targets() {  # cpu_test_targets DIR: every CPU test binary and fuzz rep
   ninja -C "$1" -t targets all | sed -n 's/^tests\/\(fuzz\/\)\{0,1\}\(strata_[a-z]*_tests\|strata_fuzz_[a-z_]*\): .*/\2/p'
 }
 
+fuzz_built() {  # fuzz_built: whether build-asan is the libFuzzer build (its harnesses link libFuzzer)
+  grep -q '^STRATA_FUZZ:BOOL=ON$' build-asan/CMakeCache.txt
+}
+
 stage_asan() {
-  configure build-asan -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=address,undefined "$SANITIZER_OPT"
-  # The CPU test binaries, the fuzz replays and the CLI the tools tests run; not the gpu test
+  configure_own build-asan "${ASAN_BUILD[@]}"
+  # The CPU test binaries, the fuzz harnesses and the CLI the tools tests run; not the gpu test
   # binaries (every test in them skips without CUDA), whose CTest stand-ins *_NOT_BUILT are excluded.
   # shellcheck disable=SC2046
   cmake --build build-asan --parallel "$JOBS" --target strata $(cpu_test_targets build-asan)
-  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -LE gpu -E '_NOT_BUILT$'
+  built
+  local skip=gpu
+  if fuzz_built; then
+    skip='gpu|fuzz'  # the libFuzzer runs are the fuzz stage's
+  fi
+  # The transparency matrix is 24 cases of the same training code (each placement against the
+  # resident run, per architecture, precision, accumulation and moment format) at 30-45 s a case
+  # under ASan (about 7 min of the stage on 2 cores): three cases here (both architectures, each
+  # precision, accumulation, 8-bit moments), all 24 in the unit stage.
+  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -LE "$skip" \
+        -E '_NOT_BUILT$|^Placements/Transparency\.'
+  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" --no-tests=error \
+        -R '^Placements/Transparency\..*/(Gpt2_fp16_K1_8bit|Llama_bf16_K3|Gpt2_fp32_K3)( |$)'
 }
 
 stage_tsan() {
-  configure build-tsan -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=thread "$SANITIZER_OPT"
+  configure_own build-tsan "${SANITIZER_BUILD[@]}" -DSTRATA_SANITIZE=thread
   cmake --build build-tsan --parallel "$JOBS" --target strata_offload_tests strata_runtime_tests strata_model_tests
+  built
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L offload
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L runtime \
         -R '^(Cpu(Backend|Stream)|Backend|ThreadPool|PinnedPool)'
@@ -71,17 +120,14 @@ stage_tsan() {
 }
 
 stage_fuzz() {
-  if ! command -v clang++ >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
-      clang++ -x c++ -fsanitize=fuzzer - -o /tmp/strata-libfuzzer-probe.$$ 2>/dev/null; then
+  if ! have_libfuzzer; then
     echo "test.sh: fuzz stage skipped: clang++ with libFuzzer (-fsanitize=fuzzer) is not installed (tools/setup.sh installs clang and libclang-rt-14-dev)"
     return 0
   fi
-  rm -f /tmp/strata-libfuzzer-probe.$$
-  configure build-fuzz -DSTRATA_CUDA=OFF -DSTRATA_FUZZ=ON -DSTRATA_BUILD_TESTS=ON "$SANITIZER_OPT" \
-            -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-            "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-  cmake --build build-fuzz --parallel "$JOBS" --target strata_fuzz_config strata_fuzz_safetensors strata_fuzz_token_file
-  ctest --test-dir build-fuzz --output-on-failure --parallel "$JOBS" -L fuzz
+  configure_own build-asan "${ASAN_BUILD[@]}"  # the asan stage's build dir; after it, nothing to build
+  cmake --build build-asan --parallel "$JOBS" --target strata_fuzz_config strata_fuzz_safetensors strata_fuzz_token_file
+  built
+  ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -L fuzz
 }
 
 summary=""

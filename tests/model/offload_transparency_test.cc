@@ -17,6 +17,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -436,11 +437,16 @@ TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
   EXPECT_EQ(o.losses.size(), 1u) << "step 1 trains; step 2 needs the torn chunk";
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& k = info.param;
+std::string name_of(const Case& k) {
   return std::string(k.arch == Arch::gpt2 ? "Gpt2" : "Llama") + "_" + std::string(dtype_name(k.dtype)) + "_K" +
          std::to_string(k.grad_accum) + (k.states == AdamStates::q8 ? "_8bit" : "");
 }
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return name_of(info.param); }
+
+// GoogleTest names a parameter in the test's listing (CTest's test names) by printing it; without
+// this it prints the struct's bytes, padding included, so the names would change from build to build.
+void PrintTo(const Case& k, std::ostream* out) { *out << name_of(k); }
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
