@@ -53,7 +53,13 @@ GradientOffloaderOptions gradient_options(const ParamLayout& layout, const Train
                                           const std::string& name) {
   GradientOffloaderOptions o = gradient_slot_options(layout, options.dtype, name);
   o.home = options.offload_grad == TrainOptions::GradHome::nvme ? Tier::nvme : Tier::cpu;
-  o.spill_buffers = 3;
+  // A tied table's gradient takes the head's contribution first and the embedding's last, so each
+  // of its tiles holds a spill buffer through the whole backward: one each, and two more for the
+  // layers to pass through (3 when the table is one chunk: a chunk's write overlaps the next's
+  // accumulation). An untied table's tiles are each done in turn.
+  const bool tied = layout.head_chunks() == 0 || layout.chunks.back().rows == 0;  // no head rows of its own
+  const size_t held = tied ? layout.embedding_chunks() : 1;
+  o.spill_buffers = uint32_t(std::max<size_t>(3, held + 2));
   return o;
 }
 

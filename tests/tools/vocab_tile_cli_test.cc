@@ -1,6 +1,7 @@
 // `strata train --vocab-tile`: a tiled fp32 run gives the untiled run's losses bit for bit and
 // says how it tiled; `auto` tiles a paged table larger than 1/8 of --gpu-mem; a tile that is not
 // whole 1024-row blocks is refused before any work, naming the flag.
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -56,6 +57,28 @@ TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesATableOverAnEighthOfTheBud
   ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
   EXPECT_NE(automatic.err.find("in 3 tiles of 5120 rows (--vocab-tile auto)"), std::string::npos) << automatic.err;
   EXPECT_EQ(losses(temp_path("strata_tile_auto.jsonl")), want);
+}
+
+// A tied table takes the head's gradient first and the embedding's last, so with the gradient sums
+// on NVMe each of its 12 tiles holds a spill buffer through the backward: 14 buffers, the losses
+// still the untiled run's (3 buffers, the untiled count, stopped the first step).
+TEST(VocabTileCli, TiedTilesWithTheGradientsOnNvmeTrainTheUntiledLosses) {
+  const std::string dir = temp_path("strata_tile_nvme");
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> nvme = {"--offload-grad", "nvme", "--nvme-path", dir};
+  std::vector<std::string> whole_args = nvme, tiled_args = nvme;
+  whole_args.insert(whole_args.end(), {"--vocab-tile", "0"});
+  tiled_args.insert(tiled_args.end(), {"--vocab-tile", "1024"});
+  const CliResult whole = train(temp_path("strata_tile_nvme_whole.jsonl"), whole_args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.err.find("accumulated through 3 pinned buffers"), std::string::npos) << whole.err;
+  const CliResult tiled = train(temp_path("strata_tile_nvme_1024.jsonl"), tiled_args);
+  ASSERT_EQ(tiled.exit_code, 0) << tiled.err;
+  EXPECT_NE(tiled.err.find("accumulated through 14 pinned buffers"), std::string::npos) << tiled.err;
+  const std::vector<double> want = losses(temp_path("strata_tile_nvme_whole.jsonl"));
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(losses(temp_path("strata_tile_nvme_1024.jsonl")), want);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(VocabTileCli, ATileOfPartBlocksIsRefused) {
