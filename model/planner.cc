@@ -205,10 +205,17 @@ StepTime plan_step_time(const ModelConfig& config, const TrainOptions& o, const 
   s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
   s.nvme_s = double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write;
   s.adam_s = cpu_optimizer(o) ? double(parameter_count(config)) / rates.adam : 0.0;
-  const double transfers = std::max({s.compute_s, s.pcie_s, s.nvme_s});
-  s.step_s = cpu_optimizer(o) && !o.overlap_optimizer ? transfers + s.adam_s : std::max(transfers, s.adam_s);
+  s.forward_s = s.compute_s / double(o.grad_accum) * (o.activation_checkpointing ? 0.25 : 1.0 / 3.0);
+  if (rates.shared_cores) {
+    s.crc_s = double(t.nvme_read + t.nvme_write) / rates.crc;
+    s.step_s = s.compute_s + s.pcie_s + s.adam_s + s.crc_s + s.nvme_s;
+  } else {
+    const bool overlapped = !cpu_optimizer(o) || o.overlap_optimizer;
+    const double path = overlapped ? std::max(s.forward_s, s.adam_s) + (s.compute_s - s.forward_s) : s.compute_s;
+    s.step_s = std::max({path, s.pcie_s, s.nvme_s}) + (overlapped ? 0.0 : s.adam_s);
+  }
   const std::pair<double, std::string_view> parts[] = {
-      {s.compute_s, "compute"}, {s.pcie_s, "pcie"}, {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"}};
+      {s.compute_s, "compute"}, {s.pcie_s, "pcie"}, {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"}, {s.crc_s, "crc32c"}};
   s.bottleneck = std::max_element(std::begin(parts), std::end(parts), [](const auto& a, const auto& b) {
                    return a.first < b.first;
                  })->second;

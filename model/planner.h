@@ -64,6 +64,10 @@ struct PlanRates {
   double nvme_read = 6e9;     // bytes/s, all NVMe paths together
   double nvme_write = 4e9;    // bytes/s, all NVMe paths together
   double adam = 1e9;          // parameters/s of the CPU AdamW (every thread)
+  // The device is this machine's CPU (the CPU backend): the compute, the host<->"device" copies,
+  // the CPU AdamW and the checksums of the NVMe bytes run on the same cores, so their times add.
+  bool shared_cores = false;
+  double crc = 5e9;  // bytes/s of CRC-32C on one core (NvmeStore checksums every byte it writes and reads)
 };
 double default_flops(DType dtype);  // 100e12 for bf16/fp16, 25e12 for fp32
 
@@ -81,13 +85,24 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options)
 // The step-time model. compute = model FLOPs (flops.h; x 4/3 with activation checkpointing, which
 // recomputes every forward) / flops; pcie = max(h2d, d2h) / pcie; nvme = read / nvme_read +
 // write / nvme_write (one set of drives for both); adam = parameters / adam with the optimizer on
-// the CPU, else 0. The parts overlap (prefetch under compute, the update under the next forward
-// with overlap_optimizer), so step = their max; without overlap_optimizer the update runs after:
-// step = max(compute, pcie, nvme) + adam. bottleneck: the largest part.
+// the CPU, else 0. forward = the first micro-batch's forward: compute / grad_accum x 1/3 (the
+// backward is twice the forward), x 1/4 with checkpointing (the backward also recomputes it).
+// On a GPU the transfers overlap the compute (prefetch, write-behind): step = max(compute path,
+// pcie, nvme). The compute path: with overlap_optimizer the previous step's update runs chunk by
+// chunk ahead of the first forward, which waits for each chunk's update (the clipped update needs
+// the whole backward's norm, so it cannot start earlier): max(forward, adam) + (compute -
+// forward). Without overlap_optimizer the update runs after the step's transfers too: step =
+// max(compute, pcie, nvme) + adam. With shared_cores (the CPU backend) the compute, the copies,
+// AdamW and crc = NVMe bytes / crc are the same cores' work, and the NVMe time adds to them too:
+// the CPU-backend runs of bench/NOTES.md measure it so (a read is issued when a staging buffer is
+// free, which waits for the compute): step = compute + pcie + adam + crc + nvme. bottleneck: the
+// largest part.
 struct StepTime {
   double compute_s = 0, pcie_s = 0, nvme_s = 0, adam_s = 0;
+  double crc_s = 0;      // shared_cores only: the CRC-32C of every NVMe byte
+  double forward_s = 0;  // the part of compute_s the overlapped update can hide under
   double step_s = 0;
-  std::string_view bottleneck = "compute";  // "compute", "pcie", "nvme" or "cpu_adam"
+  std::string_view bottleneck = "compute";  // "compute", "pcie", "nvme", "cpu_adam" or "crc32c"
 };
 StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, const PlanRates& rates);
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "model/batch_loader.h"
+#include "model/flops.h"
 #include "model/placement.h"
 #include "model/planner.h"
 #include "model/trainer.h"
@@ -331,6 +332,60 @@ TEST(PlannerTest, StepTimeIsTheLargestPartAndNamesIt) {
   o.overlap_optimizer = false;
   const StepTime serial = plan_step_time(config, o, slow_pcie);
   EXPECT_DOUBLE_EQ(serial.step_s, serial.pcie_s + serial.adam_s);
+}
+
+// The overlapped update hides only under the first micro-batch's forward (a third of its compute,
+// a quarter with checkpointing); what it takes beyond that lengthens the step.
+TEST(PlannerTest, TheOverlappedUpdateHidesUnderTheFirstForwardOnly) {
+  const ModelConfig config = model_preset("gpt2-124m").value();
+  TrainOptions o = bf16_run();
+  o.overlap_optimizer = true;
+  o.grad_accum = 2;
+  o.activation_checkpointing = false;
+  const double flops = training_flops_per_step(config, o);
+  PlanRates r{.flops = flops, .pcie = 1e15, .nvme_read = 1e15, .nvme_write = 1e15};  // compute: 1 s
+  r.adam = double(parameter_count(config)) / 0.1;  // 0.1 s: under the first forward (1/2 x 1/3 s)
+  StepTime t = plan_step_time(config, o, r);
+  EXPECT_DOUBLE_EQ(t.compute_s, 1.0);
+  EXPECT_DOUBLE_EQ(t.forward_s, 1.0 / 6.0);
+  EXPECT_DOUBLE_EQ(t.step_s, 1.0);
+  EXPECT_EQ(t.bottleneck, "compute");
+  r.adam = double(parameter_count(config)) / 0.5;  // 0.5 s: 1/3 s longer than the forward
+  t = plan_step_time(config, o, r);
+  EXPECT_NEAR(t.step_s, 1.0 + 0.5 - 1.0 / 6.0, 1e-12);
+  o.activation_checkpointing = true;  // compute x 4/3, the forward a quarter of it
+  t = plan_step_time(config, o, r);
+  EXPECT_NEAR(t.compute_s, 4.0 / 3.0, 1e-12);
+  EXPECT_NEAR(t.forward_s, 4.0 / 3.0 / 2.0 / 4.0, 1e-12);
+  EXPECT_NEAR(t.step_s, 4.0 / 3.0 + 0.5 - t.forward_s, 1e-12);
+  o.overlap_optimizer = false;  // after the step, whole
+  t = plan_step_time(config, o, r);
+  EXPECT_NEAR(t.step_s, 4.0 / 3.0 + 0.5, 1e-12);
+}
+
+// On the CPU backend the compute, the copies, AdamW and the NVMe bytes' checksums share the cores,
+// and the NVMe time adds to them too: the step is the sum of the parts.
+TEST(PlannerTest, OnSharedCoresThePartsAdd) {
+  const ModelConfig config = model_preset("gpt2-124m").value();
+  TrainOptions o = bf16_run();
+  o.offload_param = ParamHome::nvme;
+  o.overlap_optimizer = true;
+  const PlanRates gpu{.flops = 1e12, .pcie = 5e9, .nvme_read = 2e9, .nvme_write = 1e9, .adam = 1e8};
+  PlanRates cpu = gpu;
+  cpu.shared_cores = true;
+  cpu.crc = 4e9;
+  const StepTime g = plan_step_time(config, o, gpu), c = plan_step_time(config, o, cpu);
+  const StepTraffic x = plan_traffic(config, o);
+  EXPECT_DOUBLE_EQ(c.compute_s, g.compute_s);
+  EXPECT_DOUBLE_EQ(g.crc_s, 0.0);
+  EXPECT_DOUBLE_EQ(c.crc_s, double(x.nvme_read + x.nvme_write) / 4e9);
+  EXPECT_GT(c.crc_s, 0.0);
+  EXPECT_DOUBLE_EQ(c.step_s, c.compute_s + c.pcie_s + c.adam_s + c.crc_s + c.nvme_s);
+  EXPECT_GT(c.step_s, g.step_s);
+  cpu.nvme_read = cpu.nvme_write = 1e6;  // a slow disk: the largest part
+  const StepTime slow = plan_step_time(config, o, cpu);
+  EXPECT_GT(slow.nvme_s, slow.compute_s);
+  EXPECT_EQ(slow.bottleneck, "nvme");
 }
 
 TEST(PlannerTest, ImpossibleBudgetsAndShapesAreRefused) {

@@ -8,6 +8,7 @@
 // file only when it is named, and then whatever machine recorded it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -146,16 +147,25 @@ TEST_F(CalibrationCli, PlanCalibrateMeasuresAndRecordsThisMachine) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.err.find("calibrate: sequential O_DIRECT reads and writes on " + dir_ + "/disk"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("calibrate: no GPU"), std::string::npos) << r.err;
+  // --device cpu: the CPU backend's copies (memcpy) and GEMMs, which a CPU-backend run computes with.
+  EXPECT_NE(r.err.find("calibrate: host<->device copies and the model's GEMMs on the CPU backend (--device cpu)"),
+            std::string::npos)
+      << r.err;
   const nlohmann::json pj = nlohmann::json::parse(r.out);
-  for (const char* rate : {"adam", "nvme_read", "nvme_write"})
+  for (const char* rate : {"flops", "pcie", "adam", "nvme_read", "nvme_write"})
     EXPECT_NE(pj.at("rate_sources").at(rate).get<std::string>().find("by strata plan --calibrate"), std::string::npos)
         << rate << ": " << r.out;
-  size_t recorded = 0;
+  std::vector<std::string> recorded;
   const nlohmann::json file = read_file();
   for (const nlohmann::json& rate : file.at("machines")[0].at("rates"))
-    recorded += rate.at("by") == "strata plan --calibrate";
-  EXPECT_EQ(recorded, 3u);
+    if (rate.at("by") == "strata plan --calibrate") {
+      recorded.push_back(rate.at("rate").get<std::string>());
+      if (rate.contains("backend")) EXPECT_EQ(rate.at("backend"), "cpu") << rate.dump();
+    }
+  std::sort(recorded.begin(), recorded.end());
+  EXPECT_EQ(recorded, (std::vector<std::string>{"adam", "flops", "nvme_read", "nvme_write", "pcie_d2h", "pcie_h2d"}));
+  // The plan of a CPU-backend run adds its parts and says so.
+  EXPECT_TRUE(pj.at("time").at("shared_cores").get<bool>());
   // Not for a described machine, nor without a file.
   const CliResult described = run_cli({"plan", "--gpu-mem", "8GiB", "--cpu-mem", "8GiB", "--nvme-mem", "1TB",
                                        "--calibrate", "--calibration", file_});

@@ -217,34 +217,37 @@ Status calibrate(const Config& config, const model::TrainOptions& o, const std::
   adam.torch = false;
   STRATA_ASSIGN_OR_RETURN(bench::AdamBenchReport adam_report, bench::run_adam_bench(adam));
   for (model::CalibrationRate& r : adam_rates(adam_report, by)) rates.push_back(std::move(r));
+  // The copies and GEMMs of the backend the run would use: on the CPU backend, memcpy between
+  // pinned buffers and the "device" arena, and the CPU's GEMMs (the planner adds them to AdamW's
+  // time: the same cores).
   std::string why;
-  if (train_backend_kind(config, &why) == BackendKind::cuda) {
-    spdlog::info("calibrate: PCIe copies and GEMMs on the GPU");
-    bench::PcieBenchOptions pcie;
-    pcie.backend = BackendKind::cuda;
-    pcie.device_index = int(config.get_int("gpu_index"));
-    pcie.sizes = {256ull << 20};
-    pcie.directions = {CopyDirection::h2d, CopyDirection::d2h};
-    pcie.memory = {bench::HostMemory::pinned};
-    pcie.numa = bench::NumaPlacement::near;
-    pcie.repeat = 3;
-    pcie.plain = false;
-    STRATA_ASSIGN_OR_RETURN(bench::PcieBenchReport pcie_report, bench::run_pcie_bench(pcie));
-    for (model::CalibrationRate& r : pcie_rates(pcie_report, by)) rates.push_back(std::move(r));
-    bench::DeviceBenchOptions device;
-    device.backend = BackendKind::cuda;
-    device.device_index = pcie.device_index;
-    STRATA_ASSIGN_OR_RETURN(PeakPrecision precision, peak_precision_for(o.dtype, o.tf32));
-    device.precisions = {precision};
-    device.square = -1;
-    device.copy_bytes = 64ull << 20;
-    device.repeat = 3;
-    device.min_seconds_per_run = 0.02;
-    STRATA_ASSIGN_OR_RETURN(bench::DeviceBenchReport device_report, bench::run_device_bench(device));
-    for (model::CalibrationRate& r : device_rates(device_report, by)) rates.push_back(std::move(r));
-  } else {
-    spdlog::info("calibrate: no GPU ({}): PCIe and device rates are not measured", why);
-  }
+  const BackendKind backend = train_backend_kind(config, &why);
+  const bool cuda = backend == BackendKind::cuda;
+  spdlog::info("calibrate: host<->device copies and the model's GEMMs on the {} backend ({})", cuda ? "CUDA" : "CPU",
+               why);
+  bench::PcieBenchOptions pcie;
+  pcie.backend = backend;
+  pcie.device_index = int(config.get_int("gpu_index"));
+  pcie.sizes = {cuda ? 256ull << 20 : 64ull << 20};
+  pcie.directions = {CopyDirection::h2d, CopyDirection::d2h};
+  pcie.memory = {bench::HostMemory::pinned};
+  pcie.numa = bench::NumaPlacement::near;
+  pcie.repeat = 3;
+  pcie.plain = false;
+  STRATA_ASSIGN_OR_RETURN(bench::PcieBenchReport pcie_report, bench::run_pcie_bench(pcie));
+  for (model::CalibrationRate& r : pcie_rates(pcie_report, by)) rates.push_back(std::move(r));
+  bench::DeviceBenchOptions device;
+  device.backend = backend;
+  device.device_index = pcie.device_index;
+  if (!o.preset.empty()) device.preset = o.preset;  // the run's GEMM shapes (its base preset's)
+  STRATA_ASSIGN_OR_RETURN(PeakPrecision precision, peak_precision_for(o.dtype, o.tf32));
+  device.precisions = {precision};
+  device.square = -1;
+  device.copy_bytes = 64ull << 20;
+  device.repeat = 3;
+  device.min_seconds_per_run = cuda ? 0.02 : 0.0;
+  STRATA_ASSIGN_OR_RETURN(bench::DeviceBenchReport device_report, bench::run_device_bench(device));
+  for (model::CalibrationRate& r : device_rates(device_report, by)) rates.push_back(std::move(r));
   record_calibration(path, rates);
   return Status::ok();
 }

@@ -1,8 +1,9 @@
 // Recording measured rates into the calibration cache (model/calibration.h): the `strata bench`
 // commands' results as the rates the planner uses (--calibration FILE, --no-record), and `strata
 // plan --calibrate`, a measurement of a few seconds (a small io bench on each --nvme-path, a small
-// Adam bench, and with a GPU a PCIe and a GEMM bench). A bench's result stands whether or not its
-// record is written: problems with the file are warnings.
+// Adam bench, and the copies and GEMMs of the run's backend: PCIe and the GPU's GEMMs, or memcpy
+// and the CPU's). A bench's result stands whether or not its record is written: problems with the
+// file are warnings.
 #pragma once
 
 #include <string>

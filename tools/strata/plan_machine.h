@@ -36,6 +36,7 @@ struct Machine {
   // Per rate (model::PlanRateKind order): "given", "assumed default" or "measured <day> by <command>".
   std::array<std::string, model::kPlanRateKinds> rate_source;
   std::string calibration;  // the cache file whose rates were used; "" when none
+  std::string crc_source;   // hardware.rates.crc's: measured here for a CPU-backend run, else "assumed default"
   std::optional<uint64_t> memlock;  // RLIMIT_MEMLOCK when cpu memory is detected and it is finite
 };
 

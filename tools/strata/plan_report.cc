@@ -40,11 +40,19 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
   const model::PlanRates& r = p.hardware.rates;
   const double flops = r.flops > 0 ? r.flops : model::default_flops(p.chosen.options.dtype);
   auto line = std::back_inserter(out);
-  fmt::format_to(line, "\nstep time (the parts overlap: the step is the largest{}):\n",
-                 p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::cpu &&
-                         !p.chosen.options.overlap_optimizer
-                     ? ", plus cpu adam, which runs after them without --overlap-optimizer"
-                     : "");
+  const bool cpu_adam = p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::cpu;
+  if (r.shared_cores)
+    out += "\nstep time (the CPU backend: compute, copies, cpu adam and checksums share the cores, and the nvme time "
+           "adds to them: the step is the sum):\n";
+  else if (cpu_adam && !p.chosen.options.overlap_optimizer)
+    out += "\nstep time (the transfers overlap the compute; cpu adam runs after them without --overlap-optimizer):\n";
+  else if (cpu_adam)
+    fmt::format_to(line,
+                   "\nstep time (the transfers overlap the compute; cpu adam overlaps the first forward, {:.3g} s, "
+                   "which waits for each chunk's update):\n",
+                   t.forward_s);
+  else
+    out += "\nstep time (the transfers overlap the compute: the step is the largest):\n";
   fmt::format_to(line, "  compute   {:>9.3g} s  model FLOPs{} at {:.3g} TFLOP/s ({})\n", t.compute_s,
                  p.chosen.options.activation_checkpointing ? " x 4/3 (checkpointing recomputes the forward)" : "",
                  flops / 1e12, source(m, PlanRateKind::flops));
@@ -55,6 +63,9 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
                  r.nvme_write / 1e9, source(m, PlanRateKind::nvme_write));
   fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
                  format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
+  if (r.shared_cores)
+    fmt::format_to(line, "  crc32c    {:>9.3g} s  the NVMe bytes' checksums at {:.3g} GB/s ({})\n", t.crc_s, r.crc / 1e9,
+                   m.crc_source);
   fmt::format_to(line, "  step      {:>9.3g} s  bottleneck: {}; {} tokens/s\n", t.step_s, t.bottleneck,
                  format_count(double(p.chosen.options.tokens_per_step()) / t.step_s));
   if (assumed_rates(m).empty()) return;
@@ -131,7 +142,8 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
       j["bytes"][model::plan_tier_name(PlanTier(t))][model::plan_state_name(PlanState(s))] =
           c.bytes.at(PlanTier(t), PlanState(s));
   j["time"] = {{"compute_s", c.time.compute_s}, {"pcie_s", c.time.pcie_s}, {"nvme_s", c.time.nvme_s},
-               {"cpu_adam_s", c.time.adam_s}};
+               {"cpu_adam_s", c.time.adam_s}, {"crc32c_s", c.time.crc_s}, {"forward_s", c.time.forward_s},
+               {"shared_cores", p.hardware.rates.shared_cores}};
   j["traffic"] = {{"h2d", c.traffic.h2d}, {"d2h", c.traffic.d2h}, {"nvme_read", c.traffic.nvme_read},
                   {"nvme_write", c.traffic.nvme_write}};
   const model::PlanRates& r = p.hardware.rates;
