@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <random>
 
@@ -19,6 +20,7 @@
 
 #include "bench/bench_util.h"
 #include "offload/nvme_store.h"
+#include "offload/run_dir.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/units.h"
 
@@ -257,7 +259,11 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
       return error(Code::invalid_argument, "--block {}: blocks must be multiples of 4 KiB no larger than --size {}",
                    format_size(b), format_size(o.size));
   IoBenchReport report;
-  report.file = o.paths[0] + "/strata-bench-io.dat";
+  // The test file lives in a run directory of its own, as a training run's swap files do (mode
+  // 0700, locked while the bench runs): a killed bench leaves a directory `strata clean` removes,
+  // and two benches on one path do not write each other's file.
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RunDir> run, RunDir::create(o.paths[0]));
+  report.file = run->file("swap-bench-io.bin");
   report.size = o.size / (1 << 20) * (1 << 20);
   if (report.size == 0) return Status(Code::invalid_argument, "--size must be at least 1 MiB");
 

@@ -62,6 +62,8 @@ struct IoBenchReport {
   std::string engine;           // the engine strata used
   bool huge_pages = true;       // strata's buffers were on transparent huge pages
   std::string fallback_reason;  // why not io_uring, when auto fell back
+  // The test file, in a run directory of its own under paths[0] (offload/run_dir.h); both are
+  // removed when the bench returns, and `strata clean` removes those of a killed bench.
   std::string file;
   uint64_t size = 0;
   std::string fio_version;      // empty: fio did not run

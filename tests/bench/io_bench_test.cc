@@ -53,7 +53,10 @@ TEST(IoBench, SmallSweepReportsEveryPointAndRemovesItsFile) {
     EXPECT_GT(p.strata.iops, 0.0);
     EXPECT_FALSE(p.fio.has_value());
   }
+  // In a run directory of its own under the path, removed with it.
+  EXPECT_EQ(r->file.rfind(dir + "/strata-run-", 0), 0u) << r->file;
   EXPECT_FALSE(std::filesystem::exists(r->file)) << "the test file must be removed";
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the run directory must be removed";
   std::filesystem::remove_all(dir);
 }
 
