@@ -14,8 +14,10 @@
 #   fuzz  each tests/fuzz harness under libFuzzer with ASan+UBSan for 20 s from its corpus, two at
 #         a time (build-asan/, whose libraries the asan stage built; skipped, saying why, where
 #         clang's libFuzzer is missing)
-# STRATA_TEST_STAGES picks stages. Default: all four, which CI (.ci/run: setup, then this) runs in
-# about 40 min on 2 idle cores (its budget is 45).
+# STRATA_TEST_STAGES picks stages. Default: all four, which CI (.ci/run: setup, then this) ran in
+# 43-45 min on 2 idle cores (its budget is 45): setup and the Release build with CUDA ~17 min,
+# unit 5-6, asan 17 (its build 10-11), tsan 5-6, fuzz 1. A stage added to the default needs room
+# made first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
