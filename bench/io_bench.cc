@@ -165,7 +165,6 @@ StatusOr<IoSample> fio_pass(const IoBenchOptions& o, const std::string& file, co
 // Writes `size` bytes of random data to `path` (so reads read real blocks, and fio finds the
 // file laid out), through `engine`.
 Status prepare_file(IoEngine& engine, const std::string& path, uint64_t size) {
-  ::unlink(path.c_str());
   STRATA_ASSIGN_OR_RETURN(FileId f, engine.open(path, OpenOptions{.create = true, .direct = true}));
   Status s = engine.allocate(f, 0, size);
   const uint64_t chunk = 8 << 20;
@@ -273,10 +272,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
   report.huge_pages = o.huge_pages;
   report.fallback_reason = prep.fallback_reason;
   Status prepared = prepare_file(*prep.engine, report.file, report.size);
-  if (!prepared.is_ok()) {
-    ::unlink(report.file.c_str());
-    return prepared.with_context("bench io: writing the test file");
-  }
+  if (!prepared.is_ok()) return prepared.with_context("bench io: writing the test file");
 
   if (o.fio) {
     auto v = run_command(o.fio_binary + " --version 2>/dev/null");
@@ -335,8 +331,7 @@ StatusOr<IoBenchReport> run_io_bench(const IoBenchOptions& o) {
     if (!failure.is_ok()) break;
   }
   if (o.progress) o.progress(done, total, "done");
-  ::unlink(report.file.c_str());
-  if (!failure.is_ok()) return failure;
+  if (!failure.is_ok()) return failure;  // the run directory's destruction removes the file, on every return
   return report;
 }
 
