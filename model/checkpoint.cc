@@ -2,6 +2,7 @@
 // optimizer.safetensors (see checkpoint.h).
 #include "model/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -162,19 +163,27 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       {"seq", std::to_string(state.seq)},
       {"grad_accum", std::to_string(state.grad_accum)},
       {"vocab_tile", std::to_string(model.config().vocab_tile)},  // the moments are per chunk
+      {"mlp_tiles", std::to_string(mlp_tiles(model.config()))},   // and so are the MLP tiles (1: whole)
   };
   if (const LossScaler* scaler = trainer.loss_scaler()) metadata["loss_scaler"] = scaler->serialize();
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> optimizer_file,
                           SafetensorsWriter::create(path_in(dir, kCheckpointOptimizerFile), std::move(specs),
                                                     std::move(metadata), std::string(kCrcMetadataKey)));
 
-  // A vocabulary tile is written into its tensor, declared by the tensor's first tile.
+  // A tile (vocabulary or MLP) is written into its tensor, declared by the tensor's first tile.
   for (size_t i = 0; i < layout.params.size(); ++i)
     if (layout.params[i].row_begin > 0) place[i] = place[layout.find(layout.params[i].name) - layout.params.data()];
   std::vector<std::vector<size_t>> params_of(trainer.state_chunks());
   for (size_t i = 0; i < layout.params.size(); ++i) params_of[layout.params[i].chunk].push_back(i);
-  // A transposed tensor cut into pieces is gathered whole before its HF layout is written.
-  std::vector<float> gathered;
+  // A transposed tensor cut into optimizer pieces, or into MLP tiles (whose rows are columns of
+  // the file's tensor), is gathered whole in strata's layout and written once its last element has
+  // gone by. Its tiles' chunks follow one another and are visited in order, so one tensor is
+  // gathered at a time: keyed by ordinal all the same, so no visiting order can mix two.
+  struct Gathered {
+    std::vector<float> values;  // the whole tensor, strata's layout
+    uint64_t received = 0;      // elements copied in so far
+  };
+  std::map<int, Gathered> gathering;
   const auto write_piece = [&](size_t index, const StatePiece& piece, ChunkState& state) -> Status {
     for (size_t i : params_of[piece.chunk]) {
       const ParamSpec& p = layout.params[i];
@@ -189,11 +198,16 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
         STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(std::span(values, hi - lo)),
                                           (p.tensor_offset() + lo - slot) * sizeof(float)));
       } else {
-        if (lo == slot) gathered.assign(p.elements, 0.0f);
-        std::copy(values, values + (hi - lo), gathered.begin() + (lo - slot));
-        if (hi == slot + p.elements) {
-          STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, gathered.data()))));
-          gathered = {};
+        Gathered& g = gathering[p.tensor];
+        if (g.values.empty()) g.values.resize(p.tensor_elements());
+        std::copy(values, values + (hi - lo), g.values.begin() + int64_t(p.tensor_offset() + lo - slot));
+        g.received += hi - lo;
+        if (g.received == p.tensor_elements()) {
+          ParamSpec whole = p;  // to_hf_layout converts p.elements: the whole tensor's
+          whole.row_begin = 0;
+          whole.elements = p.tensor_elements();
+          STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(whole, g.values.data()))));
+          gathering.erase(p.tensor);
         }
       }
     }
@@ -203,6 +217,13 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     return Status::ok();
   };
   STRATA_RETURN_IF_ERROR(trainer.visit_state(/*write_back=*/false, write_piece));
+  if (!gathering.empty()) {
+    const ParamSpec& p = *std::find_if(layout.params.begin(), layout.params.end(),
+                                       [&](const ParamSpec& q) { return q.tensor == gathering.begin()->first; });
+    return error(Code::internal, "checkpoint {}: tensor '{}' got {} of its {} elements from the optimizer state; "
+                 "the layout's tiles do not cover it (a bug: report it)", dir, p.name,
+                 gathering.begin()->second.received, p.tensor_elements());
+  }
 
   for (std::unique_ptr<SafetensorsWriter>& f : model_files) STRATA_RETURN_IF_ERROR(f->commit());
   if (shards.size() > 1) {
@@ -322,6 +343,21 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
                    "{} was saved with --vocab-tile {} and this run tiles by {}: the Adam moments are stored per chunk "
                    "and the vocabulary tiles are chunks; pass --vocab-tile {} to resume it",
                    opt.path(), tile, want, tile);
+  }
+  {  // from before MLP tiling: whole MLPs
+    uint64_t saved = 1;
+    if (opt.metadata().contains("mlp_tiles")) {
+      STRATA_ASSIGN_OR_RETURN(saved, metadata_number(opt, "mlp_tiles"));
+    }
+    const uint64_t want = uint64_t(mlp_tiles(trainer.model().config()));
+    const auto tiling = [](uint64_t n) {
+      return n > 1 ? fmt::format("{} MLP tiles per weight", n) : std::string("whole MLPs");
+    };
+    if (std::max<uint64_t>(saved, 1) != want)
+      return error(Code::invalid_argument,
+                   "{} was saved with {} but this run has {}: the Adam moments are stored per chunk and each MLP "
+                   "tile is a chunk; pass --mlp-tiles {} to resume it",
+                   opt.path(), tiling(saved), tiling(want), saved > 1 ? saved : 0);
   }
   // Every tensor is checked before any state changes; then one walk writes each chunk's image.
   for (size_t c = 0; c < trainer.state_chunks(); ++c) {

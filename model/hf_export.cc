@@ -49,7 +49,7 @@ std::vector<std::vector<size_t>> plan_hf_shards(const ParamLayout& layout, const
   std::vector<std::vector<size_t>> shards(1);
   uint64_t filled = 0;
   for (size_t i = 0; i < layout.params.size(); ++i) {
-    if (layout.params[i].row_begin > 0) continue;  // a vocabulary tile: its tensor is listed once
+    if (layout.params[i].row_begin > 0) continue;  // a later tile (vocabulary or MLP): its tensor is listed once
     const uint64_t bytes = layout.params[i].tensor_elements() * safe_dtype_size(options.dtype);
     if (!shards.back().empty() && filled + bytes > options.shard_bytes) {
       shards.emplace_back();
@@ -78,16 +78,16 @@ Status write_hf_model(const std::string& dir, const ModelConfig& config, const P
       const ParamSpec& p = layout.params[i];
       specs.push_back({.name = p.name, .dtype = options.dtype, .shape = hf_shape_u64(p)});
       weight_map[p.name] = name;
-      total += p.elements * safe_dtype_size(options.dtype);
+      total += p.tensor_elements() * safe_dtype_size(options.dtype);
     }
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
                             SafetensorsWriter::create((fs::path(dir) / name).string(), specs, {{"format", "pt"}}));
     for (size_t k = 0; k < shards[s].size(); ++k) {
-      const ParamSpec& p = layout.params[shards[s][k]];
-      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, source(p));
-      if (values.size() != p.elements)
-        return error(Code::internal, "export of '{}': the source gave {} values, the layout has {}", p.name,
-                     values.size(), p.elements);
+      const ParamSpec& p = layout.params[shards[s][k]];  // the tensor's first tile when tiled: the source
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, source(p));  // gives the whole tensor
+      if (values.size() != p.tensor_elements())
+        return error(Code::internal, "export of '{}': the source gave {} values, the tensor has {}", p.name,
+                     values.size(), p.tensor_elements());
       const std::vector<std::byte> bytes = encode(values, options.dtype);
       STRATA_RETURN_IF_ERROR(writer->write(k, bytes));
     }
@@ -131,7 +131,7 @@ Status export_hf_checkpoint(const std::string& checkpoint_dir, const std::string
       return error(Code::corruption, "{} has no tensor '{}' of model '{}'; the checkpoint is damaged", checkpoint_dir,
                    p.name, config.name);
     STRATA_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, ref.file->data(p.name, SafeDType::f32, hf_shape_u64(p)));
-    std::vector<float> values(p.elements);
+    std::vector<float> values(p.tensor_elements());  // the whole tensor, whatever the layout's tiling
     std::memcpy(values.data(), bytes.data(), bytes.size());
     return values;
   };

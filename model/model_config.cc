@@ -1,6 +1,7 @@
 // Model presets, validation and parameter count (model_config.h).
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 
@@ -127,6 +128,11 @@ Status validate(const ModelConfig& c) {
                  "model config '{}': vocab_tile {} must be 0 (whole tables) or a positive multiple of {} rows", c.name,
                  c.vocab_tile, kVocabTileBlock);
   }
+  if (c.mlp_tiles < 0 || c.mlp_tiles > std::min(c.ffn_hidden, c.dim)) {
+    return error(Code::invalid_argument,
+                 "model config '{}': mlp_tiles {} must be 0 (whole MLPs) or between 1 and min(ffn_hidden {}, dim {})",
+                 c.name, c.mlp_tiles, c.ffn_hidden, c.dim);
+  }
   if (c.dim % c.n_head != 0) {
     return error(Code::invalid_argument,
                  "model config '{}': dim {} is not a multiple of n_head {}; pick n_head dividing dim", c.name, c.dim,
@@ -161,6 +167,10 @@ Status validate(const ModelConfig& c) {
 int64_t vocab_tiles(const ModelConfig& c) {
   return c.vocab_tile > 0 ? (c.vocab + c.vocab_tile - 1) / c.vocab_tile : 1;
 }
+
+int64_t mlp_tiles(const ModelConfig& c) { return std::max<int64_t>(c.mlp_tiles, 1); }
+
+TileRows mlp_tile_rows(int64_t rows, int64_t tiles, int64_t k) { return {k * rows / tiles, (k + 1) * rows / tiles}; }
 
 uint64_t parameter_count(const ModelConfig& c) {
   const uint64_t V = c.vocab, C = c.dim, H = c.ffn_hidden, QKV = c.qkv_rows(), FC = c.fc_rows();

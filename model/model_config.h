@@ -42,6 +42,13 @@ struct ModelConfig {
   // chunk, so the device holds about two tiles of them at a time. 0: whole tables. Changes the
   // chunking only: no value, no checkpoint, no name.
   int64_t vocab_tile = 0;
+  // Layout too: memory-centric tiling of every layer's MLP into this many tiles per weight. The
+  // first weight (GPT-2 c_fc, LLaMA [gate | up]) is cut along the hidden units, the second
+  // (c_proj / down_proj) along its output rows, each block its own chunk, so the device holds
+  // about two tiles of an MLP at a time. Tile k of n holds rows [k X / n, (k + 1) X / n) of an
+  // X-row weight. 0 or 1: whole MLPs. Unlike vocabulary tiles it changes summation order: the
+  // input gradients of the two weights are summed tile by tile (transformer.h).
+  int64_t mlp_tiles = 0;
 
   int64_t head_dim() const { return n_head > 0 ? dim / n_head : 0; }  // HS
   int64_t kv_dim() const { return n_kv_head * head_dim(); }           // NKV * HS
@@ -77,7 +84,7 @@ StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOver
 // invalid_argument naming the first problem and how to fix it: a dimension < 1, dim not a
 // multiple of n_head, n_head not a multiple of n_kv_head, GPT-2 with n_kv_head != n_head, an odd
 // LLaMA head size (RoPE pairs elements), norm_eps or rope_theta <= 0, a vocabulary beyond int32,
-// a vocab_tile < 0 or not a multiple of kVocabTileBlock.
+// a vocab_tile < 0 or not a multiple of kVocabTileBlock, mlp_tiles < 0 or above min(H, C).
 Status validate(const ModelConfig& config);
 
 // Number of parameters (elements), the tied head counted once. gpt2-124m: 124,439,808.
@@ -85,5 +92,13 @@ uint64_t parameter_count(const ModelConfig& config);
 
 // Tiles the (V, C) tables are cut into: ceil(V / vocab_tile), 1 when untiled.
 int64_t vocab_tiles(const ModelConfig& config);
+// Tiles each MLP weight is cut into: mlp_tiles, 1 when untiled (0 or 1).
+int64_t mlp_tiles(const ModelConfig& config);
+// Rows [begin, end) of tile k of `tiles` over a weight of `rows` rows: [k rows / tiles, (k + 1) rows / tiles).
+struct TileRows {
+  int64_t begin = 0, end = 0;
+  int64_t rows() const { return end - begin; }
+};
+TileRows mlp_tile_rows(int64_t rows, int64_t tiles, int64_t k);
 
 }  // namespace strata::model

@@ -70,41 +70,90 @@ class ChunkBuilder {
   }
 };
 
-void gpt2_layer(ParamLayout& layout, const ModelConfig& c, int i) {
-  const std::string h = fmt::format("transformer.h.{}.", i);
-  const int64_t C = c.dim, H = c.ffn_hidden, QKV = c.qkv_rows();
-  ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
-  b.slot(LayerSlot::ln1_w, {{h + "ln_1.weight", C}});
-  b.slot(LayerSlot::ln1_b, {{h + "ln_1.bias", C}});
-  b.slot(LayerSlot::qkv_w, {{h + "attn.c_attn.weight", QKV, C, true}});
-  b.slot(LayerSlot::qkv_b, {{h + "attn.c_attn.bias", QKV}});
-  b.slot(LayerSlot::attn_proj_w, {{h + "attn.c_proj.weight", C, C, true}});
-  b.slot(LayerSlot::attn_proj_b, {{h + "attn.c_proj.bias", C}});
-  b.slot(LayerSlot::ln2_w, {{h + "ln_2.weight", C}});
-  b.slot(LayerSlot::ln2_b, {{h + "ln_2.bias", C}});
-  b.slot(LayerSlot::fc_w, {{h + "mlp.c_fc.weight", H, C, true}});
-  b.slot(LayerSlot::fc_b, {{h + "mlp.c_fc.bias", H}});
-  b.slot(LayerSlot::fc_proj_w, {{h + "mlp.c_proj.weight", C, H, true}});
-  b.slot(LayerSlot::fc_proj_b, {{h + "mlp.c_proj.bias", C}});
+// A tile's rows of one MLP tensor (the whole tensor: rows {0, X}).
+Member tile_of(std::string name, int64_t rows, int64_t cols, bool hf_transposed, TileRows r) {
+  return {.name = std::move(name), .rows = rows, .cols = cols, .hf_transposed = hf_transposed, .row_begin = r.begin,
+          .tile_rows = r.rows()};
 }
 
-void llama_layer(ParamLayout& layout, const ModelConfig& c, int i) {
-  const std::string l = fmt::format("model.layers.{}.", i);
-  const int64_t C = c.dim, H = c.ffn_hidden, KV = c.kv_dim();
-  ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
-  b.slot(LayerSlot::ln1_w, {{l + "input_layernorm.weight", C}});
-  b.slot(LayerSlot::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
-                            {l + "self_attn.k_proj.weight", KV, C},
-                            {l + "self_attn.v_proj.weight", KV, C}});
-  if (c.qkv_bias) {  // Qwen2: one bias per projection, laid out [q | k | v] like the weight rows
-    b.slot(LayerSlot::qkv_b, {{l + "self_attn.q_proj.bias", C},
-                              {l + "self_attn.k_proj.bias", KV},
-                              {l + "self_attn.v_proj.bias", KV}});
+// The MLP's first weight over hidden units `r`: GPT-2 c_fc and its bias; LLaMA the same rows of
+// gate and up, back to back in the fc_w slot ([gate | up] of the tile).
+void mlp_in_slots(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
+  const int64_t C = c.dim, H = c.ffn_hidden;
+  if (c.arch == Arch::gpt2) {
+    b.slot(LayerSlot::fc_w, {tile_of(prefix + "mlp.c_fc.weight", H, C, true, r)});
+    b.slot(LayerSlot::fc_b, {tile_of(prefix + "mlp.c_fc.bias", H, 0, false, r)});
+    return;
   }
-  b.slot(LayerSlot::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
-  b.slot(LayerSlot::ln2_w, {{l + "post_attention_layernorm.weight", C}});
-  b.slot(LayerSlot::fc_w, {{l + "mlp.gate_proj.weight", H, C}, {l + "mlp.up_proj.weight", H, C}});
-  b.slot(LayerSlot::fc_proj_w, {{l + "mlp.down_proj.weight", C, H}});
+  b.slot(LayerSlot::fc_w, {tile_of(prefix + "mlp.gate_proj.weight", H, C, false, r),
+                           tile_of(prefix + "mlp.up_proj.weight", H, C, false, r)});
+}
+
+// The MLP's second weight over output rows `r` (of C): c_proj and its bias / down_proj.
+void mlp_out_slots(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
+  const int64_t C = c.dim, H = c.ffn_hidden;
+  if (c.arch == Arch::gpt2) {
+    b.slot(LayerSlot::fc_proj_w, {tile_of(prefix + "mlp.c_proj.weight", C, H, true, r)});
+    b.slot(LayerSlot::fc_proj_b, {tile_of(prefix + "mlp.c_proj.bias", C, 0, false, r)});
+    return;
+  }
+  b.slot(LayerSlot::fc_proj_w, {tile_of(prefix + "mlp.down_proj.weight", C, H, false, r)});
+}
+
+// Layer i's attention half (and its MLP when untiled) in the layer's chunk; with mlp_tiles > 1
+// the MLP's tiles follow in chunks of their own, the first weight's tiles, then the second's.
+void add_layer(ParamLayout& layout, const ModelConfig& c, int i) {
+  const bool gpt2 = c.arch == Arch::gpt2;
+  const std::string prefix = gpt2 ? fmt::format("transformer.h.{}.", i) : fmt::format("model.layers.{}.", i);
+  const int64_t C = c.dim, KV = c.kv_dim(), QKV = c.qkv_rows(), tiles = mlp_tiles(c);
+  {
+    ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
+    if (gpt2) {
+      const std::string& h = prefix;
+      b.slot(LayerSlot::ln1_w, {{h + "ln_1.weight", C}});
+      b.slot(LayerSlot::ln1_b, {{h + "ln_1.bias", C}});
+      b.slot(LayerSlot::qkv_w, {{h + "attn.c_attn.weight", QKV, C, true}});
+      b.slot(LayerSlot::qkv_b, {{h + "attn.c_attn.bias", QKV}});
+      b.slot(LayerSlot::attn_proj_w, {{h + "attn.c_proj.weight", C, C, true}});
+      b.slot(LayerSlot::attn_proj_b, {{h + "attn.c_proj.bias", C}});
+      b.slot(LayerSlot::ln2_w, {{h + "ln_2.weight", C}});
+      b.slot(LayerSlot::ln2_b, {{h + "ln_2.bias", C}});
+    } else {
+      const std::string& l = prefix;
+      b.slot(LayerSlot::ln1_w, {{l + "input_layernorm.weight", C}});
+      b.slot(LayerSlot::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
+                                {l + "self_attn.k_proj.weight", KV, C},
+                                {l + "self_attn.v_proj.weight", KV, C}});
+      if (c.qkv_bias) {  // Qwen2: one bias per projection, laid out [q | k | v] like the weight rows
+        b.slot(LayerSlot::qkv_b, {{l + "self_attn.q_proj.bias", C},
+                                  {l + "self_attn.k_proj.bias", KV},
+                                  {l + "self_attn.v_proj.bias", KV}});
+      }
+      b.slot(LayerSlot::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
+      b.slot(LayerSlot::ln2_w, {{l + "post_attention_layernorm.weight", C}});
+    }
+    if (tiles == 1) {
+      mlp_in_slots(b, c, prefix, {0, c.ffn_hidden});
+      mlp_out_slots(b, c, prefix, {0, C});
+    }
+  }
+  if (tiles == 1) return;
+  for (const ChunkKind kind : {ChunkKind::mlp_in, ChunkKind::mlp_out}) {
+    const bool in = kind == ChunkKind::mlp_in;
+    for (int64_t k = 0; k < tiles; ++k) {
+      const TileRows r = mlp_tile_rows(in ? c.ffn_hidden : C, tiles, k);
+      ChunkBuilder b(layout, kind, i, fmt::format("layer {} mlp {} tile {}/{}", i, in ? "in" : "out", k + 1, tiles));
+      if (in) {
+        mlp_in_slots(b, c, prefix, r);
+      } else {
+        mlp_out_slots(b, c, prefix, r);
+      }
+      b.spec().tile = int(k);
+      b.spec().tiles = int(tiles);
+      b.spec().row_begin = r.begin;
+      b.spec().rows = r.rows();
+    }
+  }
 }
 
 }  // namespace
@@ -207,6 +256,14 @@ size_t ParamLayout::head_chunks() const {
   return n;
 }
 
+size_t ParamLayout::layer_chunks() const {
+  const size_t first = embedding_chunks();
+  if (first >= chunks.size() || chunks[first].kind != ChunkKind::layer) return 1;
+  size_t n = 1;
+  while (first + n < chunks.size() && (chunks[first + n].kind == ChunkKind::mlp_in || chunks[first + n].kind == ChunkKind::mlp_out)) ++n;
+  return n;
+}
+
 const ParamSpec* ParamLayout::find(std::string_view hf_name) const {
   for (const auto& p : params) {
     if (p.name == hf_name) return &p;
@@ -242,13 +299,7 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
     table_tile(b, GlobalSlot::wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", k);
     if (gpt2 && k == 0) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
   }
-  for (int i = 0; i < c.n_layer; ++i) {
-    if (gpt2) {
-      gpt2_layer(layout, c, i);
-    } else {
-      llama_layer(layout, c, i);
-    }
-  }
+  for (int i = 0; i < c.n_layer; ++i) add_layer(layout, c, i);
   const int64_t head_tiles = c.tied_head ? 1 : tiles;
   for (int64_t k = 0; k < head_tiles; ++k) {
     ChunkBuilder b(layout, ChunkKind::head, -1, c.tied_head ? std::string("head") : tile_name("head", k));

@@ -63,22 +63,28 @@ static_assert(sizeof(GlobalParams) == kGlobalSlotCount * sizeof(std::byte*),
               "GlobalParams and GlobalSlot must list the same tensors");
 std::byte*& slot_field(GlobalParams& p, GlobalSlot s);
 
-enum class ChunkKind : uint8_t { embedding, layer, head };
+// mlp_in / mlp_out: a tile of a layer's first / second MLP weight (ModelConfig::mlp_tiles).
+enum class ChunkKind : uint8_t { embedding, layer, mlp_in, mlp_out, head };
 
 struct ChunkSpec {
   ChunkKind kind = ChunkKind::layer;
-  int layer = -1;      // for ChunkKind::layer
-  std::string name;    // "embedding", "layer 3", "head"; tiled: "embedding tile 2/4", "head tile 1/4"
+  int layer = -1;      // for ChunkKind::layer, mlp_in, mlp_out
+  std::string name;    // "embedding", "layer 3", "head"; tiled: "embedding tile 2/4", "head tile 1/4",
+                       // "layer 3 mlp in tile 1/4", "layer 3 mlp out tile 4/4"
   uint64_t bytes = 0;  // padded to kChunkAlignment
-  int tile = 0;        // embedding / head: which vocabulary tile (the first also holds wpe / ln_f)
+  int tile = 0;        // embedding / head: which vocabulary tile (the first also holds wpe / ln_f);
+                       // mlp_in / mlp_out: which MLP tile
   int tiles = 1;       //   of how many
-  int64_t row_begin = 0, rows = 0;  // the tile's vocabulary rows (embedding and head; 0 rows untiled tied head)
+  int64_t row_begin = 0, rows = 0;  // the tile's rows: vocabulary rows (embedding and head; 0 rows
+                                    // untiled tied head), hidden units (mlp_in), output rows (mlp_out)
 };
 
 // One Hugging Face tensor, or one tile of it. Several may share one slot (LLaMA q/k/v, gate/up):
-// they are row blocks of the fused tensor, back to back. A tiled (V, C) table (ModelConfig::
-// vocab_tile) is one spec per tile, each in its own chunk, all with the tensor's name and shape:
-// the tile holds rows [row_begin, row_begin + rows()) of the tensor, `elements` of them.
+// they are row blocks of the fused tensor, back to back. A tiled tensor (a (V, C) table with
+// ModelConfig::vocab_tile, an MLP weight or bias with mlp_tiles) is one spec per tile, each in its
+// own chunk, all with the tensor's name and shape: the tile holds rows [row_begin, row_begin +
+// elements / row length) of the tensor in strata's layout, `elements` of them. For a tensor the
+// HF file stores transposed (GPT-2's c_fc, c_proj) those rows are columns of the file's tensor.
 struct ParamSpec {
   std::string name;            // HF name, e.g. "model.layers.3.self_attn.k_proj.weight"
   std::vector<int64_t> shape;  // the whole tensor's shape in strata's layout: (out, in) for matrices
@@ -95,35 +101,41 @@ struct ParamSpec {
 
   std::vector<int64_t> hf_shape() const;  // shape of the whole tensor as the HF file stores it
   uint64_t tensor_elements() const;       // of the whole tensor
-  // Elements of the tensor before this spec's first (row-major, strata's layout = the file's for
-  // every tiled tensor: tables are never transposed).
+  // Elements of the tensor before this spec's first, row-major in strata's layout (the file's
+  // too unless hf_transposed).
   uint64_t tensor_offset() const { return tensor_elements() / uint64_t(shape[0]) * uint64_t(row_begin); }
   bool whole() const { return elements == tensor_elements(); }
 };
 
 struct ParamLayout {
   uint64_t element_bytes = 4;    // 4 for fp32 masters and gradients, 2 for bf16 working weights
-  std::vector<ChunkSpec> chunks;  // embedding, layer 0 .. L-1, head
+  std::vector<ChunkSpec> chunks;  // embedding, layer 0 .. L-1 (each followed by its MLP tiles), head
   std::vector<ParamSpec> params;  // chunk by chunk, offsets ascending
 
   uint64_t total_bytes() const;     // sum of padded chunk sizes
   uint64_t total_elements() const;  // == parameter_count(config)
   const ParamSpec* find(std::string_view hf_name) const;  // its first spec (tile); nullptr when absent
-  // Chunk indices: the embedding's tiles [0, embedding_chunks), layer l at embedding_chunks + l,
-  // the head's tiles after the layers.
+  // Chunk indices: the embedding's tiles [0, embedding_chunks), layer l at embedding_chunks +
+  // l * layer_chunks (then its MLP tiles), the head's tiles after the layers.
   size_t embedding_chunks() const;
   size_t head_chunks() const;
+  size_t layer_chunks() const;  // per layer: 1, or 1 + 2 * mlp_tiles
 };
 
 // One tensor's values between strata's layout (`shape`, (out, in) for matrices) and the HF file's
 // (`hf_shape()`): a transposition when hf_transposed, else a copy. `src` holds p.elements values.
+// Precondition: p.whole() or !p.hf_transposed (a tile of a transposed tensor is columns of the
+// file's tensor, not a block of it: convert the whole tensor).
 std::vector<float> to_hf_layout(const ParamSpec& p, const float* src);
 void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst);
 
 // The layout of `config` (validated first) at `element_bytes` per element (2 or 4). With
 // config.vocab_tile the token table and the untied head are cut into tiles of that many rows
 // (the last one shorter), each its own chunk: the embedding's first tile also holds GPT-2's
-// positions, the head's first tile the final norm.
+// positions, the head's first tile the final norm. With config.mlp_tiles > 1 each layer's chunk
+// holds its attention half (norms included) and the MLP's tiles follow it: mlp_tiles chunks of
+// the first weight (and bias), then mlp_tiles of the second. Tensor ordinals and the order of
+// the slots inside a chunk do not depend on either tiling.
 StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
 
 }  // namespace strata::model

@@ -15,12 +15,30 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlig
 // positions or the final norm, stays while the others pass through the second).
 uint32_t table_slots(size_t chunks) { return chunks > 1 ? 2 : 1; }
 
+bool has_mlp_tiles(const ParamLayout& layout) { return layout.layer_chunks() > 1; }
+
+// Slot counts and names per group: layers, embedding, head, and (MLP tiles) the tiles' group:
+// two slots, one in use while the next arrives.
+template <typename Count>
+void set_groups(const ParamLayout& layout, uint32_t layer_slots, std::vector<Count>& slots,
+                std::vector<std::string>& names) {
+  slots = {layer_slots, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
+  names = {"layers", "embedding", "head"};
+  if (has_mlp_tiles(layout)) {
+    slots.push_back(2);
+    names.push_back("mlp tiles");
+  }
+}
+
 }  // namespace
 
 std::vector<uint32_t> chunk_groups(const ParamLayout& layout) {
   std::vector<uint32_t> groups;
   for (const ChunkSpec& c : layout.chunks)
-    groups.push_back(c.kind == ChunkKind::embedding ? kEmbeddingGroup : c.kind == ChunkKind::head ? kHeadGroup : kLayerGroup);
+    groups.push_back(c.kind == ChunkKind::embedding ? kEmbeddingGroup
+                     : c.kind == ChunkKind::head    ? kHeadGroup
+                     : c.kind == ChunkKind::layer   ? kLayerGroup
+                                                    : kMlpTileGroup);
   return groups;
 }
 
@@ -30,8 +48,7 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
   for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
   o.home = home;
   o.chunk_group = chunk_groups(layout);
-  o.group_slots = {layer_slots, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
-  o.group_names = {"layers", "embedding", "head"};
+  set_groups(layout, layer_slots, o.group_slots, o.group_names);
   o.prefetch_bytes = prefetch_bytes;
   o.nvme_staging = nvme_staging;
   o.name = name + " weights";
@@ -43,8 +60,7 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
   o.format = float_format_of(dtype, "gradients").value();
   for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
   for (uint32_t g : chunk_groups(layout)) o.chunk_group.push_back(g);
-  o.group_slots = {2, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
-  o.group_names = {"layers", "embedding", "head"};
+  set_groups(layout, 2, o.group_slots, o.group_names);
   o.name = name + " gradients";
   return o;
 }
@@ -150,6 +166,34 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   d.activations = aligned(Transformer::activation_bytes(config, t));
   d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
   return d;
+}
+
+StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
+  ModelConfig c = config;
+  const int64_t most = std::min(c.ffn_hidden, c.dim);
+  if (o.mlp_tiles >= 0) {
+    if (o.mlp_tiles > most)
+      return error(Code::invalid_argument, "--mlp-tiles {}: the MLP of '{}' has {} hidden units and {} output rows, so "
+                   "at most {} tiles (a tile holds at least one row of each weight)", o.mlp_tiles, c.name,
+                   c.ffn_hidden, c.dim, most);
+    c.mlp_tiles = o.mlp_tiles;
+    return c;
+  }
+  c.mlp_tiles = 0;
+  if (o.offload_param == TrainOptions::ParamHome::none || gpu_budget == 0) return c;
+  ModelConfig untiled = c;
+  untiled.vocab_tile = 0;
+  STRATA_ASSIGN_OR_RETURN(const ParamLayout layout, build_param_layout(untiled, dtype_size(o.dtype)));
+  const uint64_t layer = layout.chunks[layout.embedding_chunks()].bytes;
+  if (layer <= gpu_budget / 4) return c;  // whole, it fits: tiling would regroup sums for nothing
+  const uint64_t widest = uint64_t(c.fc_rows()) * uint64_t(c.dim) * dtype_size(o.dtype);  // the first weight (FC >= H)
+  const uint64_t cap = std::max<uint64_t>(gpu_budget / 16, 1);
+  c.mlp_tiles = std::clamp<int64_t>(int64_t((widest + cap - 1) / cap), 2, most);
+  return c;
+}
+
+StatusOr<ModelConfig> with_tiling(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
+  return with_mlp_tiles(with_vocab_tile(config, o, gpu_budget), o, gpu_budget);
 }
 
 ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {

@@ -18,18 +18,20 @@
 
 namespace strata::model {
 
-// Slot group of each chunk of `layout`: 0 the layers, 1 the embedding, 2 the head.
-inline constexpr uint32_t kLayerGroup = 0, kEmbeddingGroup = 1, kHeadGroup = 2;
+// Slot group of each chunk of `layout`: 0 the layers, 1 the embedding, 2 the head, 3 the MLP
+// tiles (ModelConfig::mlp_tiles; the group exists only when the layout has them).
+inline constexpr uint32_t kLayerGroup = 0, kEmbeddingGroup = 1, kHeadGroup = 2, kMlpTileGroup = 3;
 std::vector<uint32_t> chunk_groups(const ParamLayout& layout);
 
 // Weights homed on `home` (cpu or nvme) paged through `layer_slots` layer slots and one slot each
 // for the embedding and the head, two each when their tables are tiled (the first tile is held
-// while the others pass); `prefetch_bytes` 0 = the TierManager's default.
+// while the others pass), and two for MLP tiles (the layer's own chunk stays in its layer slot
+// through the layer's backward); `prefetch_bytes` 0 = the TierManager's default.
 TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
                                         uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name);
 // The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
 // one each for the embedding and the head (both held at the tied head's backward), two each when
-// tiled.
+// tiled, two for MLP tiles.
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
 // The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
 // options.offload_grad says (nvme: three spill buffers).
@@ -74,5 +76,13 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
 // precision exceeds 1/8 of `gpu_budget` (the device arena's bytes), into tiles of at most 1/16 of
 // it, whole kVocabTileBlock rows, at least one block; else 0. `config` with it set.
 ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
+// The ModelConfig::mlp_tiles a run uses: options.mlp_tiles when given (>= 0); auto (-1) tiles when
+// the weights are paged and a layer's chunk at the working precision exceeds 1/4 of `gpu_budget`
+// (its two weight slots and two gradient slots alone would fill the device, so an untiled run
+// cannot fit; below that the untiled sums are kept), into as many tiles as keep the larger MLP
+// weight's tile within 1/16 of it (at least 2, at most min(H, C)); else 0. `config` with it set. invalid_argument for a given count above min(H, C).
+StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
+// Both tilings: the run's chunking.
+StatusOr<ModelConfig> with_tiling(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
 
 }  // namespace strata::model

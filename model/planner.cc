@@ -240,8 +240,11 @@ Status check_hardware(const Hardware& h) {
 }
 
 PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions& options, const Hardware& h) {
-  // The vocabulary tiles the run would take with this placement (--vocab-tile auto tiles paged tables).
-  const ModelConfig config = with_vocab_tile(untiled, options, h.gpu_bytes);
+  // The tiles the run would take with this placement (--vocab-tile / --mlp-tiles auto tile paged
+  // weights). A given --mlp-tiles too large for the model was refused before (make_plan,
+  // choose_train_placement); the untiled MLP stands in for it here.
+  const StatusOr<ModelConfig> tiled = with_tiling(untiled, options, h.gpu_bytes);
+  const ModelConfig config = tiled.is_ok() ? *tiled : with_vocab_tile(untiled, options, h.gpu_bytes);
   PlanCandidate c;
   c.options = options;
   c.bytes = plan_bytes(config, options);
@@ -434,6 +437,23 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
                      true});
     one_fits |= m.fits;
   }
+  if (base.vocab_tile == 0 || base.mlp_tiles == 0) {  // whole tables or MLPs asked for: tiling may fit
+    TrainOptions o = base;
+    std::string flags;
+    if (o.vocab_tile == 0) {
+      o.vocab_tile = -1;
+      flags += "--vocab-tile auto";
+    }
+    if (o.mlp_tiles == 0) {
+      o.mlp_tiles = -1;
+      flags += flags.empty() ? "--mlp-tiles auto" : " --mlp-tiles auto";
+    }
+    const Search t = search(config, o, h, fixed);
+    if (t.fits && !s.fits)
+      out.push_back({flags, "cut the paged tables and layers into tiles the device holds two of at a time: " + outcome(t),
+                     true});
+    one_fits |= t.fits;
+  }
   if (!one_fits && (all.adam_states != base.adam_states || all.activation_checkpointing != base.activation_checkpointing ||
                     base.micro_batch > 1)) {
     all.grad_accum = base.grad_accum * base.micro_batch;
@@ -455,6 +475,7 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
 StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
                          const PlanFixed& fixed) {
   STRATA_RETURN_IF_ERROR(check_hardware(hardware));
+  STRATA_RETURN_IF_ERROR(with_mlp_tiles(config, base, hardware.gpu_bytes).status());
   if (base.micro_batch == 0 || base.seq == 0 || base.grad_accum == 0)
     return error(Code::invalid_argument, "micro_batch, seq and grad_accum must be at least 1 (got {}, {}, {})",
                  base.micro_batch, base.seq, base.grad_accum);

@@ -134,7 +134,7 @@ struct PlanCandidate {
   std::array<uint64_t, kPlanTiers> missing{};
   bool fits() const { return missing[0] == 0 && missing[1] == 0 && missing[2] == 0; }
 };
-// With the vocabulary tiles the placement gives the run (with_vocab_tile, placement.h, on
+// With the vocabulary and MLP tiles the placement gives the run (with_tiling, placement.h, on
 // hardware.gpu_bytes), as `strata train` resolves them.
 PlanCandidate evaluate_placement(const ModelConfig& config, const TrainOptions& options, const Hardware& hardware);
 

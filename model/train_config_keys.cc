@@ -209,6 +209,18 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 0,
               .max = int64_t(1) << 31,
               .allow_auto = true});
+  schema.add({.name = "mlp_tiles",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "Memory-centric tiling: every layer's MLP is cut into this many tiles per weight (the first "
+                      "along its hidden units, the second along its output rows), each its own chunk fetched, used "
+                      "and released in turn, so the device holds about two tiles of an MLP; 0 or 1: whole MLPs; "
+                      "auto: tiles of at most 1/16 of --gpu-mem when the weights are paged and a layer exceeds 1/4 "
+                      "of it (so that an untiled run could not fit). The input gradients are then summed tile by tile (within fp32 rounding of untiled, not "
+                      "the same bits); resume with the value a checkpoint was saved with",
+              .min = 0,
+              .max = int64_t(1) << 20,
+              .allow_auto = true});
   // 1e-3: gpt2-tiny learns the built-in corpus visibly within a few hundred steps at this rate.
   schema.add({.name = "lr",
               .type = ValueType::real,

@@ -162,6 +162,8 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   if (o.vocab_tile > 0 && o.vocab_tile % kVocabTileBlock != 0)
     return error(Code::invalid_argument, "{}: a tile is a whole number of {}-row blocks; pass a multiple of {}, 0 "
                  "(whole tables) or auto", describe(config, "vocab_tile"), kVocabTileBlock, kVocabTileBlock);
+  const std::optional<int64_t> mlp_tiles = config.get_int_or_auto("mlp_tiles");
+  o.mlp_tiles = mlp_tiles ? *mlp_tiles : -1;
   if (o.optimizer_home == TrainOptions::OptimizerHome::nvme) {
     if (o.optimizer_staging < 3)
       return error(Code::invalid_argument,

@@ -137,7 +137,8 @@ Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layou
       options_(options),
       esize_(layout_.element_bytes),
       embedding_chunks_(layout_.embedding_chunks()),
-      head_chunks_(layout_.head_chunks()) {}
+      head_chunks_(layout_.head_chunks()),
+      layer_chunks_(layout_.layer_chunks()) {}
 
 Transformer::~Transformer() {
   Status s = backend_.synchronize_all();
@@ -206,9 +207,9 @@ Status Transformer::zero_grad() {
   return grad_sink_->begin_step();
 }
 
-LayerParams Transformer::bind_layer(int l, std::byte* base) const {
+LayerParams Transformer::bind_layer_chunk(size_t c, std::byte* base) const {
   LayerParams out;
-  for (const ParamSpec* p : chunk_params_[layer_chunk(l)]) slot_field(out, LayerSlot(p->slot)) = base + p->slot_offset;
+  for (const ParamSpec* p : chunk_params_[c]) slot_field(out, LayerSlot(p->slot)) = base + p->slot_offset;
   return out;
 }
 
@@ -274,6 +275,10 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   }
   STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
   for (int l = 0; l < config_.n_layer; ++l) {
+    if (layer_chunks_ > 1) {
+      STRATA_RETURN_IF_ERROR(tiled_layer_forward(l));
+      continue;
+    }
     STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
     STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return layer_forward(bind_layer(l, w), l); }));
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
@@ -287,7 +292,6 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   const size_t tiles = size_t(vocab_tiles(config_));
   const int64_t Vp = logits_stride();
   for (size_t k = 0; k < tiles; ++k) {
-    const ChunkSpec& tile = layout_.chunks[head_table_chunk(k)];
     STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
     GlobalParams t;
     bind_globals(t, head_table_chunk(k), base);
@@ -310,15 +314,47 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
 // `write_output` false in the backward's recomputation (residual[l + 1] already holds it).
 Status Transformer::layer_forward(const LayerParams& p, int l, bool write_output) {
   const LayerActivations& a = layer_acts(l);
-  const int64_t NC = B_ * T_ * config_.dim;
+  STRATA_RETURN_IF_ERROR(attention_half_forward(p, l));
+  STRATA_RETURN_IF_ERROR(mlp_forward(p, a));
+  if (!write_output) return Status::ok();
+  return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, B_ * T_ * config_.dim);
+}
+
+Status Transformer::attention_half_forward(const LayerParams& p, int l) {
+  const LayerActivations& a = layer_acts(l);
   const std::byte* x = residual(l);
   STRATA_RETURN_IF_ERROR(norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b));
   STRATA_RETURN_IF_ERROR(attention_forward(p, a));
-  STRATA_RETURN_IF_ERROR(ops_.residual_forward(options_.dtype, a.res1, x, a.att_proj, NC));
-  STRATA_RETURN_IF_ERROR(norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln2_w, p.ln2_b));
-  STRATA_RETURN_IF_ERROR(mlp_forward(p, a));
-  if (!write_output) return Status::ok();
-  return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, NC);
+  STRATA_RETURN_IF_ERROR(ops_.residual_forward(options_.dtype, a.res1, x, a.att_proj, B_ * T_ * config_.dim));
+  return norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln2_w, p.ln2_b);
+}
+
+// The tiled layer's forward: the attention half, the first weight's tiles into fc, the
+// activation, the second weight's tiles into fc_proj, the residual add.
+Status Transformer::tiled_layer_forward(int l) {
+  const LayerActivations& a = layer_acts(l);
+  const int64_t tiles = mlp_tiles(config_);
+  STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+  STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return attention_half_forward(bind_layer(l, w), l); }));
+  STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  for (const bool in : {true, false}) {
+    for (int64_t k = 0; k < tiles; ++k) {
+      const size_t c = in ? mlp_in_chunk(l, k) : mlp_out_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      const LayerParams p = bind_layer_chunk(c, t);
+      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("forward layer {} mlp {} tile", l, in ? "in" : "out"), k, [&]() -> Status {
+        if (!in) return mlp_out_forward(p, a, r);
+        STRATA_RETURN_IF_ERROR(mlp_in_forward(p, a, r));
+        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+    }
+  }
+  return traced("forward layer residual", l, [&] {
+    return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, B_ * T_ * config_.dim);
+  });
 }
 
 // ln1 -> q, k, v (row blocks of the fused weight) -> [RoPE] -> causal attention -> out projection.
@@ -343,12 +379,31 @@ Status Transformer::attention_forward(const LayerParams& p, const LayerActivatio
 Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
-  if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.gelu_forward(options_.dtype, a.fc_act, a.fc, N * H));
-  } else {
-    STRATA_RETURN_IF_ERROR(ops_.swiglu_forward(options_.dtype, a.fc_act, a.fc, N, H));
-  }
+  STRATA_RETURN_IF_ERROR(mlp_activation_forward(a));
   return ops_.matmul_forward(options_.dtype, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
+}
+
+Status Transformer::mlp_activation_forward(const LayerActivations& a) {
+  const int64_t N = B_ * T_, H = config_.ffn_hidden;
+  if (config_.arch == Arch::gpt2) return ops_.gelu_forward(options_.dtype, a.fc_act, a.fc, N * H);
+  return ops_.swiglu_forward(options_.dtype, a.fc_act, a.fc, N, H);
+}
+
+// Hidden units r: GPT-2 fc columns r (row stride H); LLaMA the gate's and the up's columns r of
+// fc = [gate | up] (row stride 2H), from the tile's [gate rows r | up rows r].
+Status Transformer::mlp_in_forward(const LayerParams& p, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows(), h = r.rows();
+  if (config_.arch == Arch::gpt2)
+    return ops_.matmul_forward(options_.dtype, at(a.fc, r.begin), a.ln2, p.fc_w, p.fc_b, N, C, h, FC);
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, at(a.fc, r.begin), a.ln2, p.fc_w, nullptr, N, C, h, FC));
+  return ops_.matmul_forward(options_.dtype, at(a.fc, H + r.begin), a.ln2, at(p.fc_w, h * C), nullptr, N, C, h, FC);
+}
+
+// Output rows r: fc_proj's columns r (row stride C).
+Status Transformer::mlp_out_forward(const LayerParams& p, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  return ops_.matmul_forward(options_.dtype, at(a.fc_proj, r.begin), a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H,
+                             r.rows(), C);
 }
 
 // LayerNorm (GPT-2, mean saved) or RMSNorm (LLaMA) over rows of (N, C).
@@ -420,6 +475,10 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
 
   for (int l = int(L) - 1; l >= 0; --l) {
+    if (layer_chunks_ > 1) {
+      STRATA_RETURN_IF_ERROR(tiled_layer_backward(l, sink));
+      continue;
+    }
     STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
     STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
     const LayerParams lp = bind_layer(l, w);
@@ -480,28 +539,108 @@ Status Transformer::head_table_backward(size_t c, const std::byte* table, std::b
 // dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each
 // branch reads dres as its output gradient and its norm accumulates its input gradient into dres.
 Status Transformer::layer_backward(const LayerParams& p, const LayerParams& g, int l) {
+  STRATA_RETURN_IF_ERROR(mlp_backward(p, g, layer_acts(l)));  // dres -> dln = d ln2
+  return attention_half_backward(p, g, l);
+}
+
+// dln = d ln2 on entry (dres = d out); dres = d x on return.
+Status Transformer::attention_half_backward(const LayerParams& p, const LayerParams& g, int l) {
   const LayerActivations& a = layer_acts(l);
-  STRATA_RETURN_IF_ERROR(mlp_backward(p, g, a));  // dres -> dln = d ln2
   STRATA_RETURN_IF_ERROR(
       norm_backward(dacts_.dres, g.ln2_w, g.ln2_b, dacts_.dln, a.res1, p.ln2_w, a.ln2_mean, a.ln2_rstd));
   STRATA_RETURN_IF_ERROR(attention_backward(p, g, a));  // dres -> dln = d ln1
   return norm_backward(dacts_.dres, g.ln1_w, g.ln1_b, dacts_.dln, residual(l), p.ln1_w, a.ln1_mean, a.ln1_rstd);
 }
 
+// The tiled layer's backward: the layer's chunk held throughout (checkpointing: its attention
+// half and the first weight's tiles recompute fc and fc_act), the second weight's tiles last to
+// first into dfc_act, the activation's backward, the first weight's tiles last to first into
+// dln, then the attention half with the layer's own gradient chunk.
+Status Transformer::tiled_layer_backward(int l, GradSink& sink) {
+  const LayerActivations& a = layer_acts(l);
+  const ActivationGrads& d = dacts_;
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  const int64_t tiles = mlp_tiles(config_);
+  const bool recompute = options_.checkpoint_layers && l != config_.n_layer - 1;
+  STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+  const LayerParams lp = bind_layer(l, w);
+  if (recompute) {
+    STRATA_RETURN_IF_ERROR(traced("recompute layer", l, [&] { return attention_half_forward(lp, l); }));
+    for (int64_t k = 0; k < tiles; ++k) {
+      const size_t c = mlp_in_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("recompute layer {} mlp in tile", l), k, [&]() -> Status {
+        STRATA_RETURN_IF_ERROR(mlp_in_forward(bind_layer_chunk(c, t), a, {tile.row_begin, tile.row_begin + tile.rows}));
+        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+    }
+  }
+  for (const bool out : {true, false}) {
+    for (int64_t k = tiles - 1; k >= 0; --k) {
+      const size_t c = out ? mlp_out_chunk(l, k) : mlp_in_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      STRATA_ASSIGN_OR_RETURN(std::byte* gt, sink.acquire(c));
+      const LayerParams p = bind_layer_chunk(c, t), g = bind_layer_chunk(c, gt);
+      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("backward layer {} mlp {} tile", l, out ? "out" : "in"), k, [&]() -> Status {
+        if (out) {
+          if (k == tiles - 1) STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, bytes(N * H)));
+          STRATA_RETURN_IF_ERROR(mlp_out_backward(p, g, a, r));
+          return k > 0 ? Status::ok() : mlp_activation_backward(a);
+        }
+        if (k == tiles - 1) STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, bytes(N * C)));
+        return mlp_in_backward(p, g, a, r);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+      STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/true));
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
+  STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&] { return attention_half_backward(lp, bind_layer(l, gw), l); }));
+  STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  return sink.release(layer_chunk(l), /*last=*/true);
+}
+
 Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   const ActivationGrads& d = dacts_;
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, bytes(N * H)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, bytes(N * FC)));
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, bytes(N * C)));
   STRATA_RETURN_IF_ERROR(
       ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act, p.fc_proj_w, N, H, C));
-  if (config_.arch == Arch::gpt2) {
-    STRATA_RETURN_IF_ERROR(ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H));
-  } else {
-    STRATA_RETURN_IF_ERROR(ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H));
-  }
+  STRATA_RETURN_IF_ERROR(mlp_activation_backward(a));
   return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC);
+}
+
+// dfc = d fc (zeroed first: the activations' backwards accumulate) from dfc_act.
+Status Transformer::mlp_activation_backward(const LayerActivations& a) {
+  const int64_t N = B_ * T_, H = config_.ffn_hidden;
+  const ActivationGrads& d = dacts_;
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, bytes(N * config_.fc_rows())));
+  if (config_.arch == Arch::gpt2) return ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H);
+  return ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H);
+}
+
+// dfc_act (N, H) += d fc_proj's columns r @ the tile; the tile's rows of dW (and db) +=.
+Status Transformer::mlp_out_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  return ops_.matmul_backward(options_.dtype, dacts_.dfc_act, g.fc_proj_w, g.fc_proj_b, at(dacts_.dres, r.begin),
+                              a.fc_act, p.fc_proj_w, N, H, r.rows(), C);
+}
+
+// dln (N, C) += d fc's columns r (GPT-2; LLaMA the gate's and the up's) @ the tile's rows.
+Status Transformer::mlp_in_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows(), h = r.rows();
+  const ActivationGrads& d = dacts_;
+  if (config_.arch == Arch::gpt2)
+    return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, at(d.dfc, r.begin), a.ln2, p.fc_w, N, C, h, FC);
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, nullptr, at(d.dfc, r.begin), a.ln2, p.fc_w, N, C, h, FC));
+  return ops_.matmul_backward(options_.dtype, d.dln, at(g.fc_w, h * C), nullptr, at(d.dfc, H + r.begin), a.ln2,
+                              at(p.fc_w, h * C), N, C, h, FC);
 }
 
 Status Transformer::attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {

@@ -201,11 +201,17 @@ class Transformer {
   // Chunk indices in layout(): the embedding, transformer layer l, the head (final norm, lm_head).
   // With vocabulary tiles (ModelConfig::vocab_tile) these are each table's first tile, which also
   // holds GPT-2's positions / the final norm; the other tiles follow it.
+  // With MLP tiles (ModelConfig::mlp_tiles) layer l's chunk holds its attention half and its
+  // MLP's tiles follow it: mlp_in_chunk(l, k) of the first weight, then mlp_out_chunk(l, k).
   size_t embedding_chunk() const { return 0; }
-  size_t layer_chunk(int l) const { return embedding_chunks_ + size_t(l); }
+  size_t layer_chunk(int l) const { return embedding_chunks_ + size_t(l) * layer_chunks_; }
+  size_t mlp_in_chunk(int l, int64_t k) const { return layer_chunk(l) + 1 + size_t(k); }
+  size_t mlp_out_chunk(int l, int64_t k) const { return layer_chunk(l) + 1 + size_t(mlp_tiles(config_) + k); }
   size_t head_chunk() const { return layout_.chunks.size() - head_chunks_; }
   // The tensors of layer l / of the global chunks at device chunk base `base` (any slot).
-  LayerParams bind_layer(int l, std::byte* base) const;
+  // bind_layer_chunk: those of one chunk of a layer (its own, or an MLP tile), the rest null.
+  LayerParams bind_layer(int l, std::byte* base) const { return bind_layer_chunk(layer_chunk(l), base); }
+  LayerParams bind_layer_chunk(size_t c, std::byte* base) const;
   void bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const;
   // Device buffers of the last forward (B, T): with checkpointing off every layer's internals
   // stay valid until the next forward; with it on only the layer inputs (and the last layer).
@@ -227,6 +233,24 @@ class Transformer {
   const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
   Status layer_forward(const LayerParams& p, int l, bool write_output = true);
   Status layer_backward(const LayerParams& p, const LayerParams& g, int l);
+  // Layer l with its MLP in tiles (mlp_tiles > 1): the attention half from the layer's chunk
+  // (held through the layer's backward), then each MLP tile's chunk in turn. The forward's
+  // output columns of each weight are its tiles' (the first weight's GEMMs write their hidden
+  // units of fc, the second's their output columns of fc_proj); in the backward each tile adds
+  // its part of the input gradients (d fc_act over the output rows, d ln2 over the hidden
+  // units), so those sums are grouped by tile: a tiled run is within fp32 rounding of those
+  // sums of an untiled one, not bit-identical (the weight and bias gradients are per row: same).
+  Status tiled_layer_forward(int l);
+  Status tiled_layer_backward(int l, GradSink& sink);
+  Status attention_half_forward(const LayerParams& p, int l);  // ln1, attention, res1, ln2
+  Status attention_half_backward(const LayerParams& p, const LayerParams& g, int l);  // from dln = d ln2
+  // One tile's part of the MLP, rows `r` of its weight (hidden units / output rows).
+  Status mlp_in_forward(const LayerParams& p, const LayerActivations& a, TileRows r);
+  Status mlp_out_forward(const LayerParams& p, const LayerActivations& a, TileRows r);
+  Status mlp_in_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r);
+  Status mlp_out_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r);
+  Status mlp_activation_forward(const LayerActivations& a);   // fc -> fc_act (GELU / SwiGLU)
+  Status mlp_activation_backward(const LayerActivations& a);  // dfc = d fc from dfc_act
   // The chunk of the head's table tile k (tied: the embedding's tile k).
   size_t head_table_chunk(size_t k) const { return config_.tied_head ? k : head_chunk() + k; }
   // Tile k of the head's table: its weights (acquired, or `first` for the head's own first
@@ -269,6 +293,7 @@ class Transformer {
   std::vector<std::vector<const ParamSpec*>> chunk_params_;  // per chunk, its tensors (layout_)
   const size_t embedding_chunks_;     // the embedding's tiles (1 untiled)
   const size_t head_chunks_;          // the head's chunks (1 untiled or tied)
+  const size_t layer_chunks_;         // per layer: 1, or 1 + 2 * mlp_tiles
   std::unique_ptr<PinnedPool> own_pinned_;      // the resident source's staging, when not given
   std::unique_ptr<WeightSource> own_weights_;   // ResidentWeights, when no source was given
   WeightSource* weights_ = nullptr;

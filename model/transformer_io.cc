@@ -77,14 +77,30 @@ void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size
   });
 }
 
+// Tile `p`'s rows (strata's layout) of a tensor the HF file stores transposed, from the whole
+// file tensor `hf` (in, out): row r of the tile is column row_begin + r of the file's tensor.
+void tile_from_hf_transposed(const ParamSpec& p, const float* hf, float* dst) {
+  const uint64_t out_rows = uint64_t(p.shape[0]), in = uint64_t(p.shape[1]), rows = p.elements / in;
+  tbb::parallel_for(uint64_t{0}, rows, [&](uint64_t r) {
+    const uint64_t column = uint64_t(p.row_begin) + r;
+    for (uint64_t k = 0; k < in; ++k) dst[r * in + k] = hf[k * out_rows + column];
+  });
+}
+
 // Chunk c of `masters` from the HF tensors `find` gives by name (padding zero), one tensor
-// converted at a time. The tensors were checked (present, shape, dtype) before.
+// converted at a time. The tensors were checked (present, shape, dtype) before. A tile of a
+// tensor the file stores transposed (GPT-2's MLP tiles) converts the whole tensor for its columns.
 template <typename Find>
 Status read_hf_chunk(const ParamLayout& masters, size_t c, const Find& find, float* out) {
   std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
   for (const ParamSpec& p : masters.params) {
     if (size_t(p.chunk) != c) continue;
-    if (!p.whole()) {  // a tile: its rows of the (never transposed) table
+    if (!p.whole() && p.hf_transposed) {  // a tile's rows are columns of the file's tensor
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name)));
+      tile_from_hf_transposed(p, values.data(), out + p.offset / sizeof(float));
+      continue;
+    }
+    if (!p.whole()) {  // a tile: its rows are contiguous in the file too
       STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name), p.tensor_offset(), p.elements));
       std::copy(values.begin(), values.end(), out + p.offset / sizeof(float));
       continue;
@@ -241,7 +257,10 @@ StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_vie
     for (uint64_t e = 0; e < p.elements; ++e) out[e] = kernels::half_to_float(format, halves[e]);
   }
   if (!first->hf_transposed) return values;
-  return to_hf_layout(*first, values.data());
+  ParamSpec whole = *first;  // to_hf_layout converts p.elements: the whole tensor's, not a tile's
+  whole.row_begin = 0;
+  whole.elements = whole.tensor_elements();
+  return to_hf_layout(whole, values.data());
 }
 
 }  // namespace strata::model

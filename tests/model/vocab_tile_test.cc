@@ -26,28 +26,18 @@
 #include "model/transformer.h"
 #include "offload/tier_manager.h"
 #include "model_run.h"
+#include "tiled_training.h"
 
 namespace strata::model {
 namespace vocab_tile_test {
 
 using testing::expect_value;
-
-constexpr int64_t kB = 1, kT = 16;
+using namespace tiled_training;
 
 // A model whose tables dominate: V = 32 x 1024 + 300 rows (an uneven last tile) of C = 64 against
 // layers of ~50 K parameters: each table is 8.5 MB in fp32, a layer 0.2 MB.
 ModelConfig table_heavy(Arch arch, int64_t vocab_tile) {
-  ModelConfig c;
-  c.name = arch == Arch::gpt2 ? "gpt2-tables" : "llama-tables";
-  c.arch = arch;
-  c.vocab = 32 * kVocabTileBlock + 300;
-  c.max_seq = 32;
-  c.dim = 64;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_kv_head = arch == Arch::gpt2 ? 4 : 2;
-  c.ffn_hidden = arch == Arch::gpt2 ? 256 : 160;
-  c.tied_head = arch == Arch::gpt2;
+  ModelConfig c = small_model(arch, "tables", 32 * kVocabTileBlock + 300, 3, arch == Arch::gpt2 ? 256 : 160);
   c.vocab_tile = vocab_tile;
   return c;
 }
@@ -65,22 +55,7 @@ TEST(VocabTileLayout, TilesCoverEachTableOnceInTheirOwnChunks) {
     EXPECT_EQ(layout.chunks[0].name, "embedding tile 1/17");
     EXPECT_EQ(layout.chunks[16].row_begin, 32 * kVocabTileBlock);
     EXPECT_EQ(layout.chunks[16].rows, 300);
-    // Per tensor: the same name, shape and ordinal as untiled, its rows covered once in order.
-    std::map<std::string, int64_t> next_row;
-    for (const ParamSpec& p : layout.params) {
-      const ParamSpec* w = whole.find(p.name);
-      ASSERT_NE(w, nullptr) << p.name;
-      EXPECT_EQ(p.shape, w->shape) << p.name;
-      EXPECT_EQ(p.tensor, w->tensor) << p.name;
-      EXPECT_EQ(p.row_begin, next_row[p.name]) << p.name;
-      next_row[p.name] += int64_t(p.elements / (p.tensor_elements() / uint64_t(p.shape[0])));
-      const ChunkSpec& chunk = layout.chunks[p.chunk];
-      if (!p.whole()) {
-        EXPECT_EQ(p.row_begin, chunk.row_begin) << p.name;
-        EXPECT_EQ(p.elements, uint64_t(chunk.rows * c.dim)) << p.name;
-      }
-    }
-    for (const auto& [name, rows] : next_row) EXPECT_EQ(rows, whole.find(name)->shape[0]) << name;
+    expect_tiles_cover(layout, whole);
   }
   ModelConfig bad = table_heavy(Arch::llama, 1000);
   EXPECT_EQ(validate(bad).code(), Code::invalid_argument);
@@ -102,87 +77,6 @@ TEST(VocabTileLayout, AutoTilesPagedTablesLargerThanAnEighthOfTheBudget) {
   EXPECT_EQ(with_vocab_tile(c, o, 64ull << 20).vocab_tile, 2048);
 }
 
-struct Outcome {
-  std::vector<double> losses, norms;
-  std::map<std::string, std::vector<float>> masters;  // HF name -> the whole tensor's fp32 master
-  uint64_t arena_peak = 0;
-};
-
-// `steps` steps of `config` on the CPU backend under `budget` bytes of device memory, weights
-// homed in pinned memory and paged (resident when budget is 0: 64 MiB), the optimizer on the CPU,
-// every step clipped. Starts from init(7), or from the checkpoint `resume` and the data it used;
-// saves a checkpoint into `save` at the end when given.
-Outcome train(const ModelConfig& config, DType dtype, uint64_t budget, int steps, const std::string& resume = "",
-              const std::string& save = "", Status* failure = nullptr) {
-  Outcome out;
-  auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu,
-                                                          .memory_budget = budget == 0 ? 64ull << 20 : budget}));
-  auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
-  auto pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "tiles"}));
-  const ParamLayout layout = build_param_layout(config, dtype_size(dtype)).value();
-  std::unique_ptr<TierManager> tiers;
-  if (budget != 0)
-    tiers = expect_value(TierManager::create(*backend, *pinned, nullptr, nullptr,
-                                             paged_weight_options(layout, Tier::cpu, 2, 0, 2, config.name)));
-  auto model = expect_value(Transformer::create(
-      *backend, config, {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = false},
-      {.weights = tiers.get(), .pinned = pinned.get()}));
-  if (resume.empty()) {
-    EXPECT_TRUE(model->init(7).is_ok());
-  } else {
-    EXPECT_TRUE(load_checkpoint_weights(resume, *model).is_ok());
-  }
-  TrainOptions o;
-  o.dtype = dtype;
-  o.clip_grad_norm = 0.05;  // below these norms: every step clips
-  o.adam_hyper = kernels::AdamHyper{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .decay = LrDecay::constant};
-  o.optimizer_staging = 3;
-  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {}));
-  // Tokens spread over every tile, the same for every run.
-  std::mt19937_64 rng(11);
-  std::vector<int32_t> inputs(kB * kT), targets(kB * kT);
-  const NextBatch next = [&]() -> StatusOr<BatchView> {
-    for (int64_t i = 0; i < kB * kT; ++i) {
-      inputs[i] = int32_t(rng() % uint64_t(config.vocab));
-      targets[i] = int32_t(rng() % uint64_t(config.vocab));
-    }
-    return BatchView{.inputs = inputs.data(), .targets = targets.data(), .batch_size = kB, .seq_len = kT};
-  };
-  int first = 0;
-  if (!resume.empty()) {
-    const Status s = load_checkpoint_optimizer(resume, *trainer);
-    if (failure != nullptr && !s.is_ok()) {
-      *failure = s;
-      return out;
-    }
-    EXPECT_TRUE(s.is_ok()) << s.message();
-    first = int(trainer->steps_done());
-    for (int s = 0; s < first; ++s) (void)next();
-  }
-  for (int s = first; s < steps; ++s) {
-    const StepResult r = expect_value(trainer->step(next));
-    out.losses.push_back(r.loss);
-    out.norms.push_back(r.grad_norm);
-  }
-  EXPECT_TRUE(backend->synchronize_all().is_ok());
-  if (!save.empty()) {
-    CheckpointState saved;
-    saved.step = trainer->steps_done();
-    saved.preset = config.name;
-    EXPECT_TRUE(save_checkpoint(save, *model, *trainer, saved).is_ok());
-  }
-  EXPECT_TRUE(trainer->sync_host_state().is_ok());
-  for (const ParamSpec& p : model->master_layout().params) {
-    std::vector<float>& whole = out.masters[p.name];
-    whole.resize(p.tensor_elements());
-    const std::vector<float> m = expect_value(trainer->master(p));
-    std::copy(m.begin(), m.end(), whole.begin() + int64_t(p.tensor_offset()));
-  }
-  out.arena_peak = backend->memory().peak;
-  return out;
-}
-
 // The losses and masters bit for bit. The gradient norm is summed per chunk, then over chunks, in
 // double: a table's sum in tiles is grouped differently, so the norm (and the clip scale, in
 // double) may differ in its last bits; the float scale the update uses did not in these runs, and
@@ -199,21 +93,6 @@ void expect_same_training(const Outcome& got, const Outcome& want) {
     EXPECT_EQ(0, std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float))) << name;
   }
 }
-
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-struct TempDir {
-  TempDir() : path(std::string(STRATA_BINARY_DIR) + "/test-scratch/vocab-tile-" + std::to_string(::getpid()) + "-" +
-                   std::to_string(counter++)) {
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-  static inline int counter = 0;
-};
 
 class VocabTileTraining : public ::testing::TestWithParam<Arch> {};
 
@@ -233,14 +112,7 @@ TEST_P(VocabTileTraining, ATableLargerThanTheBudgetTrainsBitIdenticallyToUntiled
   EXPECT_EQ(file_bytes(b.path + "/" + std::string(kCheckpointModelFile)),
             file_bytes(a.path + "/" + std::string(kCheckpointModelFile)));
   // Untiled, the same budget cannot even page the weights: the table's slot alone is over it.
-  auto backend = expect_value(make_backend({.kind = BackendKind::cpu, .memory_budget = kBudget}));
-  auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
-  const ParamLayout layout = expect_value(build_param_layout(whole, 4));
-  EXPECT_EQ(TierManager::create(*backend, *pinned, nullptr, nullptr,
-                                paged_weight_options(layout, Tier::cpu, 2, 0, 2, whole.name))
-                .status()
-                .code(),
-            Code::out_of_memory);
+  EXPECT_EQ(paging_status(whole, kBudget), Code::out_of_memory);
 }
 
 // bf16 rounds the head's input gradient once per GEMM, so a tiled run is within those roundings

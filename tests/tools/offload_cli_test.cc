@@ -21,22 +21,13 @@ namespace {
 
 using test::CliResult;
 using test::run_cli;
+using test::metric_losses;
 using test::temp_path;
 
 // gpt2-tiny deepened to 6 layers, so two layer slots must page: 8 chunks (embedding, 6 layers, head).
 const std::vector<std::string> kModel = {"train",         "--device", "cpu",       "--n-layer", "6", "--steps", "4",
                                          "--eval-every", "0",        "--log-every", "1"};
 constexpr int kChunks = 8;
-
-std::vector<double> losses(const std::string& metrics) {
-  std::ifstream in(metrics);
-  std::vector<double> out;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j.at("loss").get<double>());  // not the closing prediction line
-  }
-  return out;
-}
 
 CliResult train(const std::string& home, const std::string& metrics, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = kModel;
@@ -57,10 +48,10 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   const CliResult nvme = train("nvme", temp_path("strata_offload_nvme.jsonl"),
                                {"--nvme-path", swap, "--trace", trace, "--offload-optimizer", "nvme"});
   ASSERT_EQ(nvme.exit_code, 0) << nvme.err;
-  const std::vector<double> want = losses(temp_path("strata_offload_none.jsonl"));
+  const std::vector<double> want = metric_losses(temp_path("strata_offload_none.jsonl"));
   ASSERT_EQ(want.size(), 4u);
-  EXPECT_EQ(losses(temp_path("strata_offload_cpu.jsonl")), want);
-  EXPECT_EQ(losses(temp_path("strata_offload_nvme.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_offload_cpu.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_offload_nvme.jsonl")), want);
   EXPECT_NE(cpu.err.find("offload: weights homed on cpu"), std::string::npos) << cpu.err;
   EXPECT_NE(nvme.err.find("optimizer state homed on nvme"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("replayed 3x"), std::string::npos) << nvme.err;  // steps 2..4 follow step 1's trace
@@ -121,9 +112,9 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   const CliResult c = run(halves, {"--steps", "4", "--resume", dir});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_NE(c.err.find("resumed from"), std::string::npos) << c.err;
-  const std::vector<double> want = losses(straight);
+  const std::vector<double> want = metric_losses(straight);
   ASSERT_EQ(want.size(), 4u);
-  EXPECT_EQ(losses(halves), want);
+  EXPECT_EQ(metric_losses(halves), want);
 }
 
 TEST(OffloadCli, ABudgetBelowTheWorkingSetIsRefusedBeforeAllocating) {
@@ -197,7 +188,8 @@ TEST(OffloadCli, AZeroInfinityConfigPlacesWeightsAndOptimizerStateOnNvme) {
   // stage and pin_memory are named as having no effect; the placement keys are not.
   for (const char* key : {"offload_optimizer.device", "offload_param.device", "buffer_count", "nvme_path"})
     EXPECT_EQ(ds.err.find(key), std::string::npos) << key << ": " << ds.err;
-  EXPECT_EQ(losses(temp_path("strata_offload_ds.jsonl")), losses(temp_path("strata_offload_ds_none.jsonl")));
+  EXPECT_EQ(metric_losses(temp_path("strata_offload_ds.jsonl")),
+            metric_losses(temp_path("strata_offload_ds_none.jsonl")));
 }
 
 }  // namespace

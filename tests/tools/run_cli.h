@@ -13,10 +13,12 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace strata::test {
 
@@ -25,6 +27,18 @@ struct CliResult {
   std::string out;     // stdout
   std::string err;     // stderr
 };
+
+// The training losses of a `strata train --metrics` file, in step order (its JSON lines with a
+// "loss"; not the closing prediction line).
+inline std::vector<double> metric_losses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j.at("loss").get<double>());
+  }
+  return out;
+}
 
 // `name` inside googletest's temporary directory.
 inline std::string temp_path(const std::string& name) {

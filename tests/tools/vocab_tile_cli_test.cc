@@ -2,12 +2,10 @@
 // says how it tiled; `auto` tiles a paged table larger than 1/8 of --gpu-mem; a tile that is not
 // whole 1024-row blocks is refused before any work, naming the flag.
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tools/run_cli.h"
 
@@ -16,22 +14,13 @@ namespace vocab_tile_cli_test {
 
 using test::CliResult;
 using test::run_cli;
+using test::metric_losses;
 using test::temp_path;
 
 // gpt2-tiny (C = 48) with a 12000-token vocabulary (the built-in corpus uses the first 256).
 const std::vector<std::string> kRun = {"train",         "--device", "cpu",           "--vocab", "12000", "--steps", "3",
                                        "--micro-batch", "1",        "--seq",         "16",      "--eval-every",
                                        "0",             "--offload-param", "cpu"};
-
-std::vector<double> losses(const std::string& metrics) {
-  std::ifstream in(metrics);
-  std::vector<double> out;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j.at("loss").get<double>());
-  }
-  return out;
-}
 
 CliResult train(const std::string& metrics, std::vector<std::string> extra) {
   std::vector<std::string> args = kRun;
@@ -48,15 +37,15 @@ TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesATableOverAnEighthOfTheBud
   ASSERT_EQ(tiled.exit_code, 0) << tiled.err;
   EXPECT_NE(tiled.err.find("token table in 12 tiles of 1024 rows (--vocab-tile 1024)"), std::string::npos)
       << tiled.err;
-  const std::vector<double> want = losses(temp_path("strata_tile_whole.jsonl"));
+  const std::vector<double> want = metric_losses(temp_path("strata_tile_whole.jsonl"));
   ASSERT_EQ(want.size(), 3u);
-  EXPECT_EQ(losses(temp_path("strata_tile_1024.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_tile_1024.jsonl")), want);
   // The table is 12000 x 48 x 4 B = 2.3 MB, over 16 MiB / 8: auto tiles by at most 16 MiB / 16 =
   // 1 MiB, 5461 rows of 192 B, in whole blocks 5120.
   const CliResult automatic = train(temp_path("strata_tile_auto.jsonl"), {"--gpu-mem", "16MiB"});
   ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
   EXPECT_NE(automatic.err.find("in 3 tiles of 5120 rows (--vocab-tile auto)"), std::string::npos) << automatic.err;
-  EXPECT_EQ(losses(temp_path("strata_tile_auto.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_tile_auto.jsonl")), want);
 }
 
 // A tied table takes the head's gradient first and the embedding's last, so with the gradient sums
@@ -75,9 +64,9 @@ TEST(VocabTileCli, TiedTilesWithTheGradientsOnNvmeTrainTheUntiledLosses) {
   const CliResult tiled = train(temp_path("strata_tile_nvme_1024.jsonl"), tiled_args);
   ASSERT_EQ(tiled.exit_code, 0) << tiled.err;
   EXPECT_NE(tiled.err.find("accumulated through 14 pinned buffers"), std::string::npos) << tiled.err;
-  const std::vector<double> want = losses(temp_path("strata_tile_nvme_whole.jsonl"));
+  const std::vector<double> want = metric_losses(temp_path("strata_tile_nvme_whole.jsonl"));
   ASSERT_EQ(want.size(), 3u);
-  EXPECT_EQ(losses(temp_path("strata_tile_nvme_1024.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_tile_nvme_1024.jsonl")), want);
   std::filesystem::remove_all(dir);
 }
 

@@ -271,8 +271,13 @@ int train(const Config& config) {
   StatusOr<TrainPlacement> placement = choose_train_placement(config, o, *mc);
   if (!placement.is_ok()) return report_error(placement.status().message(), kExitUsage);
   *parsed = placement->options;
-  // Memory-centric tiling (--vocab-tile): the run's chunking, for every layout from here on.
-  *mc = model::with_vocab_tile(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
+  // Memory-centric tiling (--vocab-tile, --mlp-tiles): the run's chunking, for every layout from here on.
+  StatusOr<model::ModelConfig> tiled = model::with_tiling(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
+  if (!tiled.is_ok()) return report_error(tiled.status().message(), kExitUsage);
+  *mc = std::move(*tiled);
+  if (mc->mlp_tiles > 1)
+    spdlog::info("model: every layer's MLP in {} tiles per weight (--mlp-tiles {})", mc->mlp_tiles,
+                 o.mlp_tiles < 0 ? "auto" : std::to_string(o.mlp_tiles));
   if (mc->vocab_tile > 0)
     spdlog::info("model: the {}x{} token table{} in {} tiles of {} rows (--vocab-tile {})", mc->vocab, mc->dim,
                  mc->tied_head ? "" : " and the head", model::vocab_tiles(*mc), mc->vocab_tile,

@@ -63,6 +63,7 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
   TrainPlacement out;
   STRATA_ASSIGN_OR_RETURN(out.machine, describe_machine(config, o, MachineFor::train));
   out.options = o;
+  STRATA_RETURN_IF_ERROR(model::with_mlp_tiles(mc, o, out.machine.hardware.gpu_bytes).status());
   out.predicted = model::evaluate_placement(mc, o, out.machine.hardware);
   const std::string& mode = config.get_text("offload");
   const bool explicit_auto = mode == "auto" && given(config, "offload");
