@@ -257,6 +257,11 @@ StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
                    "an older checkpoint",
                    f.path(), weights_step, opt.path(), s.step);
   }
+  for (auto [key, value] : {std::pair{"vocab_tile", &s.vocab_tile}, {"mlp_tiles", &s.mlp_tiles}}) {
+    if (!opt.metadata().contains(key)) continue;  // from before tiling: whole
+    STRATA_ASSIGN_OR_RETURN(uint64_t v, metadata_number(opt, key));
+    *value = int64_t(v);
+  }
   for (const char* key : {"micro_batch", "seq", "grad_accum"}) {
     if (!opt.metadata().contains(key)) continue;  // from before they were recorded
     STRATA_ASSIGN_OR_RETURN(uint64_t v, metadata_number(opt, key));

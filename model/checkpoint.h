@@ -45,6 +45,10 @@ struct CheckpointState {
   uint64_t seq = 0;
   uint64_t grad_accum = 0;
   std::string dtype;        // "fp32", "bf16", "fp16"
+  // The chunking the moments were stored in (ModelConfig::vocab_tile, mlp_tiles; 0 whole, also
+  // in checkpoints from before tiling): a resume must use the same.
+  int64_t vocab_tile = 0;
+  int64_t mlp_tiles = 0;
 };
 
 // Metadata key of the per-tensor checksums: a JSON object {"tensor name": "8 hex digits"}.

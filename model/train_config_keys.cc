@@ -205,7 +205,7 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "vocabulary rows (a multiple of 1024), each its own chunk fetched, used and released in turn, "
                       "so the device holds about two tiles of a table; 0: whole tables; auto: tiles of at most 1/16 "
                       "of --gpu-mem when the weights are paged and a table exceeds 1/8 of it. Same values and bits "
-                      "in fp32; resume with the value a checkpoint was saved with",
+                      "in fp32; auto on a resume takes the checkpoint's tiles",
               .min = 0,
               .max = int64_t(1) << 31,
               .allow_auto = true});
@@ -217,7 +217,7 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "and released in turn, so the device holds about two tiles of an MLP; 0 or 1: whole MLPs; "
                       "auto: tiles of at most 1/16 of --gpu-mem when the weights are paged and a layer exceeds 1/4 "
                       "of it (so that an untiled run could not fit). The input gradients are then summed tile by tile (within fp32 rounding of untiled, not "
-                      "the same bits); resume with the value a checkpoint was saved with",
+                      "the same bits); auto on a resume takes the checkpoint's tiles",
               .min = 0,
               .max = int64_t(1) << 20,
               .allow_auto = true});

@@ -266,28 +266,6 @@ int train(const Config& config) {
       return fail(s);
     store.emplace(std::move(*st));
   }
-  // The placement: the flags', or the planner's (--offload auto; train_placement.h), refused here
-  // when nothing fits. From here `o` is the run's, with the placement it trains.
-  StatusOr<TrainPlacement> placement = choose_train_placement(config, o, *mc);
-  if (!placement.is_ok()) return report_error(placement.status().message(), kExitUsage);
-  *parsed = placement->options;
-  // Memory-centric tiling (--vocab-tile, --mlp-tiles): the run's chunking, for every layout from here on.
-  StatusOr<model::ModelConfig> tiled = model::with_tiling(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
-  if (!tiled.is_ok()) return report_error(tiled.status().message(), kExitUsage);
-  *mc = std::move(*tiled);
-  if (mc->mlp_tiles > 1)
-    spdlog::info("model: every layer's MLP in {} tiles per weight (--mlp-tiles {})", mc->mlp_tiles,
-                 o.mlp_tiles < 0 ? "auto" : std::to_string(o.mlp_tiles));
-  if (mc->vocab_tile > 0)
-    spdlog::info("model: the {}x{} token table{} in {} tiles of {} rows (--vocab-tile {})", mc->vocab, mc->dim,
-                 mc->tied_head ? "" : " and the head", model::vocab_tiles(*mc), mc->vocab_tile,
-                 o.vocab_tile < 0 ? "auto" : std::to_string(o.vocab_tile));
-  StatusOr<std::vector<std::string>> memory =
-      check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
-                        o.optimizer_home == TrainOptions::OptimizerHome::nvme,
-                        config.get_size_or_auto("cpu_mem").value_or(0));
-  if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
-  for (const std::string& w : *memory) spdlog::warn("{}", w);
   std::optional<model::CheckpointState> resumed;
   std::string resume_dir;
   if (!o.resume_path.empty()) {
@@ -320,6 +298,35 @@ int train(const Config& config) {
     for (const std::string& w : *warnings) spdlog::warn("{}", w);
     resumed = *st;
   }
+  if (resumed && (o.vocab_tile < 0 || o.mlp_tiles < 0)) {
+    // Tiling auto on a resume: the checkpoint's (its moments are stored per chunk), whatever this
+    // machine's budget would choose.
+    if (parsed->vocab_tile < 0) parsed->vocab_tile = resumed->vocab_tile;
+    if (parsed->mlp_tiles < 0) parsed->mlp_tiles = resumed->mlp_tiles > 1 ? resumed->mlp_tiles : 0;
+    spdlog::info("resume: tiled as the checkpoint was (--vocab-tile {} --mlp-tiles {})", o.vocab_tile, o.mlp_tiles);
+  }
+  // The placement: the flags', or the planner's (--offload auto; train_placement.h), refused here
+  // when nothing fits. From here `o` is the run's, with the placement it trains.
+  StatusOr<TrainPlacement> placement = choose_train_placement(config, o, *mc);
+  if (!placement.is_ok()) return report_error(placement.status().message(), kExitUsage);
+  *parsed = placement->options;
+  // Memory-centric tiling (--vocab-tile, --mlp-tiles): the run's chunking, for every layout from here on.
+  StatusOr<model::ModelConfig> tiled = model::with_tiling(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
+  if (!tiled.is_ok()) return report_error(tiled.status().message(), kExitUsage);
+  *mc = std::move(*tiled);
+  if (mc->mlp_tiles > 1)
+    spdlog::info("model: every layer's MLP in {} tiles per weight (--mlp-tiles {})", mc->mlp_tiles,
+                 o.mlp_tiles < 0 ? "auto" : std::to_string(o.mlp_tiles));
+  if (mc->vocab_tile > 0)
+    spdlog::info("model: the {}x{} token table{} in {} tiles of {} rows (--vocab-tile {})", mc->vocab, mc->dim,
+                 mc->tied_head ? "" : " and the head", model::vocab_tiles(*mc), mc->vocab_tile,
+                 o.vocab_tile < 0 ? "auto" : std::to_string(o.vocab_tile));
+  StatusOr<std::vector<std::string>> memory =
+      check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
+                        o.optimizer_home == TrainOptions::OptimizerHome::nvme,
+                        config.get_size_or_auto("cpu_mem").value_or(0));
+  if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
+  for (const std::string& w : *memory) spdlog::warn("{}", w);
   if (store) {
     // A fresh run (or one resumed from elsewhere) must not mix its checkpoints with another run's.
     const std::vector<std::pair<uint64_t, std::string>> held = model::list_checkpoints(o.checkpoint_dir);
