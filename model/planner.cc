@@ -180,8 +180,16 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   if (!paged && cpu_optimizer(o)) t.h2d += weights;    // the updated weights, uploaded once
   if (cpu_optimizer(o)) t.d2h += weights * k;          // each micro-batch's gradients
   t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
+  // MLP tiles under checkpointing: a layer's backward fetches its first weight's tiles twice, for
+  // the recomputation and for the backward (two tile slots cannot keep them; the last layer is
+  // not recomputed).
+  uint64_t refetched = 0;
+  if (paged && o.activation_checkpointing)
+    for (const ChunkSpec& c : layout.chunks)
+      if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
+  t.h2d += refetched * k;
   if (o.offload_param == ParamHome::nvme) {
-    t.nvme_read += 2 * weights * k;
+    t.nvme_read += (2 * weights + refetched) * k;
     t.nvme_write += weights;
   }
   if (grads_on_nvme(o)) {

@@ -25,7 +25,11 @@ namespace strata::model {
 namespace mlp_tile_test {
 
 using testing::expect_value;
-using namespace tiled_training;
+using tiled_training::Outcome;
+using tiled_training::train;
+using tiled_training::small_model;
+using tiled_training::expect_tiles_cover;
+using tiled_training::paging_status;
 
 // A model whose MLPs dominate: C = 64 against H = 16000 hidden units, so one layer is 8.2 MB
 // (GPT-2) or 12.3 MB (LLaMA: gate, up and down) in fp32, and its 15 tiles (uneven: 16000 and 64
@@ -112,6 +116,26 @@ TEST(MlpTilePlan, ThePlannerTilesALayerLargerThanTheDeviceAndSuggestsItWhenRefus
   EXPECT_TRUE(suggested);
   o.mlp_tiles = 65;
   EXPECT_EQ(make_plan(c, o, h, {}).status().code(), Code::invalid_argument);
+}
+
+// Paged MLP tiles under checkpointing: the backward fetches each recomputed layer's first-weight
+// tiles twice (for the recomputation, then for the backward), and the traffic counts it.
+TEST(MlpTilePlan, CheckpointingFetchesTheFirstWeightsTilesTwice) {
+  const ModelConfig c = mlp_heavy(Arch::llama, 15);
+  TrainOptions o;
+  o.micro_batch = 1;
+  o.seq = 16;
+  o.offload_param = TrainOptions::ParamHome::nvme;
+  const StepTraffic plain = plan_traffic(c, o);
+  o.activation_checkpointing = true;
+  const StepTraffic recomputed = plan_traffic(c, o);
+  const ParamLayout layout = expect_value(build_param_layout(c, 4));
+  uint64_t first_layer_in = 0;  // layer 0's: the one of the two layers that is recomputed
+  for (const ChunkSpec& chunk : layout.chunks)
+    if (chunk.kind == ChunkKind::mlp_in && chunk.layer == 0) first_layer_in += chunk.bytes;
+  EXPECT_GT(first_layer_in, 8'000'000u);  // gate and up: 2 x 16000 x 64 x 4 B
+  EXPECT_EQ(recomputed.h2d - plain.h2d, first_layer_in);
+  EXPECT_EQ(recomputed.nvme_read - plain.nvme_read, first_layer_in);
 }
 
 // ||got - want|| / ||want|| over a tensor's values (its relative L2 difference).

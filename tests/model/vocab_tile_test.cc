@@ -32,7 +32,15 @@ namespace strata::model {
 namespace vocab_tile_test {
 
 using testing::expect_value;
-using namespace tiled_training;
+using tiled_training::Outcome;
+using tiled_training::train;
+using tiled_training::file_bytes;
+using tiled_training::TempDir;
+using tiled_training::kB;
+using tiled_training::kT;
+using tiled_training::small_model;
+using tiled_training::expect_tiles_cover;
+using tiled_training::paging_status;
 
 // A model whose tables dominate: V = 32 x 1024 + 300 rows (an uneven last tile) of C = 64 against
 // layers of ~50 K parameters: each table is 8.5 MB in fp32, a layer 0.2 MB.

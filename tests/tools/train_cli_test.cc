@@ -19,6 +19,7 @@ namespace {
 
 using test::CliResult;
 using test::run_cli;
+using test::metric_losses;
 using test::temp_path;
 
 int count_lines_with(const std::string& text, const std::string& needle) {
@@ -78,16 +79,6 @@ TEST(TrainCli, TrainsOnATextFile) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "/3 | loss "), 3) << r.err;
   EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
-}
-
-std::vector<double> metric_losses(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());  // not the prediction line
-  }
-  return losses;
 }
 
 // A constant rate, so a 3-step run is the first half of a 6-step run; the resume restores the
