@@ -48,7 +48,7 @@ class ChunkBuilder {
       p.weight_decay = m.cols > 0;
       p.row_begin = m.row_begin;
       // A tensor's tiles share the ordinal of its first tile; a new tensor takes the next one.
-      const ParamSpec* first = m.row_begin > 0 ? layout_.find(m.name) : nullptr;
+      const ParamSpec* first = m.row_begin > 0 ? last_of(layout_, m.name) : nullptr;
       p.tensor = first != nullptr ? first->tensor : layout_.params.empty() ? 0 : tensor_count(layout_);
       cursor_ += p.elements * layout_.element_bytes;
       layout_.params.push_back(std::move(p));
@@ -63,6 +63,12 @@ class ChunkBuilder {
   int layer_ = -1;
   uint64_t cursor_ = 0;
 
+  // The latest spec of tensor `name` (its tiles are recent: searched from the back).
+  static const ParamSpec* last_of(const ParamLayout& layout, const std::string& name) {
+    for (auto it = layout.params.rbegin(); it != layout.params.rend(); ++it)
+      if (it->name == name) return &*it;
+    return nullptr;
+  }
   static int tensor_count(const ParamLayout& layout) {
     int n = 0;
     for (const ParamSpec& q : layout.params) n = std::max(n, q.tensor + 1);

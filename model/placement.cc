@@ -188,7 +188,7 @@ StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptio
   if (layer <= gpu_budget / 4) return c;  // whole, it fits: tiling would regroup sums for nothing
   const uint64_t widest = uint64_t(c.fc_rows()) * uint64_t(c.dim) * dtype_size(o.dtype);  // the first weight (FC >= H)
   const uint64_t cap = std::max<uint64_t>(gpu_budget / 16, 1);
-  c.mlp_tiles = std::clamp<int64_t>(int64_t((widest + cap - 1) / cap), 2, most);
+  c.mlp_tiles = std::clamp<int64_t>(int64_t((widest + cap - 1) / cap), 2, std::min<int64_t>(most, kMaxAutoMlpTiles));
   return c;
 }
 

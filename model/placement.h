@@ -80,7 +80,8 @@ ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& optio
 // the weights are paged and a layer's chunk at the working precision exceeds 1/4 of `gpu_budget`
 // (its two weight slots and two gradient slots alone would fill the device, so an untiled run
 // cannot fit; below that the untiled sums are kept), into as many tiles as keep the larger MLP
-// weight's tile within 1/16 of it (at least 2, at most min(H, C)); else 0. `config` with it set. invalid_argument for a given count above min(H, C).
+// weight's tile within 1/16 of it (at least 2, at most min(H, C, kMaxAutoMlpTiles)); else 0. `config` with it set. invalid_argument for a given count above min(H, C).
+inline constexpr int64_t kMaxAutoMlpTiles = 64;  // auto never cuts finer: a device that needs more cannot train it
 StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
 // Both tilings: the run's chunking.
 StatusOr<ModelConfig> with_tiling(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
