@@ -333,25 +333,10 @@ Status Transformer::attention_half_forward(const LayerParams& p, int l) {
 // activation, the second weight's tiles into fc_proj, the residual add.
 Status Transformer::tiled_layer_forward(int l) {
   const LayerActivations& a = layer_acts(l);
-  const int64_t tiles = mlp_tiles(config_);
   STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
   STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return attention_half_forward(bind_layer(l, w), l); }));
   STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
-  for (const bool in : {true, false}) {
-    for (int64_t k = 0; k < tiles; ++k) {
-      const size_t c = in ? mlp_in_chunk(l, k) : mlp_out_chunk(l, k);
-      const ChunkSpec& tile = layout_.chunks[c];
-      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
-      const LayerParams p = bind_layer_chunk(c, t);
-      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
-      STRATA_RETURN_IF_ERROR(traced(fmt::format("forward layer {} mlp {} tile", l, in ? "in" : "out"), k, [&]() -> Status {
-        if (!in) return mlp_out_forward(p, a, r);
-        STRATA_RETURN_IF_ERROR(mlp_in_forward(p, a, r));
-        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
-      }));
-      STRATA_RETURN_IF_ERROR(weights_->release(c));
-    }
-  }
+  STRATA_RETURN_IF_ERROR(tiled_mlp_forward(l, "forward", /*second=*/true));
   return traced("forward layer residual", l, [&] {
     return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, B_ * T_ * config_.dim);
   });
@@ -376,6 +361,31 @@ Status Transformer::attention_forward(const LayerParams& p, const LayerActivatio
 }
 
 // ln2 -> fc -> GELU (GPT-2) or SwiGLU over [gate | up] (LLaMA) -> projection back to C.
+// The MLP's tiles forward, each acquired, used and released: the first weight's into fc, the
+// activation after its last, then (second) the second weight's into fc_proj. Spans "<what> layer
+// <l> mlp in|out tile <k>".
+Status Transformer::tiled_mlp_forward(int l, std::string_view what, bool second) {
+  const LayerActivations& a = layer_acts(l);
+  const int64_t tiles = mlp_tiles(config_);
+  for (const bool in : {true, false}) {
+    if (!in && !second) break;
+    for (int64_t k = 0; k < tiles; ++k) {
+      const size_t c = in ? mlp_in_chunk(l, k) : mlp_out_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      const LayerParams p = bind_layer_chunk(c, t);
+      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("{} layer {} mlp {} tile", what, l, in ? "in" : "out"), k, [&]() -> Status {
+        if (!in) return mlp_out_forward(p, a, r);
+        STRATA_RETURN_IF_ERROR(mlp_in_forward(p, a, r));
+        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+    }
+  }
+  return Status::ok();
+}
+
 Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
@@ -566,16 +576,7 @@ Status Transformer::tiled_layer_backward(int l, GradSink& sink) {
   const LayerParams lp = bind_layer(l, w);
   if (recompute) {
     STRATA_RETURN_IF_ERROR(traced("recompute layer", l, [&] { return attention_half_forward(lp, l); }));
-    for (int64_t k = 0; k < tiles; ++k) {
-      const size_t c = mlp_in_chunk(l, k);
-      const ChunkSpec& tile = layout_.chunks[c];
-      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
-      STRATA_RETURN_IF_ERROR(traced(fmt::format("recompute layer {} mlp in tile", l), k, [&]() -> Status {
-        STRATA_RETURN_IF_ERROR(mlp_in_forward(bind_layer_chunk(c, t), a, {tile.row_begin, tile.row_begin + tile.rows}));
-        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
-      }));
-      STRATA_RETURN_IF_ERROR(weights_->release(c));
-    }
+    STRATA_RETURN_IF_ERROR(tiled_mlp_forward(l, "recompute", /*second=*/false));
   }
   for (const bool out : {true, false}) {
     for (int64_t k = tiles - 1; k >= 0; --k) {

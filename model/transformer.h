@@ -242,6 +242,7 @@ class Transformer {
   // sums of an untiled one, not bit-identical (the weight and bias gradients are per row: same).
   Status tiled_layer_forward(int l);
   Status tiled_layer_backward(int l, GradSink& sink);
+  Status tiled_mlp_forward(int l, std::string_view what, bool second);
   Status attention_half_forward(const LayerParams& p, int l);  // ln1, attention, res1, ln2
   Status attention_half_backward(const LayerParams& p, const LayerParams& g, int l);  // from dln = d ln2
   // One tile's part of the MLP, rows `r` of its weight (hidden units / output rows).
