@@ -468,11 +468,8 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
     const std::byte* table = config_.tied_head ? t.wte : t.lm_head;
     std::byte* dtable = config_.tied_head ? dt.wte : dt.lm_head;
     STRATA_RETURN_IF_ERROR(traced(k == 0 ? "backward head" : "backward head tile", k == 0 ? -1 : int64_t(k), [&]() -> Status {
-      if (k == 0) {
-        STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dln, bytes(N * C)));
-        STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));
-      }
-      STRATA_RETURN_IF_ERROR(head_table_backward(c, table, dtable, dlogits));
+      if (k == 0) STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));  // the norm adds into it
+      STRATA_RETURN_IF_ERROR(head_table_backward(c, table, dtable, dlogits, /*first=*/k == 0));
       if (k + 1 < tiles) return Status::ok();
       return norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean,
                            acts_.lnf_rstd);
@@ -533,15 +530,19 @@ Status Transformer::head_table_forward(size_t c, const std::byte* table) {
   return Status::ok();
 }
 
-Status Transformer::head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits) {
+Status Transformer::head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits,
+                                        bool first) {
   const ChunkSpec& tile = layout_.chunks[c];
   const int64_t N = B_ * T_, C = config_.dim;
   const int64_t block = options_.dtype == DType::f32 ? kVocabTileBlock : tile.rows;
   for (int64_t r = 0; r < tile.rows; r += block) {
     const int64_t rows = std::min(block, tile.rows - r);
+    // dln: the first GEMM of the first tile writes it, the rest add; each block's table rows are
+    // written once into the sink's zeroed chunk.
+    const GradStore dln_store = first && r == 0 ? GradStore::overwrite : GradStore::add;
     STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, dacts_.dln, at(dtable, r * C), nullptr,
                                                 at(dlogits, tile.row_begin + r), acts_.lnf, at(table, r * C), N, C,
-                                                rows, logits_stride()));
+                                                rows, logits_stride(), dln_store, GradStore::overwrite));
   }
   return Status::ok();
 }
@@ -605,24 +606,26 @@ Status Transformer::tiled_layer_backward(int l, GradSink& sink) {
   return sink.release(layer_chunk(l), /*last=*/true);
 }
 
+// Every gradient here gets its first (and only) contribution, so each is overwritten, not added
+// to: dfc_act, dfc and dln need no zero fill, and the weight and bias gradients land in the
+// sink's zeroed chunk (GradSink::acquire) rounded once, with no fp32 pass on the GPU.
 Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   const ActivationGrads& d = dacts_;
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, bytes(N * H)));
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, bytes(N * C)));
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act, p.fc_proj_w, N, H, C));
+  constexpr GradStore kSet = GradStore::overwrite;
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act,
+                                              p.fc_proj_w, N, H, C, 0, kSet, kSet));
   STRATA_RETURN_IF_ERROR(mlp_activation_backward(a));
-  return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC);
+  return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC, 0, kSet, kSet);
 }
 
-// dfc = d fc (zeroed first: the activations' backwards accumulate) from dfc_act.
+// dfc = d fc from dfc_act, written whole (every element of (N, FC) is overwritten).
 Status Transformer::mlp_activation_backward(const LayerActivations& a) {
   const int64_t N = B_ * T_, H = config_.ffn_hidden;
   const ActivationGrads& d = dacts_;
-  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc, bytes(N * config_.fc_rows())));
-  if (config_.arch == Arch::gpt2) return ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H);
-  return ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H);
+  if (config_.arch == Arch::gpt2)
+    return ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H, GradStore::overwrite);
+  return ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H, GradStore::overwrite);
 }
 
 // dfc_act (N, H) += d fc_proj's columns r @ the tile; the tile's rows of dW (and db) +=.
@@ -649,12 +652,16 @@ Status Transformer::attention_backward(const LayerParams& p, const LayerParams& 
   const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
   const bool llama = config_.arch == Arch::llama;
   const ActivationGrads& d = dacts_;
-  for (auto [buf, elements] : {std::pair{d.datt, N * C}, {d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV},
-                             {d.dq_rot, N * C}, {d.dk_rot, N * KV}, {d.dln, N * C}}) {
+  constexpr GradStore kSet = GradStore::overwrite, kAdd = GradStore::add;
+  // Attention and RoPE add into their gradients: those start at zero. datt and dln are written by
+  // their first GEMM, and every weight and bias gradient (each written once into the sink's zeroed
+  // chunk) is overwritten.
+  for (auto [buf, elements] : {std::pair{d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV}, {d.dq_rot, N * C},
+                               {d.dk_rot, N * KV}}) {
     if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, bytes(elements)));
   }
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(options_.dtype, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att, p.attn_proj_w, N, C, C));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att,
+                                              p.attn_proj_w, N, C, C, 0, kSet, kSet));
   // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward
   // turns them into the projections' output gradients.
   std::byte* dq_att = llama ? d.dq_rot : d.dq;
@@ -667,11 +674,12 @@ Status Transformer::attention_backward(const LayerParams& p, const LayerParams& 
   }
   // The three projections share the input: their input gradients all accumulate into dln.
   std::byte* gb = g.qkv_b;  // GPT-2 only
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr, d.dk, a.ln1,
-                                              at(p.qkv_w, C * C), N, C, KV));
-  return ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr, d.dv, a.ln1,
-                              at(p.qkv_w, (C + KV) * C), N, C, KV);
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(options_.dtype, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C, 0, kSet, kSet));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr,
+                                              d.dk, a.ln1, at(p.qkv_w, C * C), N, C, KV, 0, kAdd, kSet));
+  return ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr, d.dv,
+                              a.ln1, at(p.qkv_w, (C + KV) * C), N, C, KV, 0, kAdd, kSet);
 }
 
 Status Transformer::norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout,

@@ -265,7 +265,9 @@ class Transformer {
   // the vocabulary is grouped by GEMM); in 16-bit precisions one GEMM per tile, since each GEMM
   // rounds dln to 16 bits (a tiled run is then within those roundings of an untiled one).
   Status head_table_forward(size_t c, const std::byte* table);
-  Status head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits);
+  // `first`: the head's first tile, whose first GEMM writes dln (the later ones add to it).
+  Status head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits,
+                             bool first);
   // Queues `work` (compute ops on Stream::compute), as a span "<what> <index>" when tracing.
   Status traced(std::string_view what, int64_t index, const std::function<Status()>& work);
   Status attention_forward(const LayerParams& p, const LayerActivations& a);

@@ -61,9 +61,12 @@ class GradSink {
 
   // Starts an optimizer step's gradient: every chunk's accumulated gradient becomes zero.
   virtual Status begin_step() = 0;
-  // A device buffer of chunk_bytes(c) (working precision) that the backward ACCUMULATES chunk c's
-  // gradient into, until release(c). `last` in release: this is the backward's last contribution
-  // to chunk c (the tied embedding gets two per backward: the head's, then the embedding's).
+  // A device buffer of chunk_bytes(c) (working precision), ZEROED, that the backward writes chunk
+  // c's gradient of this acquire into, until release(c); the sink adds what it holds at release
+  // into the step's fp32 sums. Zeroed, so a tensor's first contribution may overwrite it
+  // (GradStore::overwrite) and later ones add. `last` in release: this is the backward's last
+  // contribution to chunk c (the tied embedding gets two per backward, each in its own acquire:
+  // the head's, then the embedding's).
   virtual StatusOr<std::byte*> acquire(size_t c) = 0;
   virtual Status release(size_t c, bool last) = 0;
 };

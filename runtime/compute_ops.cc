@@ -136,7 +136,7 @@ Status ComputeOps::matmul_forward(DType dt, void* out, const void* inp, const vo
 
 Status ComputeOps::matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                    const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
-                                   int64_t dout_stride) {
+                                   int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) {
   OpArgs a(*this, "matmul_backward");
   a.activations(dt).sizes({{"N", N}, {"C", C}, {"OC", OC}});
   const int64_t ldd = a.row_stride("dout_stride", dout_stride, "OC", OC);
@@ -144,7 +144,7 @@ Status ComputeOps::matmul_backward(DType dt, void* dinp, void* dweight, void* db
   a.tensor("dbias", dbias, dt, {OC}, true).strided("dout", dout, dt, N, OC, ldd);
   a.tensor("inp", inp, dt, {N, C}, dweight == nullptr).tensor("weight", weight, dt, {OC, C}, dinp == nullptr);
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_matmul_backward(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC, ldd);
+  return queue_matmul_backward(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC, ldd, dinp_store, dweight_store);
 }
 
 Status ComputeOps::layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
@@ -200,13 +200,15 @@ Status ComputeOps::gelu_forward(DType dt, void* out, const void* inp, int64_t n)
   return queue_gelu_forward(dt, out, inp, n);
 }
 
-Status ComputeOps::gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) {
+Status ComputeOps::gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                                 GradStore store) {
   OpArgs a(*this, "gelu_backward");
   a.activations(dt).sizes({{"n", n}}).tensor("dinp", dinp, dt, {n});
   a.tensor("inp", inp, dt, {n}).tensor("dout", dout, dt, {n});
   a.require(dinp != dout || n == 0, "dinp must not alias dout");
+  a.require(store == GradStore::add || dinp != inp || n == 0, "an overwritten dinp must not alias inp");
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_gelu_backward(dt, dinp, inp, dout, n);
+  return queue_gelu_backward(dt, dinp, inp, dout, n, store);
 }
 
 Status ComputeOps::swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) {
@@ -217,12 +219,14 @@ Status ComputeOps::swiglu_forward(DType dt, void* out, const void* inp, int64_t 
   return queue_swiglu_forward(dt, out, inp, N, H);
 }
 
-Status ComputeOps::swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H) {
+Status ComputeOps::swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H,
+                                   GradStore store) {
   OpArgs a(*this, "swiglu_backward");
   a.activations(dt).sizes({{"N", N}, {"H", H}});
   a.tensor("dinp", dinp, dt, {N, 2, H}).tensor("inp", inp, dt, {N, 2, H}).tensor("dout", dout, dt, {N, H});
+  a.require(store == GradStore::add || dinp != inp || N * H == 0, "an overwritten dinp must not alias inp");
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_swiglu_backward(dt, dinp, inp, dout, N, H);
+  return queue_swiglu_backward(dt, dinp, inp, dout, N, H, store);
 }
 
 Status ComputeOps::residual_forward(DType dt, void* out, const void* a_in, const void* b_in, int64_t n) {

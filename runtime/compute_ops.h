@@ -29,7 +29,8 @@ namespace strata {
 //   backend widens 16-bit operands to fp32 scratch, runs its fp32 kernel and narrows the outputs.
 //   Statistics (mean, rstd, lse, losses) are always fp32; token ids and targets int32.
 // - Backward ops ACCUMULATE (+=) into every gradient (zero them first with Backend::fill_zero);
-//   a gradient marked "may be null" is then not computed.
+//   a gradient marked "may be null" is then not computed. Where a GradStore argument is given,
+//   GradStore::overwrite stores the value instead (see GradStore).
 // - Outputs must not alias inputs unless stated. Token ids must lie in [0, vocab) (the embedding
 //   ops' V may be a tile of it, see there) and targets in [0, V) or -1: they are device data, so
 //   the ops cannot check them (the data loader does).
@@ -37,6 +38,15 @@ namespace strata {
 //   them with copy_to_host after an event, so no op ever synchronizes.
 // Thread-safety: like the compute stream: one thread drives it at a time.
 // Lifetime: owned by its Backend (Backend::ops()); valid while the backend lives.
+
+// How a backward op stores a gradient it computes. add: grad += value (the default; the sum
+// formed in fp32 and rounded once). overwrite: grad = value, whatever the buffer held -- the bits
+// that fill_zero and then add give (on the GPU the sign of an exact zero aside: -0 + +0 is +0),
+// without reading the old value: the GPU writes a 16-bit gradient straight from its GEMM, rounded
+// once, with no fp32 product pass and no zero fill. Use it for a gradient's first contribution
+// into a buffer that would otherwise be zeroed for it.
+enum class GradStore : uint8_t { add, overwrite };
+
 class ComputeOps {
  public:
   virtual ~ComputeOps() = default;
@@ -53,9 +63,11 @@ class ComputeOps {
                         int64_t C, int64_t OC, int64_t out_stride = 0);
   // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of
   // dout (N, OC). Each gradient may be null. dout_stride: the row stride of dout (0 means OC, else
-  // >= OC); columns past OC are never read.
+  // >= OC); columns past OC are never read. dinp_store applies to dinp, dweight_store to dweight
+  // and dbias.
   Status matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                         const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride = 0);
+                         const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride = 0,
+                         GradStore dinp_store = GradStore::add, GradStore dweight_store = GradStore::add);
 
   // ---- norms over rows of (N, C); eps > 0 ------------------------------------------------------
   // out = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N) fp32.
@@ -74,10 +86,12 @@ class ComputeOps {
   // ---- elementwise -----------------------------------------------------------------------------
   // out (n) = gelu(inp) (tanh approximation); out may equal inp. dinp (n) += gelu'(inp) * dout.
   Status gelu_forward(DType dt, void* out, const void* inp, int64_t n);
-  Status gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n);
+  Status gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                       GradStore store = GradStore::add);
   // inp (N, 2H) = [gate | up]; out (N, H) = silu(gate) * up. dinp (N, 2H) += given dout (N, H).
   Status swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H);
-  Status swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H);
+  Status swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H,
+                         GradStore store = GradStore::add);
   // out (n) = a + b (out may equal a or b). da (n) += dout, db (n) += dout; either may be null.
   Status residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n);
   Status residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n);
@@ -175,7 +189,7 @@ class ComputeOps {
                                       int64_t N, int64_t C, int64_t OC, int64_t out_stride) = 0;
   virtual Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                        const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
-                                       int64_t dout_stride) = 0;
+                                       int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) = 0;
   virtual Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                          const void* weight, const void* bias, int64_t N, int64_t C, float eps) = 0;
   virtual Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -186,10 +200,11 @@ class ComputeOps {
   virtual Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
                                         const void* weight, const float* rstd, int64_t N, int64_t C) = 0;
   virtual Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) = 0;
-  virtual Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
+  virtual Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                                     GradStore store) = 0;
   virtual Status queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) = 0;
   virtual Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N,
-                                       int64_t H) = 0;
+                                       int64_t H, GradStore store) = 0;
   virtual Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) = 0;
   virtual Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) = 0;
   virtual Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,

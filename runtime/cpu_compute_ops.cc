@@ -55,6 +55,15 @@ Status check_blas_dims(std::string_view op, int64_t N, int64_t C, int64_t OC, in
                op, N, C, OC, stride);
 }
 
+// The fp32 view of a gradient a backward kernel accumulates into: its widened value (add), or a
+// zeroed view (overwrite), so that the kernel's += gives exactly the bits of fill_zero + add.
+float* grad_view(WidenedArgs& a, void* p, int64_t n, GradStore store) {
+  if (store == GradStore::add) return a.inout(p, n);
+  float* view = a.out(p, n);
+  if (view != nullptr) std::fill(view, view + n, 0.0f);
+  return view;
+}
+
 }  // namespace
 
 Status CpuComputeOps::check_activation_dtype(DType dt, std::string_view op) const {
@@ -86,10 +95,11 @@ Status CpuComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp,
 
 Status CpuComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                             const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
-                                            int64_t dout_stride) {
+                                            int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) {
   STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward", N, C, OC, dout_stride));
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::matmul_backward(a.inout(dinp, N * C), a.inout(dweight, OC * C), a.inout(dbias, OC),
+    kernels::matmul_backward(grad_view(a, dinp, N * C, dinp_store), grad_view(a, dweight, OC * C, dweight_store),
+                             grad_view(a, dbias, OC, dweight_store),
                              a.in_rows(dout, N, OC, dout_stride), a.in(inp, N * C), a.in(weight, OC * C), N, C, OC,
                              dout_stride);
   });
@@ -131,9 +141,10 @@ Status CpuComputeOps::queue_gelu_forward(DType dt, void* out, const void* inp, i
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) { kernels::gelu_forward(a.out(out, n), a.in(inp, n), n); });
 }
 
-Status CpuComputeOps::queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) {
+Status CpuComputeOps::queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                                          GradStore store) {
   return enqueue_in_fp32(
-      dt, [=](WidenedArgs& a) { kernels::gelu_backward(a.inout(dinp, n), a.in(inp, n), a.in(dout, n), n); });
+      dt, [=](WidenedArgs& a) { kernels::gelu_backward(grad_view(a, dinp, n, store), a.in(inp, n), a.in(dout, n), n); });
 }
 
 Status CpuComputeOps::queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) {
@@ -142,9 +153,9 @@ Status CpuComputeOps::queue_swiglu_forward(DType dt, void* out, const void* inp,
 }
 
 Status CpuComputeOps::queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N,
-                                            int64_t H) {
+                                            int64_t H, GradStore store) {
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::swiglu_backward(a.inout(dinp, N * 2 * H), a.in(inp, N * 2 * H), a.in(dout, N * H), N, H);
+    kernels::swiglu_backward(grad_view(a, dinp, N * 2 * H, store), a.in(inp, N * 2 * H), a.in(dout, N * H), N, H);
   });
 }
 

@@ -24,7 +24,8 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
                               int64_t C, int64_t OC, int64_t out_stride) override;
   Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                               const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride) override;
+                               const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride,
+                               GradStore dinp_store, GradStore dweight_store) override;
   Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                  const void* bias, int64_t N, int64_t C, float eps) override;
   Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -35,9 +36,11 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int64_t N, int64_t C) override;
   Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) override;
-  Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) override;
+  Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                             GradStore store) override;
   Status queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) override;
-  Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H) override;
+  Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H,
+                               GradStore store) override;
   Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) override;
   Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) override;
   Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,

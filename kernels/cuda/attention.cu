@@ -176,14 +176,15 @@ cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const 
 template <typename T>
 cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                                const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, float* scratch, size_t scratch_floats) {
   if (!valid(B, T_len, NH, NKV, HS)) return cudaErrorInvalidValue;
   if (dq == nullptr || dk == nullptr || dv == nullptr) return cudaErrorInvalidValue;
   const int64_t q_rows = B * NH * T_len, kv_rows = B * NKV * T_len;
   if (!rows_fit(q_rows)) return cudaErrorInvalidValue;
   if (q_rows == 0) return cudaSuccess;
   if (flash::supported<T>(HS, {dq, dk, dv, dout, q, k, v, out})) {
-    return flash::backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_len, NH, NKV, HS, stream);
+    return flash::backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_len, NH, NKV, HS, stream, scratch,
+                           scratch_floats);
   }
   const Shape s{B, T_len, NH, NKV, HS};
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
@@ -198,7 +199,7 @@ cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
                                             int64_t, int64_t, cudaStream_t);                                      \
   template cudaError_t attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,        \
                                              const float*, int64_t, int64_t, int64_t, int64_t, int64_t,           \
-                                             cudaStream_t);
+                                             cudaStream_t, float*, size_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_ATTENTION)
 #undef STRATA_INSTANTIATE_ATTENTION
 

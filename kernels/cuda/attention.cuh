@@ -28,10 +28,11 @@ cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const 
                               int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream);
 
 // Given dout (B, T, NH, HS), the forward's out and lse: dq +=, dk and dv (B, T, NKV, HS) += (summed
-// over the query heads sharing each kv head). None may be null.
+// over the query heads sharing each kv head). None may be null. scratch (stream-ordered device
+// scratch, may be null): the tiled kernels keep per-row terms there (flash_attention.cuh).
 template <typename T>
 cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                                const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                               cudaStream_t stream);
+                               cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0);
 
 }  // namespace strata::kernels::cuda

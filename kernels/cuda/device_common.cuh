@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 // The element types of activations, weights and their gradients: every templated kernel entry
 // point is instantiated for each, by STRATA_FOR_EACH_ELEMENT_TYPE(INSTANTIATE_MACRO) at the end of
@@ -82,6 +83,73 @@ __device__ __forceinline__ void store(__half* p, float x) { *reinterpret_cast<ui
 // *p += x, the sum formed in fp32 and rounded once to the element type.
 template <typename T>
 __device__ __forceinline__ void add_to(T* p, float x) { store(p, load(p) + x); }
+// *p = x (overwrite) or *p += x, rounded once.
+template <typename T>
+__device__ __forceinline__ void store_or_add(T* p, float x, bool overwrite) {
+  if (overwrite) {
+    store(p, x);
+  } else {
+    add_to(p, x);
+  }
+}
+
+// --- 16-byte groups of elements ------------------------------------------------------------------
+// Memory-bound kernels walk their tensors in groups of kGroup<T> consecutive elements (16 bytes),
+// a group per thread step, the group's elements in order. With kVector (the base 16-byte aligned)
+// a whole group is one 16-byte access; otherwise, and for the last group when n is not a whole
+// number of groups, it is read element by element, the elements at or past `n` reading as 0 and
+// never written (nor read). The arithmetic per element and its order are the same either way, so a
+// result never depends on alignment or on a row's padding.
+template <typename T>
+inline constexpr int kGroup = 16 / static_cast<int>(sizeof(T));
+
+template <typename T, bool kVector>
+__device__ __forceinline__ void load_group(float (&v)[kGroup<T>], const T* p, int64_t g, int64_t n) {
+  const int64_t first = g * kGroup<T>;
+  if (kVector && first + kGroup<T> <= n) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p + first);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) v[i] = load(e + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) v[i] = first + i < n ? load(p + first + i) : 0.0f;
+  }
+}
+
+template <typename T, bool kVector>
+__device__ __forceinline__ void store_group(T* p, const float (&v)[kGroup<T>], int64_t g, int64_t n) {
+  const int64_t first = g * kGroup<T>;
+  if (kVector && first + kGroup<T> <= n) {
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) store(e + i, v[i]);
+    *reinterpret_cast<uint4*>(p + first) = raw;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) {
+      if (first + i < n) store(p + first + i, v[i]);
+    }
+  }
+}
+
+// Groups covering n elements.
+template <typename T>
+__host__ __device__ __forceinline__ int64_t groups_of(int64_t n) {
+  return (n + kGroup<T> - 1) / kGroup<T>;
+}
+
+// Whether the whole groups of every row can be 16-byte accesses (kVector): rows `ld` elements apart
+// (ld = anything for a flat tensor of one row) from 16-byte aligned bases (null pointers ignored).
+template <typename T>
+inline bool vector_rows(int64_t ld, std::initializer_list<const void*> pointers) {
+  if (ld % kGroup<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
 
 // --- reductions (fixed order: xor butterflies give every lane the same bits) --------------------
 __device__ __forceinline__ float warp_sum(float v) {
@@ -109,7 +177,7 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
 __device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
 __device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
-// --- dst (C) += sum over rows n of value(n, c), rows summed in a fixed order ---------------------
+// --- dst (C) += (or =) sum over rows n of value(n, c), rows summed in a fixed order -------------
 // Block (32, kColumnRows): threadIdx.x picks a column of a 32-wide tile, threadIdx.y a residue of
 // the rows mod kColumnRows; each thread sums its rows in order, then row 0 adds the kColumnRows
 // partials in order. One pass (grid: column tiles): the block does the single += into dst. Two
@@ -134,7 +202,7 @@ inline int64_t column_sum_row_blocks(int64_t N, int64_t C) {
 // +rows_per) of the input, written to partials[blockIdx.y * C + c].
 template <typename T, typename Value>
 __global__ void add_column_sums_kernel(T* dst, float* partials, int64_t N, int64_t C, int64_t rows_per,
-                                       Value value) {
+                                       Value value, bool overwrite) {
   __shared__ float partial[kColumnRows][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * rows_per;
@@ -149,7 +217,7 @@ __global__ void add_column_sums_kernel(T* dst, float* partials, int64_t N, int64
     float total = 0.0f;
     for (int r = 0; r < kColumnRows; ++r) total += partial[r][threadIdx.x];
     if (partials == nullptr) {
-      add_to(dst + c, total);
+      store_or_add(dst + c, total, overwrite);
     } else {
       partials[static_cast<int64_t>(blockIdx.y) * C + c] = total;
     }
@@ -157,20 +225,26 @@ __global__ void add_column_sums_kernel(T* dst, float* partials, int64_t N, int64
 }
 
 template <typename T>
-__global__ void add_column_partials_kernel(T* dst, const float* partials, int64_t row_blocks, int64_t C) {
+__global__ void add_column_partials_kernel(T* dst, const float* partials, int64_t row_blocks, int64_t C,
+                                           bool overwrite) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float total = 0.0f;
   for (int64_t r = 0; r < row_blocks; ++r) total += partials[r * C + c];
-  add_to(dst + c, total);
+  store_or_add(dst + c, total, overwrite);
 }
 
 // partials (partial_floats fp32, device scratch, stream-ordered) enables the two-pass form when
-// it holds column_sum_row_blocks(N, C) * C floats; null or smaller: one pass.
+// it holds column_sum_row_blocks(N, C) * C floats; null or smaller: one pass. overwrite: dst = the
+// sums instead of dst += (with N == 0 too: the sums are then 0).
 template <typename T, typename Value>
 cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStream_t stream,
-                            float* partials = nullptr, size_t partial_floats = 0) {
-  if (N <= 0 || C <= 0) return cudaSuccess;
+                            float* partials = nullptr, size_t partial_floats = 0, bool overwrite = false) {
+  if (C <= 0) return cudaSuccess;
+  if (N <= 0) {
+    if (!overwrite) return cudaSuccess;
+    N = 0;  // one pass over no rows writes zeros
+  }
   const int64_t tiles = (C + 31) / 32;
   if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t row_blocks = column_sum_row_blocks(N, C);
@@ -178,14 +252,15 @@ cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStrea
                         static_cast<uint64_t>(row_blocks) * static_cast<uint64_t>(C) <= partial_floats;
   if (!two_pass) {
     add_column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(32, kColumnRows), 0, stream>>>(
-        dst, static_cast<float*>(nullptr), N, C, N, value);
+        dst, static_cast<float*>(nullptr), N, C, N, value, overwrite);
     return cudaGetLastError();
   }
   const int64_t rows_per = (N + row_blocks - 1) / row_blocks;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((N + rows_per - 1) / rows_per));
-  add_column_sums_kernel<<<grid, dim3(32, kColumnRows), 0, stream>>>(dst, partials, N, C, rows_per, value);
+  add_column_sums_kernel<<<grid, dim3(32, kColumnRows), 0, stream>>>(dst, partials, N, C, rows_per, value, false);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  add_column_partials_kernel<<<grid_for(C), kBlock, 0, stream>>>(dst, partials, static_cast<int64_t>(grid.y), C);
+  add_column_partials_kernel<<<grid_for(C), kBlock, 0, stream>>>(dst, partials, static_cast<int64_t>(grid.y), C,
+                                                                 overwrite);
   return cudaGetLastError();
 }
 

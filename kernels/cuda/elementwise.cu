@@ -18,23 +18,58 @@ constexpr float kGeluCubic = 0.044715f;
 __device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-template <typename T>
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, float dy) {
+  const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+  const float sech2 = 1.0f - t * t;
+  const float local_grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return local_grad * dy;
+}
+
+using detail::kGroup;
+using detail::load_group;
+using detail::store_group;
+
+// Elementwise maps over n elements, a 16-byte group of them per thread step (device_common.cuh):
+// kVector when every pointer is 16-byte aligned and n a whole number of groups.
+template <typename T, bool kVector>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float x = load(inp + i);
-    store(out + i, 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
+  const int64_t groups = detail::groups_of<T>(n);
+  for (int64_t g = first_index(); g < groups; g += grid_stride()) {
+    float x[kGroup<T>];
+    load_group<T, kVector>(x, inp, g, n);
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) x[i] = gelu(x[i]);
+    store_group<T, kVector>(out, x, g, n);
   }
 }
 
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float x = load(inp + i);
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-    const float sech2 = 1.0f - t * t;
-    const float local_grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    add_to(dinp + i, local_grad * load(dout + i));
+template <typename T, bool kVector>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, bool overwrite) {
+  const int64_t groups = detail::groups_of<T>(n);
+  for (int64_t g = first_index(); g < groups; g += grid_stride()) {
+    float x[kGroup<T>], dy[kGroup<T>], d[kGroup<T>];
+    load_group<T, kVector>(x, inp, g, n);
+    load_group<T, kVector>(dy, dout, g, n);
+    if (overwrite) {
+#pragma unroll
+      for (int i = 0; i < kGroup<T>; ++i) d[i] = gelu_grad(x[i], dy[i]);
+    } else {
+      load_group<T, kVector>(d, dinp, g, n);
+#pragma unroll
+      for (int i = 0; i < kGroup<T>; ++i) d[i] = d[i] + gelu_grad(x[i], dy[i]);
+    }
+    store_group<T, kVector>(dinp, d, g, n);
   }
+}
+
+// Blocks for n elements taken a group at a time (n > 0).
+template <typename T>
+unsigned group_grid_for(int64_t n) {
+  return grid_for(detail::groups_of<T>(n));
 }
 
 template <typename T>
@@ -47,20 +82,28 @@ __global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H) {
+__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, bool overwrite) {
   for (int64_t i = first_index(); i < N * H; i += grid_stride()) {
     const int64_t n = i / H, h = i % H;
     const int64_t gate_at = n * 2 * H + h, up_at = gate_at + H;
     const float g = load(inp + gate_at), up = load(inp + up_at), dy = load(dout + i);
     const float sig = 1.0f / (1.0f + expf(-g));
-    add_to(dinp + gate_at, dy * up * sig * (1.0f + g * (1.0f - sig)));
-    add_to(dinp + up_at, dy * g * sig);
+    detail::store_or_add(dinp + gate_at, dy * up * sig * (1.0f + g * (1.0f - sig)), overwrite);
+    detail::store_or_add(dinp + up_at, dy * g * sig, overwrite);
   }
 }
 
-template <typename T>
+template <typename T, bool kVector>
 __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) store(out + i, load(a + i) + load(b + i));
+  const int64_t groups = detail::groups_of<T>(n);
+  for (int64_t g = first_index(); g < groups; g += grid_stride()) {
+    float x[kGroup<T>], y[kGroup<T>];
+    load_group<T, kVector>(x, a, g, n);
+    load_group<T, kVector>(y, b, g, n);
+#pragma unroll
+    for (int i = 0; i < kGroup<T>; ++i) x[i] = x[i] + y[i];
+    store_group<T, kVector>(out, x, g, n);
+  }
 }
 
 template <typename T>
@@ -150,15 +193,23 @@ template <typename T>
 cudaError_t gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
+  if (detail::vector_rows<T>(0, {out, inp})) {
+    gelu_forward_kernel<T, true><<<group_grid_for<T>(n), kBlock, 0, stream>>>(out, inp, n);
+  } else {
+    gelu_forward_kernel<T, false><<<group_grid_for<T>(n), kBlock, 0, stream>>>(out, inp, n);
+  }
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
+cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream, bool overwrite) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dinp, inp, dout, n);
+  if (detail::vector_rows<T>(0, {dinp, inp, dout})) {
+    gelu_backward_kernel<T, true><<<group_grid_for<T>(n), kBlock, 0, stream>>>(dinp, inp, dout, n, overwrite);
+  } else {
+    gelu_backward_kernel<T, false><<<group_grid_for<T>(n), kBlock, 0, stream>>>(dinp, inp, dout, n, overwrite);
+  }
   return cudaGetLastError();
 }
 
@@ -171,10 +222,11 @@ cudaError_t swiglu_forward(T* out, const T* inp, int64_t N, int64_t H, cudaStrea
 }
 
 template <typename T>
-cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream) {
+cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream,
+                            bool overwrite) {
   if (N < 0 || H < 0) return cudaErrorInvalidValue;
   if (N * H == 0) return cudaSuccess;
-  swiglu_backward_kernel<<<grid_for(N * H), kBlock, 0, stream>>>(dinp, inp, dout, N, H);
+  swiglu_backward_kernel<<<grid_for(N * H), kBlock, 0, stream>>>(dinp, inp, dout, N, H, overwrite);
   return cudaGetLastError();
 }
 
@@ -182,7 +234,11 @@ template <typename T>
 cudaError_t residual_forward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  residual_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, a, b, n);
+  if (detail::vector_rows<T>(0, {out, a, b})) {
+    residual_forward_kernel<T, true><<<group_grid_for<T>(n), kBlock, 0, stream>>>(out, a, b, n);
+  } else {
+    residual_forward_kernel<T, false><<<group_grid_for<T>(n), kBlock, 0, stream>>>(out, a, b, n);
+  }
   return cudaGetLastError();
 }
 
@@ -208,9 +264,9 @@ cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int6
 
 #define STRATA_INSTANTIATE_ELEMENTWISE(T)                                                                         \
   template cudaError_t gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                      \
-  template cudaError_t gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                           \
+  template cudaError_t gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t, bool);                     \
   template cudaError_t swiglu_forward<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                           \
-  template cudaError_t swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, cudaStream_t);                \
+  template cudaError_t swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, cudaStream_t, bool);          \
   template cudaError_t residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                        \
   template cudaError_t residual_backward<T>(T*, T*, const T*, int64_t, cudaStream_t);                             \
   template cudaError_t rope_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,          \

@@ -3,7 +3,9 @@
 // backward, with the semantics of kernels/cpu/ops_elementwise.h and kernels/cpu/ops_rope.h.
 // Tensors are T (float, __nv_bfloat16 or __half), math in fp32 (RoPE angles in double, as the
 // CPU op).
-// Backward ops ACCUMULATE (+=), rounding once to T per element. No reductions: deterministic.
+// Backward ops ACCUMULATE (+=), rounding once to T per element, unless told to overwrite (=, the
+// old value never read). No reductions: deterministic. GELU and the residual add move 16 bytes
+// per thread access when every pointer is 16-byte aligned (the same arithmetic per element).
 // Device pointers; asynchronous on `stream`; returns the launch error (cudaErrorInvalidValue for
 // a negative size or, for RoPE, an odd head size).
 #pragma once
@@ -19,16 +21,18 @@ namespace strata::kernels::cuda {
 // out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may equal inp.
 template <typename T>
 cudaError_t gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream);
-// dinp (n) += gelu'(inp) * dout.
+// dinp (n) += gelu'(inp) * dout (overwrite: =; dinp must not alias inp or dout then).
 template <typename T>
-cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+cudaError_t gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream,
+                          bool overwrite = false);
 
 // inp (N, 2H) = [gate | up] per row; out (N, H) = silu(gate) * up.
 template <typename T>
 cudaError_t swiglu_forward(T* out, const T* inp, int64_t N, int64_t H, cudaStream_t stream);
-// dinp (N, 2H) += [d gate | d up] given dout (N, H).
+// dinp (N, 2H) += [d gate | d up] given dout (N, H) (overwrite: =).
 template <typename T>
-cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream);
+cudaError_t swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, cudaStream_t stream,
+                            bool overwrite = false);
 
 // out (n) = a (n) + b (n); out may equal a or b.
 template <typename T>

@@ -3,11 +3,15 @@
 //   forward : a block owns 64 query rows (4 warps x 16), walks the key tiles of 64 up to the
 //             diagonal: S = Q K^T, online softmax (base 2), O += P V; writes out and lse.
 //   dq      : a block owns 64 query rows: P recomputed from lse, dP = dO V^T, dS = P (dP - D),
-//             dq += scale dS K, with D = rowsum(dO * O) formed once per row.
+//             dq += scale dS K, with D = rowsum(dO * O) formed once per row -- and, given scratch,
+//             written there with lse in base 2 for the dk, dv kernel.
 //   dk, dv  : a block owns 64 keys of one kv head and walks, for each query head of its group, the
-//             query tiles from the diagonal on: dv += P^T dO, dk += scale dS^T Q.
-// Two kernels for the backward (dq apart from dk, dv) instead of atomics: deterministic. P and dS
-// enter the tensor cores rounded to the element type, as in FlashAttention; sums stay fp32.
+//             query tiles from the diagonal on: dv += P^T dO, dk += scale dS^T Q (D and lse read
+//             from the scratch the dq kernel filled, else formed again for each tile).
+// Every walk is software-pipelined: the next tiles' cp.async copies are in flight (two shared
+// buffers) while the current ones are used. Two kernels for the backward (dq apart from dk, dv)
+// instead of atomics: deterministic. P and dS enter the tensor cores rounded to the element type,
+// as in FlashAttention; sums stay fp32.
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; A holds rows
 // g, g + 8 and columns 2t, 2t + 1 (+ 8); B columns g, rows 2t, 2t + 1 (+ 8); C rows g, g + 8 and
 // columns 2t, 2t + 1. Shared tiles have a pitch of HS + 8 elements so ldmatrix rows fall in
@@ -24,6 +28,11 @@ namespace {
 constexpr int kTile = 64;  // rows a block owns, and columns of each inner tile
 constexpr int kWarps = 4;  // each warp owns 16 of the block's rows
 constexpr int kThreads = 32 * kWarps;
+// At head size 64 the dk, dv kernel's registers are capped for three blocks per multiprocessor (its
+// pipelined walk otherwise takes ~210, two blocks where the unpipelined one ran three; the cap
+// spills 40 bytes); at 128 it needs all 255 (a cap spills ~600 bytes) and shared memory allows two.
+template <int HS>
+constexpr int kDkvBlocksPerSm = HS == 64 ? 3 : 1;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -84,9 +93,18 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+// 4 bytes global -> shared, zero-filled when !valid.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 
 // Queues rows [row0, row0 + kTile) of a (T, ld) row-major tensor (HS elements used per row) into
 // a kTile x kPitch shared tile; rows at or past T become zeros. The caller waits and syncs.
@@ -170,8 +188,12 @@ template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
                                                            Shape s, float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + kTile * kPitch<HS>;
+  // Two (K, V) buffers [K0 V0 K1 V1]: tile kt in buffer kt % 2 while tile kt + 1 arrives in the
+  // other. (Offsets, not arrays of pointers: a run-time index would put an array in local memory.)
+  T* const base = reinterpret_cast<T*>(smem);
+  constexpr int kTileElems = kTile * kPitch<HS>;
+  const auto sK = [&](int buf) { return base + 2 * buf * kTileElems; };
+  const auto sV = [&](int buf) { return base + (2 * buf + 1) * kTileElems; };
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows start first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
@@ -181,13 +203,18 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
   const T* v_base = v + (b * s.T * s.NKV + kh) * HS;
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
 
-  // Q's fragments stay in registers; the tile passes through sK.
-  queue_tile<T, HS>(sK, q_base, q_ld, q0, s.T);
-  cp_async_wait_all();
+  // Q's fragments stay in registers; the tile passes through sV(1), while K, V tile 0 arrive.
+  queue_tile<T, HS>(sV(1), q_base, q_ld, q0, s.T);
+  cp_async_commit();
+  queue_tile<T, HS>(sK(0), k_base, kv_ld, 0, s.T);
+  queue_tile<T, HS>(sV(0), v_base, kv_ld, 0, s.T);
+  cp_async_commit();
+  cp_async_wait<1>();  // Q's group
   __syncthreads();
   uint32_t qf[HS / 16][4];
 #pragma unroll
-  for (int kb = 0; kb < HS / 16; ++kb) load_a<HS>(qf[kb], sK, warp * 16, kb * 16);
+  for (int kb = 0; kb < HS / 16; ++kb) load_a<HS>(qf[kb], sV(1), warp * 16, kb * 16);
+  __syncthreads();  // every warp has its Q fragments: buffer 1 is free
 
   float o[HS / 8][4];
 #pragma unroll
@@ -198,10 +225,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
   const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
   for (int kt = 0; kt <= qt; ++kt) {
-    __syncthreads();  // every warp is done with the previous K, V (and the staged Q)
-    queue_tile<T, HS>(sK, k_base, kv_ld, static_cast<int64_t>(kt) * kTile, s.T);
-    queue_tile<T, HS>(sV, v_base, kv_ld, static_cast<int64_t>(kt) * kTile, s.T);
-    cp_async_wait_all();
+    const int cur = kt & 1;
+    if (kt < qt) {  // the next tiles into the other buffer, free since the last iteration's barrier
+      queue_tile<T, HS>(sK(cur ^ 1), k_base, kv_ld, static_cast<int64_t>(kt + 1) * kTile, s.T);
+      queue_tile<T, HS>(sV(cur ^ 1), v_base, kv_ld, static_cast<int64_t>(kt + 1) * kTile, s.T);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile kt has landed; kt + 1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
 
     float sc[8][4];
@@ -214,7 +246,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bf[4];
-        load_b_rows_n<HS>(bf, sK, np * 16, kb * 16);
+        load_b_rows_n<HS>(bf, sK(cur), np * 16, kb * 16);
         Mma<T>::run(sc[2 * np], qf[kb], bf[0], bf[1]);
         Mma<T>::run(sc[2 * np + 1], qf[kb], bf[2], bf[3]);
       }
@@ -253,7 +285,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
           row_sum[i] += p;
         }
     }
-    p_times_tile<T, HS>(o, sc, sV);
+    p_times_tile<T, HS>(o, sc, sV(cur));
+    __syncthreads();  // every warp is done with buffer cur before the next iteration refills it
   }
 
 #pragma unroll
@@ -293,14 +326,24 @@ __device__ __forceinline__ void row_terms(float* d, float* lse2, const T* dout_r
   }
 }
 
+// Per-row terms of the backward the dq kernel hands to the dk, dv kernel: d[row] = D and
+// lse2[row] = lse in base 2, rows (b * NH + h) * T + t. Null: the dk, dv kernel forms them itself.
+struct RowTerms {
+  float* d = nullptr;
+  float* lse2 = nullptr;
+};
+
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
                                                       const T* out, const float* lse, Shape s, float scale_log2,
-                                                      float scale) {
+                                                      float scale, RowTerms terms) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + kTile * kPitch<HS>;
-  float* sD = reinterpret_cast<float*>(sV + kTile * kPitch<HS>);
+  // Two (K, V) buffers [K0 V0 K1 V1], as the forward; Q and dO pass through buffer 1 first.
+  T* const base = reinterpret_cast<T*>(smem);
+  constexpr int kTileElems = kTile * kPitch<HS>;
+  const auto sK = [&](int buf) { return base + 2 * buf * kTileElems; };
+  const auto sV = [&](int buf) { return base + (2 * buf + 1) * kTileElems; };
+  float* sD = reinterpret_cast<float*>(base + 4 * kTileElems);
   float* sL = sD + kTile;
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;
@@ -311,20 +354,30 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
   const T* v_base = v + (b * s.T * s.NKV + kh) * HS;
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
 
-  queue_tile<T, HS>(sK, q + q_off, q_ld, q0, s.T);
-  queue_tile<T, HS>(sV, dout + q_off, q_ld, q0, s.T);
+  queue_tile<T, HS>(sK(1), q + q_off, q_ld, q0, s.T);
+  queue_tile<T, HS>(sV(1), dout + q_off, q_ld, q0, s.T);
+  cp_async_commit();
+  queue_tile<T, HS>(sK(0), k_base, kv_ld, 0, s.T);
+  queue_tile<T, HS>(sV(0), v_base, kv_ld, 0, s.T);
+  cp_async_commit();
   row_terms<T, HS>(sD, sL, dout + q_off, out + q_off, q_ld, lse + (b * s.NH + h) * s.T, q0, s.T);
-  cp_async_wait_all();
+  cp_async_wait<1>();  // Q and dO
   __syncthreads();
   uint32_t qf[HS / 16][4], dof[HS / 16][4];
 #pragma unroll
   for (int kb = 0; kb < HS / 16; ++kb) {
-    load_a<HS>(qf[kb], sK, warp * 16, kb * 16);
-    load_a<HS>(dof[kb], sV, warp * 16, kb * 16);
+    load_a<HS>(qf[kb], sK(1), warp * 16, kb * 16);
+    load_a<HS>(dof[kb], sV(1), warp * 16, kb * 16);
   }
   const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float row_d[2] = {sD[warp * 16 + g], sD[warp * 16 + g + 8]};
   const float row_lse[2] = {sL[warp * 16 + g], sL[warp * 16 + g + 8]};
+  if (terms.d != nullptr && threadIdx.x < kTile && q0 + threadIdx.x < s.T) {
+    const int64_t row = (b * s.NH + h) * s.T + q0 + threadIdx.x;
+    terms.d[row] = sD[threadIdx.x];
+    terms.lse2[row] = sL[threadIdx.x];
+  }
+  __syncthreads();  // buffer 1 is free
 
   float acc[HS / 8][4];
 #pragma unroll
@@ -333,10 +386,15 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
   for (int kt = 0; kt <= qt; ++kt) {
-    __syncthreads();
-    queue_tile<T, HS>(sK, k_base, kv_ld, static_cast<int64_t>(kt) * kTile, s.T);
-    queue_tile<T, HS>(sV, v_base, kv_ld, static_cast<int64_t>(kt) * kTile, s.T);
-    cp_async_wait_all();
+    const int cur = kt & 1;
+    if (kt < qt) {
+      queue_tile<T, HS>(sK(cur ^ 1), k_base, kv_ld, static_cast<int64_t>(kt + 1) * kTile, s.T);
+      queue_tile<T, HS>(sV(cur ^ 1), v_base, kv_ld, static_cast<int64_t>(kt + 1) * kTile, s.T);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
 
     float p[8][4], dp[8][4];
@@ -349,8 +407,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bk[4], bv[4];
-        load_b_rows_n<HS>(bk, sK, np * 16, kb * 16);
-        load_b_rows_n<HS>(bv, sV, np * 16, kb * 16);
+        load_b_rows_n<HS>(bk, sK(cur), np * 16, kb * 16);
+        load_b_rows_n<HS>(bv, sV(cur), np * 16, kb * 16);
         Mma<T>::run(p[2 * np], qf[kb], bk[0], bk[1]);
         Mma<T>::run(p[2 * np + 1], qf[kb], bk[2], bk[3]);
         Mma<T>::run(dp[2 * np], dof[kb], bv[0], bv[1]);
@@ -367,7 +425,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
         const float pr = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - row_lse[i]);
         p[n][e] = pr * (dp[n][e] - row_d[i]);  // dS
       }
-    p_times_tile<T, HS>(acc, p, sK);
+    p_times_tile<T, HS>(acc, p, sK(cur));
+    __syncthreads();  // buffer cur is free for the iteration after next's tiles
   }
 
 #pragma unroll
@@ -383,17 +442,24 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
   }
 }
 
-template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads) dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k,
+// kTermsGiven: D and lse2 of every query row come from `terms` (the dq kernel wrote them), copied
+// with the tiles; otherwise each tile's are formed from dout, out and lse again.
+template <typename T, int HS, bool kTermsGiven>
+__global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k,
                                                        const T* v, const T* out, const float* lse, Shape s,
-                                                       float scale_log2, float scale) {
+                                                       float scale_log2, float scale, RowTerms terms) {
+  static_assert(kThreads == 2 * kTile, "one thread per row term: D by the first half, lse2 by the second");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + kTile * kPitch<HS>;
-  T* sQ = sV + kTile * kPitch<HS>;
-  T* sO = sQ + kTile * kPitch<HS>;  // dout's tile
-  float* sD = reinterpret_cast<float*>(sO + kTile * kPitch<HS>);
-  float* sL = sD + kTile;
+  // [K V Q0 dO0 Q1 dO1 | D0 lse0 D1 lse1]: K and V for the whole walk, two (Q, dO, D, lse2)
+  // buffers: step i in buffer i % 2 while step i + 1 arrives in the other.
+  constexpr int kTileElems = kTile * kPitch<HS>;
+  T* const sK = reinterpret_cast<T*>(smem);
+  T* const sV = sK + kTileElems;
+  float* const terms_base = reinterpret_cast<float*>(sK + 6 * kTileElems);
+  const auto sQ = [&](int buf) { return sK + (2 + 2 * buf) * kTileElems; };
+  const auto sO = [&](int buf) { return sK + (3 + 2 * buf) * kTileElems; };
+  const auto sD = [&](int buf) { return terms_base + 2 * buf * kTile; };
+  const auto sL = [&](int buf) { return terms_base + (2 * buf + 1) * kTile; };
   const int64_t b = blockIdx.x / s.NKV, kh = blockIdx.x % s.NKV, group = s.NH / s.NKV;
   const int kt = blockIdx.y;  // the first key tiles see the most queries: they start first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
@@ -401,9 +467,32 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(T* dk, T* dv, const T* do
   const int64_t kv_off = (b * s.T * s.NKV + kh) * HS;
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
   const int n_qt = static_cast<int>((s.T + kTile - 1) / kTile);
+  // The steps: for each query head h of the group, the query tiles qt = kt .. n_qt - 1.
+  const int spans = n_qt - kt;
+  const int steps = static_cast<int>(group) * spans;
+  const auto head_of = [&](int i) { return kh * group + i / spans; };
+  const auto tile_of = [&](int i) { return kt + i % spans; };
+  const auto queue_step = [&](int i, int buf) {
+    const int64_t h = head_of(i), q0 = static_cast<int64_t>(tile_of(i)) * kTile;
+    const int64_t q_off = (b * s.T * s.NH + h) * HS;
+    queue_tile<T, HS>(sQ(buf), q + q_off, q_ld, q0, s.T);
+    queue_tile<T, HS>(sO(buf), dout + q_off, q_ld, q0, s.T);
+    if constexpr (kTermsGiven) {
+      const int r = threadIdx.x % kTile;
+      const bool valid = q0 + r < s.T;  // rows past T: 0 (their P is masked below)
+      const int64_t row = (b * s.NH + h) * s.T + (valid ? q0 + r : 0);
+      if (threadIdx.x < kTile) {
+        cp_async_4(sD(buf) + r, terms.d + row, valid);
+      } else {
+        cp_async_4(sL(buf) + r, terms.lse2 + row, valid);
+      }
+    }
+  };
 
   queue_tile<T, HS>(sK, k + kv_off, kv_ld, k0, s.T);
   queue_tile<T, HS>(sV, v + kv_off, kv_ld, k0, s.T);
+  queue_step(0, 0);
+  cp_async_commit();
   const int64_t keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
 
   float dk_acc[HS / 8][4], dv_acc[HS / 8][4];
@@ -412,39 +501,43 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(T* dk, T* dv, const T* do
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
 
-  for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
-    const int64_t q_off = (b * s.T * s.NH + h) * HS;
-    const float* lse_h = lse + (b * s.NH + h) * s.T;
-    for (int qt = kt; qt < n_qt; ++qt) {
-      const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-      __syncthreads();  // every warp is done with the previous Q, dO, D, lse
-      queue_tile<T, HS>(sQ, q + q_off, q_ld, q0, s.T);
-      queue_tile<T, HS>(sO, dout + q_off, q_ld, q0, s.T);
-      row_terms<T, HS>(sD, sL, dout + q_off, out + q_off, q_ld, lse_h, q0, s.T);
-      cp_async_wait_all();
-      __syncthreads();
-
-      // S^T (this warp's 16 keys x 64 queries) = K Q^T, then P^T.
-      float p[8][4];
-      rows_times_cols<T, HS>(p, sK, warp * 16, sQ);
-      const bool diagonal = qt == kt;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = n * 8 + t4 * 2 + (e & 1);
-          const bool masked = diagonal && q0 + c < keys[e >> 1];
-          p[n][e] = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - sL[c]);
-        }
-      p_times_tile<T, HS>(dv_acc, p, sO);  // dv += P^T dO
-      float ds[8][4];
-      rows_times_cols<T, HS>(ds, sV, warp * 16, sO);  // dP^T = V dO^T
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - sD[n * 8 + t4 * 2 + (e & 1)]);
-      p_times_tile<T, HS>(dk_acc, ds, sQ);  // dk += dS^T Q (scaled below)
+  for (int i = 0; i < steps; ++i) {
+    const int cur = i & 1;
+    const int64_t q0 = static_cast<int64_t>(tile_of(i)) * kTile;
+    if (i + 1 < steps) {  // the other buffer is free since the last iteration's closing barrier
+      queue_step(i + 1, cur ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
+    if constexpr (!kTermsGiven) {
+      const int64_t h = head_of(i), q_off = (b * s.T * s.NH + h) * HS;
+      row_terms<T, HS>(sD(cur), sL(cur), dout + q_off, out + q_off, q_ld, lse + (b * s.NH + h) * s.T, q0, s.T);
+    }
+    __syncthreads();
+
+    // S^T (this warp's 16 keys x 64 queries) = K Q^T, then P^T.
+    float p[8][4];
+    rows_times_cols<T, HS>(p, sK, warp * 16, sQ(cur));
+    const bool diagonal = q0 == k0;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + t4 * 2 + (e & 1);
+        const bool masked = (diagonal && q0 + c < keys[e >> 1]) || q0 + c >= s.T;
+        p[n][e] = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - sL(cur)[c]);
+      }
+    p_times_tile<T, HS>(dv_acc, p, sO(cur));  // dv += P^T dO
+    float ds[8][4];
+    rows_times_cols<T, HS>(ds, sV, warp * 16, sO(cur));  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - sD(cur)[n * 8 + t4 * 2 + (e & 1)]);
+    p_times_tile<T, HS>(dk_acc, ds, sQ(cur));  // dk += dS^T Q (scaled below)
+    __syncthreads();  // every warp is done with buffer cur before the step after next refills it
   }
 
 #pragma unroll
@@ -486,23 +579,32 @@ template <typename T, int HS>
 cudaError_t forward_hs(T* out, float* lse, const T* q, const T* k, const T* v, Shape s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kTile - 1) / kTile));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HS));
-  return launch(forward_kernel<T, HS>, grid, 2 * tile_bytes<HS, T>(), stream, out, lse, q, k, v, s, scale_log2);
+  return launch(forward_kernel<T, HS>, grid, 4 * tile_bytes<HS, T>(), stream, out, lse, q, k, v, s, scale_log2);
 }
 
 template <typename T, int HS>
 cudaError_t backward_hs(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const float* lse, Shape s, cudaStream_t stream) {
+                        const float* lse, Shape s, float* scratch, size_t scratch_floats, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>((s.T + kTile - 1) / kTile);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const float scale_log2 = kLog2e * scale;
   const size_t rows_bytes = 2 * kTile * sizeof(float);
+  const uint64_t rows = static_cast<uint64_t>(s.B * s.NH * s.T);
+  RowTerms terms;
+  if (scratch != nullptr && 2 * rows <= scratch_floats) terms = RowTerms{scratch, scratch + rows};
   if (cudaError_t e = launch(dq_kernel<T, HS>, dim3(static_cast<unsigned>(s.B * s.NH), tiles),
-                             2 * tile_bytes<HS, T>() + rows_bytes, stream, dq, dout, q, k, v, out, lse, s, scale_log2,
-                             scale);
+                             4 * tile_bytes<HS, T>() + rows_bytes, stream, dq, dout, q, k, v, out, lse, s, scale_log2,
+                             scale, terms);
       e != cudaSuccess)
     return e;
-  return launch(dkv_kernel<T, HS>, dim3(static_cast<unsigned>(s.B * s.NKV), tiles), 4 * tile_bytes<HS, T>() + rows_bytes,
-                stream, dk, dv, dout, q, k, v, out, lse, s, scale_log2, scale);
+  const dim3 grid(static_cast<unsigned>(s.B * s.NKV), tiles);
+  const size_t smem = 6 * tile_bytes<HS, T>() + 2 * rows_bytes;
+  if (terms.d != nullptr) {
+    return launch(dkv_kernel<T, HS, true>, grid, smem, stream, dk, dv, dout, q, k, v, out, lse, s, scale_log2, scale,
+                  terms);
+  }
+  return launch(dkv_kernel<T, HS, false>, grid, smem, stream, dk, dv, dout, q, k, v, out, lse, s, scale_log2, scale,
+                terms);
 }
 
 }  // namespace
@@ -535,14 +637,14 @@ cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int6
 template <typename T>
 cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                      const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, float* scratch, size_t scratch_floats) {
   if constexpr (std::is_same_v<T, float>) {
     return cudaErrorInvalidValue;
   } else {
     const Shape s{B, T_len, NH, NKV};
     if (B * NH > 0x7fffffff || (T_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidValue;
-    return HS == 64 ? backward_hs<T, 64>(dq, dk, dv, dout, q, k, v, out, lse, s, stream)
-                    : backward_hs<T, 128>(dq, dk, dv, dout, q, k, v, out, lse, s, stream);
+    return HS == 64 ? backward_hs<T, 64>(dq, dk, dv, dout, q, k, v, out, lse, s, scratch, scratch_floats, stream)
+                    : backward_hs<T, 128>(dq, dk, dv, dout, q, k, v, out, lse, s, scratch, scratch_floats, stream);
   }
 }
 
@@ -551,7 +653,7 @@ cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
   template cudaError_t forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
                                   int64_t, cudaStream_t);                                                        \
   template cudaError_t backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*,   \
-                                   int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                   int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, float*, size_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_FLASH)
 #undef STRATA_INSTANTIATE_FLASH
 

@@ -22,9 +22,12 @@ template <typename T>
 cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len, int64_t NH,
                     int64_t NKV, int64_t HS, cudaStream_t stream);
 
+// scratch (stream-ordered device scratch; may be null): when it holds 2 B NH T floats, the dq
+// kernel leaves each query row's D = rowsum(dout * out) and lse there for the dk, dv kernel, which
+// otherwise forms them again for every key tile.
 template <typename T>
 cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                      const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                     cudaStream_t stream);
+                     cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0);
 
 }  // namespace strata::kernels::cuda::flash

@@ -7,7 +7,12 @@
 // The biased forward is one cuBLASLt matmul with the bias epilogue (planned once per shape). A
 // 16-bit accumulating GEMM writes its fp32 product, tile by tile, to ctx.product (beta = 0) and
 // finish_tile_kernel forms round(old + product) in place; the Lt-less biased forward uses the same
-// tiles with round(bias + product). dbias is a fixed-order (two-pass when it pays) column sum.
+// tiles with round(bias + product). An overwriting GEMM writes T straight (beta = 0). dbias is a
+// fixed-order (two-pass when it pays) column sum. A padded row stride splits OC into the aligned
+// rows (cuBLAS) and a tail of fewer than 16 bytes of rows: the tail's forward is
+// tail_forward_kernel, its dinp term is added to the product tile before the one rounding
+// (DinpTail), its dweight rows are fixed-order column sums (DweightTail).
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
@@ -113,15 +118,51 @@ int64_t row_stride(int64_t OC, int64_t stride) { return stride == 0 ? OC : strid
 // sits in `product` (leading dimension ldp >= rows). kAccumulate: out = round(out + product);
 // otherwise out = round(bias[row] + product), or round(product) when bias is null (bias indexed by
 // the tile's row). Grid: x strides over rows (coalesced), y over columns; no index divisions.
-template <typename T, bool kAccumulate>
+// No tail: the product tile is the whole value (never called).
+struct NoTail {};
+
+// The tail's part of dinp^T (C, N) at (c, n): sum over the tail rows j of dout[n, j] w[j, c], in
+// j order (dout at the tail's first column, w at its first row).
+template <typename T>
+struct DinpTail {
+  const T* dout;
+  int64_t ldd;
+  const T* w;
+  int64_t C;
+  int rows;
+  __device__ float operator()(int64_t c, int64_t n) const {
+    float sum = 0.0f;
+    for (int j = 0; j < rows; ++j) sum += detail::load(dout + n * ldd + j) * detail::load(w + j * C + c);
+    return sum;
+  }
+};
+
+// Row tail of dweight as column sums: dweight[j, c] = sum_n dout[n, j] inp[n, c], the (rows, C)
+// tail block seen as rows * C columns cc = j * C + c (dout at the tail's first column).
+template <typename T>
+struct DweightTail {
+  const T* dout;
+  int64_t ldd;
+  const T* inp;
+  int64_t C;
+  __device__ float operator()(int64_t n, int64_t cc) const {
+    const int64_t j = cc / C, c = cc - j * C;
+    return detail::load(dout + n * ldd + j) * detail::load(inp + n * C + c);
+  }
+};
+
+// `tail(row, col)` (global indices of the GEMM's output, row r0 + r and column c0 + c) is added to
+// the product before the old value or the bias: out = round(old + (product + tail)).
+template <typename T, bool kAccumulate, typename Tail>
 __global__ void finish_tile_kernel(T* out, int64_t ldc, const float* product, int64_t ldp, int64_t rows,
-                                   int64_t cols, const T* bias) {
+                                   int64_t cols, const T* bias, Tail tail, int64_t r0, int64_t c0) {
   const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = blockIdx.y; c < cols; c += gridDim.y) {
     T* out_col = out + c * ldc;
     const float* product_col = product + c * ldp;
     for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += row_stride) {
-      const float p = product_col[r];
+      float p = product_col[r];
+      if constexpr (!std::is_same_v<Tail, NoTail>) p += tail(r0 + r, c0 + c);
       if constexpr (kAccumulate) {
         detail::store(out_col + r, detail::load(out_col + r) + p);
       } else {
@@ -133,16 +174,16 @@ __global__ void finish_tile_kernel(T* out, int64_t ldc, const float* product, in
 
 inline constexpr int64_t kFinishMaxGridY = 65535;
 
-// Cm (m, n, ldc) = round(Cm + op(A) op(B)) for kAccumulate, or round(bias + op(A) op(B)) otherwise
-// (bias may be null), through product tiles of at most ctx.product_floats: columns [c0, c0 + cols)
-// and, only when one column is larger than the workspace, rows [r0, r0 + rows). A tile's columns
-// are padded to a multiple of 4 floats (16 bytes), so the product's leading dimension never limits
-// cuBLAS to unvectorized kernels. Each tile: one GEMM with beta = 0 into fp32, then one
-// finish_tile_kernel.
-template <typename T, bool kAccumulate>
+// Cm (m, n, ldc) = round(Cm + op(A) op(B) + tail) for kAccumulate, or round(bias + op(A) op(B) +
+// tail) otherwise (bias may be null; the tail term is NoTail's 0 unless given), through product
+// tiles of at most ctx.product_floats: columns [c0, c0 + cols) and, only when one column is larger
+// than the workspace, rows [r0, r0 + rows). A tile's columns are padded to a multiple of 4 floats
+// (16 bytes), so the product's leading dimension never limits cuBLAS to unvectorized kernels. Each
+// tile: one GEMM with beta = 0 into fp32 (k = 0: the tile zeroed), then one finish_tile_kernel.
+template <typename T, bool kAccumulate, typename Tail = NoTail>
 GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
                             int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
-                            const T* bias, const GemmOptions& options, cudaStream_t stream) {
+                            const T* bias, const GemmOptions& options, cudaStream_t stream, Tail tail = {}) {
   GemmStatus status;
   if (ctx.product == nullptr || ctx.product_floats == 0) {
     status.cublas = CUBLAS_STATUS_NOT_INITIALIZED;
@@ -162,33 +203,44 @@ GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cubl
       const int64_t rows = m - r0 < tile_rows ? m - r0 : tile_rows;
       // Row r of op(A) starts at A + r (op N) or A + r * lda (op T).
       const T* a_tile = op_a == CUBLAS_OP_N ? A + r0 : A + r0 * lda;
-      status.cublas = gemm<T>(ctx.cublas, op_a, op_b, rows, cols, k, a_tile, lda, b_tile, ldb, 0.0f, ctx.product,
-                              CUDA_R_32F, ldp, options);
+      if (k > 0) {
+        status.cublas = gemm<T>(ctx.cublas, op_a, op_b, rows, cols, k, a_tile, lda, b_tile, ldb, 0.0f, ctx.product,
+                                CUDA_R_32F, ldp, options);
+      } else {  // an empty sum (the whole OC is a tail): the tile is zero
+        status.cuda = cudaMemset2DAsync(ctx.product, ldp * sizeof(float), 0, rows * sizeof(float), cols, stream);
+      }
       if (!status.ok()) return status;
       const int64_t row_blocks = (rows + detail::kBlock - 1) / detail::kBlock;
       const dim3 grid(static_cast<unsigned>(row_blocks < detail::kMaxGridX ? row_blocks : detail::kMaxGridX),
                       static_cast<unsigned>(cols < kFinishMaxGridY ? cols : kFinishMaxGridY));
-      finish_tile_kernel<T, kAccumulate><<<grid, detail::kBlock, 0, stream>>>(
-          Cm + c0 * ldc + r0, ldc, ctx.product, ldp, rows, cols, bias != nullptr ? bias + r0 : nullptr);
+      finish_tile_kernel<T, kAccumulate, Tail><<<grid, detail::kBlock, 0, stream>>>(
+          Cm + c0 * ldc + r0, ldc, ctx.product, ldp, rows, cols, bias != nullptr ? bias + r0 : nullptr, tail, r0, c0);
       if (status.cuda = cudaGetLastError(); !status.ok()) return status;
     }
   }
   return status;
 }
 
-// Cm (m, n) += op(A) op(B), rounded once to T: beta = 1 in cuBLAS for fp32, product tiles for
-// 16-bit T.
-template <typename T>
-GemmStatus gemm_accumulate(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
-                           int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
-                           const GemmOptions& options, cudaStream_t stream) {
-  if constexpr (!is_16bit<T>()) {
+// Cm (m, n) += op(A) op(B) + tail (or = when `overwrite`), each element rounded once to T. One
+// cuBLAS GEMM when it can round once itself -- overwriting (beta = 0), or adding in fp32 (beta =
+// 1) -- and no tail is given; otherwise product tiles (16-bit adding: cuBLAS would round the
+// product before the add; a tail: it joins the product before the rounding).
+template <typename T, typename Tail = NoTail>
+GemmStatus gemm_store(const GemmContext& ctx, bool overwrite, cublasOperation_t op_a, cublasOperation_t op_b,
+                      int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm,
+                      int64_t ldc, const GemmOptions& options, cudaStream_t stream, Tail tail = {}) {
+  constexpr bool kTail = !std::is_same_v<Tail, NoTail>;
+  if (!kTail && (overwrite || !is_16bit<T>())) {
     GemmStatus status;
-    status.cublas = gemm<T>(ctx.cublas, op_a, op_b, m, n, k, A, lda, B, ldb, 1.0f, Cm, CUDA_R_32F, ldc, options);
+    status.cublas = gemm<T>(ctx.cublas, op_a, op_b, m, n, k, A, lda, B, ldb, overwrite ? 0.0f : 1.0f, Cm,
+                            data_type<T>(), ldc, options);
     return status;
-  } else {
-    return gemm_via_product<T, true>(ctx, op_a, op_b, m, n, k, A, lda, B, ldb, Cm, ldc, nullptr, options, stream);
   }
+  if (overwrite) {
+    return gemm_via_product<T, false>(ctx, op_a, op_b, m, n, k, A, lda, B, ldb, Cm, ldc, nullptr, options, stream,
+                                      tail);
+  }
+  return gemm_via_product<T, true>(ctx, op_a, op_b, m, n, k, A, lda, B, ldb, Cm, ldc, nullptr, options, stream, tail);
 }
 
 // --- the biased forward through cuBLASLt -----------------------------------------------------------
@@ -317,12 +369,78 @@ __global__ void broadcast_bias_kernel(T* out, const T* bias, int64_t N, int64_t 
   }
 }
 
+// The OC split (gemm.cuh): tails have fewer than kMaxTailRows rows.
+inline constexpr int kMaxTailRows = 8;
+inline constexpr int kTailWarps = 8;  // rows n per block of tail_forward_kernel
+
+// out[n, j] (row stride ldo) = round(bias[j] + sum_c inp[n, c] w[j, c]) for j < rows (the tail's
+// out, w and bias start at its first row): one warp per row n, each lane summing its columns
+// c = lane, lane + 32, ... in order, then the xor butterfly: a fixed order.
+template <typename T>
+__global__ void __launch_bounds__(32 * kTailWarps) tail_forward_kernel(T* out, int64_t ldo, const T* inp,
+                                                                       const T* w, const T* bias, int64_t N,
+                                                                       int64_t C, int rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kTailWarps + threadIdx.x / 32;
+  if (n >= N) return;  // n is the same for the whole warp: it leaves together
+  float acc[kMaxTailRows];
+#pragma unroll
+  for (int j = 0; j < kMaxTailRows; ++j) acc[j] = 0.0f;
+  const T* x = inp + n * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float xv = detail::load(x + c);
+#pragma unroll
+    for (int j = 0; j < kMaxTailRows; ++j) {
+      if (j < rows) acc[j] += xv * detail::load(w + j * C + c);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxTailRows; ++j) {
+    if (j >= rows) break;
+    const float sum = detail::warp_sum(acc[j]);
+    if (lane == 0) detail::store(out + n * ldo + j, bias != nullptr ? detail::load(bias + j) + sum : sum);
+  }
+}
+
+// The rows of OC that go through cuBLAS for a caller's row stride `ld` (of out or dout): all of
+// them, unless OC is not a whole number of 16-byte vectors while ld, C and every pointer keep such
+// vectors (then aligned_rows(OC), possibly 0: the rest is the tail).
+template <typename T>
+int64_t blas_rows(int64_t OC, int64_t ld, int64_t C, std::initializer_list<const void*> pointers) {
+  const int64_t main = aligned_rows<T>(OC);
+  if (main == OC || ld != aligned_rows<T>(ld) || C != aligned_rows<T>(C)) return OC;
+  for (const void* p : pointers) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return OC;
+  }
+  return main;
+}
+
 template <typename T>
 struct RowValue {
   const T* data;
   int64_t ld;  // row stride
   __device__ float operator()(int64_t n, int64_t c) const { return detail::load(data + n * ld + c); }
 };
+
+// out (N, OC) = inp . weight^T + bias through cuBLAS(Lt): the whole forward when nothing is split.
+template <typename T>
+GemmStatus forward_through_blas(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias,
+                                int64_t N, int64_t C, int64_t OC, int64_t ldo, const GemmOptions& options,
+                                cudaStream_t stream) {
+  GemmStatus status;
+  if (bias == nullptr) {
+    status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out,
+                            data_type<T>(), ldo, options);
+    return status;
+  }
+  if (ctx.lt != nullptr) {
+    bool done = false;
+    status.cublas = lt_biased_forward(ctx, out, inp, weight, bias, N, C, OC, ldo, options, stream, &done);
+    if (!status.ok() || done) return status;
+  }
+  return gemm_via_product<T, false>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, ldo, bias,
+                                    options, stream);
+}
 
 }  // namespace
 
@@ -346,45 +464,77 @@ GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T*
     return status;
   }
   if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
-  if (bias == nullptr) {
-    status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out,
-                            data_type<T>(), ldo, options);
+  const int64_t main = blas_rows<T>(OC, ldo, C, {out, inp, weight, bias});
+  if (main > 0) {
+    status = forward_through_blas(ctx, out, inp, weight, bias, N, C, main, ldo, options, stream);
+    if (!status.ok() || main == OC) return status;
+  }
+  const int64_t blocks = (N + kTailWarps - 1) / kTailWarps;
+  if (blocks > 0x7fffffff) {
+    status.cuda = cudaErrorInvalidValue;
     return status;
   }
-  if (ctx.lt != nullptr) {
-    bool done = false;
-    status.cublas = lt_biased_forward(ctx, out, inp, weight, bias, N, C, OC, ldo, options, stream, &done);
-    if (!status.ok() || done) return status;
-  }
-  return gemm_via_product<T, false>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, ldo, bias,
-                                    options, stream);
+  tail_forward_kernel<<<static_cast<unsigned>(blocks), 32 * kTailWarps, 0, stream>>>(
+      out + main, ldo, inp, weight + main * C, bias != nullptr ? bias + main : nullptr, N, C,
+      static_cast<int>(OC - main));
+  status.cuda = cudaGetLastError();
+  return status;
 }
 
 template <typename T>
 GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
-                           cudaStream_t stream, int64_t dout_stride) {
+                           cudaStream_t stream, int64_t dout_stride, GradStores stores) {
   GemmStatus status;
   const int64_t ldd = row_stride(OC, dout_stride);
   if (!valid_shape(N, C, OC, ldd)) {
     status.cublas = CUBLAS_STATUS_INVALID_VALUE;
     return status;
   }
-  if (N == 0 || OC == 0) return status;  // every gradient term is an empty sum
+  if (N == 0 || OC == 0) {  // every gradient term is an empty sum
+    if (N == 0 && OC > 0 && C > 0 && stores.overwrite_dweight && dweight != nullptr) {
+      status.cuda = cudaMemsetAsync(dweight, 0, sizeof(T) * OC * C, stream);
+      if (!status.ok()) return status;
+    }
+    if (N == 0 && OC > 0 && stores.overwrite_dweight && dbias != nullptr) {
+      status.cuda = cudaMemsetAsync(dbias, 0, sizeof(T) * OC, stream);
+      if (!status.ok()) return status;
+    }
+    if (OC == 0 && N > 0 && C > 0 && stores.overwrite_dinp && dinp != nullptr) {
+      status.cuda = cudaMemsetAsync(dinp, 0, sizeof(T) * N * C, stream);
+    }
+    return status;
+  }
   if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
+  const int64_t main = blas_rows<T>(OC, ldd, C, {dout, inp, weight, dinp, dweight});
   if (dinp != nullptr && C > 0) {
-    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, ldd, dinp, C, options,
-                                stream);
+    if (main == OC) {
+      status = gemm_store<T>(ctx, stores.overwrite_dinp, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, ldd,
+                             dinp, C, options, stream);
+    } else {  // the tail rows' term joins the product tile before the one rounding
+      const DinpTail<T> tail{dout + main, ldd, weight + main * C, C, static_cast<int>(OC - main)};
+      status = gemm_store<T>(ctx, stores.overwrite_dinp, CUBLAS_OP_N, CUBLAS_OP_N, C, N, main, weight, C, dout, ldd,
+                             dinp, C, options, stream, tail);
+    }
     if (!status.ok()) return status;
   }
   if (dweight != nullptr && C > 0) {
-    status = gemm_accumulate<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldd, dweight, C, options,
-                                stream);
-    if (!status.ok()) return status;
+    if (main > 0) {
+      status = gemm_store<T>(ctx, stores.overwrite_dweight, CUBLAS_OP_N, CUBLAS_OP_T, C, main, N, inp, C, dout, ldd,
+                             dweight, C, options, stream);
+      if (!status.ok()) return status;
+    }
+    if (main < OC) {  // the tail rows: (OC - main) * C fixed-order column sums over the N rows
+      status.cuda = detail::add_column_sums(dweight + main * C, N, (OC - main) * C,
+                                            DweightTail<T>{dout + main, ldd, inp, C}, stream, ctx.product,
+                                            ctx.product_floats, stores.overwrite_dweight);
+      if (!status.ok()) return status;
+    }
   }
   // The product tiles are free again (stream order): they hold the column sums' partials.
   if (dbias != nullptr) {
-    status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, ldd}, stream, ctx.product, ctx.product_floats);
+    status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, ldd}, stream, ctx.product,
+                                          ctx.product_floats, stores.overwrite_dweight);
   }
   return status;
 }
@@ -393,7 +543,7 @@ GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias
   template GemmStatus matmul_forward<T>(const GemmContext&, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                         int64_t, GemmOptions, cudaStream_t, int64_t);                             \
   template GemmStatus matmul_backward<T>(const GemmContext&, T*, T*, T*, const T*, const T*, const T*, int64_t,    \
-                                         int64_t, int64_t, GemmOptions, cudaStream_t, int64_t);
+                                         int64_t, int64_t, GemmOptions, cudaStream_t, int64_t, GradStores);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM
 

@@ -88,25 +88,49 @@ struct GemmContext {
 // in fp32 before the single rounding; when cuBLASLt is absent (ctx.lt null) or offers no
 // algorithm for the shape, the product goes through ctx.product tiles and one kernel adds the bias
 // (same single rounding). Without a bias: cublasGemmEx, beta = 0.
-// Speed: an OC whose rows are not 16-byte multiples (GPT-2's V = 50257) leaves cuBLAS only its
-// unvectorized "align1" kernels, forward and backward (measured on an H100, N = 16384, C = 768:
-// forward 13.2 ms, backward 17.5 ms; with V padded to 50304: 1.6 ms and 6.9 ms). Routing such a
-// forward through padded fp32 product tiles here was slower still (20.8 ms); the fix is a padded
-// leading dimension in the caller's layout: out_stride, the row stride of out in elements (0 means
-// OC, else >= OC; columns [OC, out_stride) of each row are never written), passed to cuBLAS(Lt) as
-// the output's leading dimension (cuBLAS may pick another kernel for it: same fp32 accumulation,
-// not necessarily the same bits).
+// Speed: an OC that is not a whole number of 16-byte vectors of T (GPT-2's V = 50257) leaves cuBLAS
+// only its unvectorized "align1" kernels, forward and backward (measured on an H100, N = 16384,
+// C = 768: forward 13.2 ms, backward 17.5 ms; with V = 50304: 1.6 ms and 6.9 ms), even with a padded
+// leading dimension (measured: the GEMM's own dimension decides). So the caller pads the row
+// stride -- out_stride, the row stride of out in elements (0 means OC, else >= OC; columns
+// [OC, out_stride) of each row are never written) -- and when that stride, C and the pointers keep
+// 16-byte vectors, the GEMMs here run over the first aligned_rows<T>(OC) rows of the weight
+// (50256) through cuBLAS and the tail rows (fewer than a vector: 1 for GPT-2) through strata's own
+// kernels (tail_forward_kernel; in the backward a tail term folded into the fp32 product tile and
+// fixed-order column sums): every cuBLAS kernel vectorized, every element still formed in fp32 and
+// rounded once. Without such a stride the whole OC goes to cuBLAS as before.
 template <typename T>
 GemmStatus matmul_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
                           int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream, int64_t out_stride = 0);
 
+// How matmul_backward stores the gradients it computes. Adding (the default): grad += value, the
+// sum with the old value formed in fp32 and rounded once -- for 16-bit T through the fp32 product
+// tiles and a second pass (finish_tile_kernel), since cuBLAS rounds the product before adding.
+// Overwriting: grad = value rounded once, the old contents never read: for 16-bit T one cuBLAS
+// GEMM with beta = 0 straight into the gradient, no tile and no second pass. Overwriting gives what
+// adding into a zeroed gradient gives (an exact zero's sign aside: -0 + +0 is +0). dbias follows
+// dweight's choice.
+struct GradStores {
+  bool overwrite_dinp = false;
+  bool overwrite_dweight = false;
+};
+
 // Given dout (N, OC): dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp;
-// dbias (OC) += sum_n dout[n]. Each gradient may be null (not computed). Each += is formed in
-// fp32 and rounded once to T. dout_stride: dout's row stride in elements (0 means OC, else >= OC;
-// its padding is never read), dout's leading dimension in both GEMMs.
+// dbias (OC) += sum_n dout[n] (or = each, by `stores`). Each gradient may be null (not computed).
+// Each value is formed in fp32 and rounded once to T. dout_stride: dout's row stride in elements
+// (0 means OC, else >= OC; its padding is never read), dout's leading dimension in both GEMMs; a
+// padded stride splits OC as the forward does (see matmul_forward).
 template <typename T>
 GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,
-                           cudaStream_t stream, int64_t dout_stride = 0);
+                           cudaStream_t stream, int64_t dout_stride = 0, GradStores stores = {});
+
+// The rows of an OC-row weight whose GEMMs go through cuBLAS when the caller's row stride allows
+// the split (see matmul_forward): OC rounded down to a whole number of 16-byte vectors of T.
+template <typename T>
+constexpr int64_t aligned_rows(int64_t OC) {
+  constexpr int64_t kVector = 16 / static_cast<int64_t>(sizeof(T));
+  return OC / kVector * kVector;
+}
 
 }  // namespace strata::kernels::cuda

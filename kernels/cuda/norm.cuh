@@ -21,18 +21,31 @@ cudaError_t layernorm_forward(T* out, float* mean, float* rstd, const T* inp, co
                               int64_t N, int64_t C, float eps, cudaStream_t stream);
 
 // dinp (N, C) +=, dweight (C) +=, dbias (C) += given dout (N, C); any gradient may be null.
+// One fused pass when `scratch` (stream-ordered device scratch, scratch_floats fp32) holds the
+// weight and bias partials of at least one row block (2 C floats): blocks of norm_row_block_rows
+// rows each write their rows' dinp (a warp per row) and their fp32 partial column sums of dweight
+// and dbias, then one small kernel adds the blocks' partials in block order and rounds once into
+// dweight and dbias. The row blocks depend on (N, C, scratch_floats) only: fixed-order sums, the
+// same bits every run. Without scratch: dinp, then one-pass column sums (slow for small C).
 template <typename T>
 cudaError_t layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream);
+                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream,
+                               float* scratch = nullptr, size_t scratch_floats = 0);
 
 // out (N, C) = inp * rstd * weight (C), rstd (N) = 1 / sqrt(mean(inp^2) + eps), saved.
 template <typename T>
 cudaError_t rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C, float eps,
                             cudaStream_t stream);
 
-// dinp (N, C) +=, dweight (C) += given dout (N, C); either may be null.
+// dinp (N, C) +=, dweight (C) += given dout (N, C); either may be null. Fused with `scratch` as
+// layernorm_backward.
 template <typename T>
 cudaError_t rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
-                             int64_t N, int64_t C, cudaStream_t stream);
+                             int64_t N, int64_t C, cudaStream_t stream, float* scratch = nullptr,
+                             size_t scratch_floats = 0);
+
+// Rows per block of the fused norm backward for (N, C) and a scratch of scratch_floats, or 0 when
+// the scratch cannot hold one block's partials (2 C floats): the unfused path.
+int64_t norm_row_block_rows(int64_t N, int64_t C, size_t scratch_floats);
 
 }  // namespace strata::kernels::cuda

@@ -142,12 +142,14 @@ Status CudaComputeOps::queue_matmul_forward(DType dt, void* out, const void* inp
 
 Status CudaComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                              const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
-                                             int64_t dout_stride) {
+                                             int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const kc::GradStores stores{dinp_store == GradStore::overwrite, dweight_store == GradStore::overwrite};
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
     return kc::matmul_backward(gemm_context(), as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout),
-                               as<T>(inp), as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_, dout_stride);
+                               as<T>(inp), as<T>(weight), N, C, OC, kc::GemmOptions{tf32_}, stream_, dout_stride,
+                               stores);
   };
   return gemm_status(with_element_type(dt, gemm), "matmul_backward");
 }
@@ -165,8 +167,9 @@ Status CudaComputeOps::queue_layernorm_backward(DType dt, void* dinp, void* dwei
                                                 const float* rstd, int64_t N, int64_t C) {
   return launch(dt, "layernorm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const kc::GemmContext ctx = gemm_context();  // the product tiles hold the fused backward's partials
     return kc::layernorm_backward(as<T>(dinp), as<T>(dweight), as<T>(dbias), as<T>(dout), as<T>(inp), as<T>(weight),
-                                  mean, rstd, N, C, stream_);
+                                  mean, rstd, N, C, stream_, ctx.product, ctx.product_floats);
   });
 }
 
@@ -182,8 +185,9 @@ Status CudaComputeOps::queue_rmsnorm_backward(DType dt, void* dinp, void* dweigh
                                               const void* weight, const float* rstd, int64_t N, int64_t C) {
   return launch(dt, "rmsnorm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const kc::GemmContext ctx = gemm_context();  // the product tiles hold the fused backward's partials
     return kc::rmsnorm_backward(as<T>(dinp), as<T>(dweight), as<T>(dout), as<T>(inp), as<T>(weight), rstd, N, C,
-                                stream_);
+                                stream_, ctx.product, ctx.product_floats);
   });
 }
 
@@ -194,10 +198,11 @@ Status CudaComputeOps::queue_gelu_forward(DType dt, void* out, const void* inp, 
   });
 }
 
-Status CudaComputeOps::queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) {
+Status CudaComputeOps::queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                                           GradStore store) {
   return launch(dt, "gelu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::gelu_backward(as<T>(dinp), as<T>(inp), as<T>(dout), n, stream_);
+    return kc::gelu_backward(as<T>(dinp), as<T>(inp), as<T>(dout), n, stream_, store == GradStore::overwrite);
   });
 }
 
@@ -209,10 +214,10 @@ Status CudaComputeOps::queue_swiglu_forward(DType dt, void* out, const void* inp
 }
 
 Status CudaComputeOps::queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N,
-                                             int64_t H) {
+                                             int64_t H, GradStore store) {
   return launch(dt, "swiglu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::swiglu_backward(as<T>(dinp), as<T>(inp), as<T>(dout), N, H, stream_);
+    return kc::swiglu_backward(as<T>(dinp), as<T>(inp), as<T>(dout), N, H, stream_, store == GradStore::overwrite);
   });
 }
 
@@ -303,8 +308,9 @@ Status CudaComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, vo
   STRATA_RETURN_IF_ERROR(check_head_size("attention_backward", HS));
   return launch(dt, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const kc::GemmContext ctx = gemm_context();  // the product tiles hold the per-row terms
     return kc::attention_backward(as<T>(dq), as<T>(dk), as<T>(dv), as<T>(dout), as<T>(q), as<T>(k), as<T>(v),
-                                  as<T>(out), lse, B, T_len, NH, NKV, HS, stream_);
+                                  as<T>(out), lse, B, T_len, NH, NKV, HS, stream_, ctx.product, ctx.product_floats);
   });
 }
 

@@ -7,8 +7,9 @@
 // invalid_argument. fp32 GEMMs use TF32 tensor cores only when created with tf32 = true.
 // Device memory outside the arena (carved once at create, never inside a step; the arena is the
 // backend's and const here): kDeviceWorkspaceBytes = the cuBLASLt workspace (32 MiB), the fp32
-// product tiles of 16-bit accumulating GEMMs (64 MiB, also the token-embedding sort scratch and
-// the bias-gradient partials: every user is stream-ordered on the compute stream) and the 1 KiB
+// product tiles of 16-bit accumulating GEMMs (64 MiB, also the token-embedding sort scratch, the
+// bias-gradient partials and the fused norm backward's partials: every user is stream-ordered on
+// the compute stream) and the 1 KiB
 // grad-norm scratch. cuBLAS's own per-handle workspace comes on top (cuBLAS-managed).
 // Not for model/ to include. Thread-safety and lifetime: as ComputeOps; owned by its CudaBackend.
 #pragma once
@@ -50,7 +51,8 @@ class CudaComputeOps final : public ComputeOps {
   Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
                               int64_t C, int64_t OC, int64_t out_stride) override;
   Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                               const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride) override;
+                               const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride,
+                               GradStore dinp_store, GradStore dweight_store) override;
   Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                  const void* bias, int64_t N, int64_t C, float eps) override;
   Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -61,9 +63,11 @@ class CudaComputeOps final : public ComputeOps {
   Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int64_t N, int64_t C) override;
   Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) override;
-  Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n) override;
+  Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
+                             GradStore store) override;
   Status queue_swiglu_forward(DType dt, void* out, const void* inp, int64_t N, int64_t H) override;
-  Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H) override;
+  Status queue_swiglu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t N, int64_t H,
+                               GradStore store) override;
   Status queue_residual_forward(DType dt, void* out, const void* a, const void* b, int64_t n) override;
   Status queue_residual_backward(DType dt, void* da, void* db, const void* dout, int64_t n) override;
   Status queue_encoder_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B,

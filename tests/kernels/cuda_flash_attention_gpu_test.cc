@@ -1,8 +1,10 @@
 // GPU tests of the tiled tensor-core attention (kernels/cuda/flash_attention.cuh), reached through
 // attention_forward / attention_backward with bf16 and fp16 at head sizes 64 and 128: against the
 // CPU reference (kernels/cpu/ops_attention.h) with sequence lengths that are and are not multiples
-// of the 64-row tile, grouped-query heads and gradients accumulated onto non-zero values; and bit
-// for bit the same result on a second run (no atomics). CTest label `gpu`.
+// of the 64-row tile, grouped-query heads and gradients accumulated onto non-zero values; the
+// backward with scratch (the dq kernel hands each row's D and lse to the dk, dv kernel) bit for bit
+// the backward without; and bit for bit the same result on a second run (no atomics). CTest label
+// `gpu`.
 #include <gtest/gtest.h>
 
 #include "gpu_required.h"
@@ -10,7 +12,9 @@
 #if defined(STRATA_HAVE_CUDA)
 
 #include <cstring>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -81,6 +85,20 @@ TYPED_TEST(CudaFlashAttentionTest, MatchesCpuAcrossTilesHeadSizesAndGroups) {
     expect_matches(d_dq, dq, testing::reduction_tolerance<T>(), "dq");
     expect_matches(d_dk, dk, testing::reduction_tolerance<T>(), "dk");
     expect_matches(d_dv, dv, testing::reduction_tolerance<T>(), "dv");
+
+    // With scratch for the per-row terms (poisoned first: every row read must have been written):
+    // the same bits.
+    DeviceTensor<T> s_dq(g0_q), s_dk(g0_k), s_dv(g0_v);
+    DeviceTensor<float> scratch(std::vector<float>(2 * nl + 64, std::numeric_limits<float>::quiet_NaN()));
+    ASSERT_EQ(attention_backward(s_dq.data(), s_dk.data(), s_dv.data(), d_dout.data(), d_q.data(), d_k.data(),
+                                 d_v.data(), d_out.data(), d_lse.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
+                                 scratch.data(), static_cast<size_t>(2 * nl)),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (auto [with, without, name] : {std::tuple{&s_dq, &d_dq, "dq"}, {&s_dk, &d_dk, "dk"}, {&s_dv, &d_dv, "dv"}}) {
+      const std::vector<float> a = with->download(), b = without->download();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name << ": scratch changed a bit";
+    }
   }
 }
 
@@ -95,12 +113,13 @@ TYPED_TEST(CudaFlashAttentionTest, SecondRunIsBitIdentical) {
   for (int run = 0; run < 2; ++run) {
     const std::vector<float> zeros_q(nq), zeros_kv(nkv);
     DeviceTensor<T> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(nq), d_dq(zeros_q), d_dk(zeros_kv), d_dv(zeros_kv);
-    DeviceTensor<float> d_lse(nl);
+    DeviceTensor<float> d_lse(nl), scratch(2 * nl);  // the per-row terms path, as the runtime runs it
     ASSERT_EQ(attention_forward(d_out.data(), d_lse.data(), d_q.data(), d_k.data(), d_v.data(), c.B, c.T_len, c.NH,
                                 c.NKV, c.HS, nullptr),
               cudaSuccess);
     ASSERT_EQ(attention_backward(d_dq.data(), d_dk.data(), d_dv.data(), d_dout.data(), d_q.data(), d_k.data(),
-                                 d_v.data(), d_out.data(), d_lse.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr),
+                                 d_v.data(), d_out.data(), d_lse.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
+                                 scratch.data(), static_cast<size_t>(2 * nl)),
               cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> all;

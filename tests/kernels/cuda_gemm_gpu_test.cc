@@ -3,8 +3,10 @@
 // of T of the exactly rounded result (plus the fp32 accumulation's own error), with the product
 // workspace large, small enough to tile by columns, and smaller than one column (rows tiled too),
 // with and without cuBLASLt; LM-head shapes (V = 50257: dweight tiled by the real 64 MiB workspace,
-// and the forward), checked on sampled elements; the two-pass bias-gradient sum; and bit-identical
-// results run to run.
+// and the forward), checked on sampled elements; a padded row stride that splits OC into cuBLAS's
+// aligned rows and strata's tail kernels (forward, dinp, dweight, dbias; the whole OC a tail too;
+// the LM head at V = 50257 with its stride 50304), adding and overwriting, the padding never read
+// or written; the two-pass bias-gradient sum; and bit-identical results run to run.
 #include <gtest/gtest.h>
 
 #include "gpu_required.h"
@@ -13,7 +15,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/gemm.cuh"
@@ -245,6 +249,146 @@ TYPED_TEST(CudaGemmRoundingTest, LmHeadShapesTiledByTheRealWorkspace) {
   }
   EXPECT_EQ(bad, 0) << "of " << checked << " sampled dweight elements";
   EXPECT_TRUE(d_dw.guards_intact());
+}
+
+// A (rows, stride) image of packed (rows, cols) values, `pad` in columns [cols, stride).
+std::vector<float> padded_image(const std::vector<float>& packed, int64_t rows, int64_t cols, int64_t stride,
+                                float pad) {
+  std::vector<float> image(static_cast<size_t>(rows * stride), pad);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) image[r * stride + c] = packed[r * cols + c];
+  return image;
+}
+
+// Columns [0, cols) of each row of a (rows, stride) image, and whether every padding element still
+// holds `pad` (bitwise: NaN padding must stay NaN).
+std::vector<float> data_columns(const std::vector<float>& image, int64_t rows, int64_t cols, int64_t stride) {
+  std::vector<float> out;
+  for (int64_t r = 0; r < rows; ++r) out.insert(out.end(), image.begin() + r * stride, image.begin() + r * stride + cols);
+  return out;
+}
+bool padding_kept(const std::vector<float>& image, int64_t rows, int64_t cols, int64_t stride, float pad) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = cols; c < stride; ++c)
+      if (std::memcmp(&image[r * stride + c], &pad, sizeof(float)) != 0) return false;
+  return true;
+}
+
+// OC not a whole number of 16-byte vectors, in rows of a padded stride: cuBLAS runs the aligned rows
+// and strata's kernels the tail (OC = 77: 72 + 5 rows at 16-bit, 76 + 1 at fp32; OC = 5 < one
+// vector: all tail, the dinp GEMM an empty sum). Every output rounded once, whether it adds into
+// the old gradient or overwrites a NaN-poisoned one, at every product-workspace tiling; the
+// padding of out never written, that of dout (NaN) never read.
+TYPED_TEST(CudaGemmRoundingTest, PaddedStrideTailRoundsOnceAddingAndOverwriting) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  using T = TypeParam;
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (const auto [OC, S] : {std::pair<int64_t, int64_t>{77, 80}, {5, 8}}) {
+    const int64_t N = 64, C = 96;
+    SCOPED_TRACE(::testing::Message() << "OC " << OC << " stride " << S);
+    ASSERT_LT(aligned_rows<T>(OC), OC);
+    const auto inp = round_all<T>(random_floats(N * C, 251)), w = round_all<T>(random_floats(OC * C, 252));
+    const auto bias = round_all<T>(random_floats(OC, 253)), dout = round_all<T>(random_floats(N * OC, 254));
+    const auto g0_in = round_all<T>(random_floats(N * C, 255, -4.0f, 4.0f));
+    const auto g0_w = round_all<T>(random_floats(OC * C, 256, -4.0f, 4.0f));
+    const auto g0_b = round_all<T>(random_floats(OC, 257, -4.0f, 4.0f));
+    const Exact want_out = forward_exact(inp, w, bias, N, C, OC);
+    const Exact want_out_nobias = forward_exact(inp, w, std::vector<float>(OC, 0.0f), N, C, OC);
+    const std::vector<float> zeros_in(N * C, 0.0f), zeros_w(OC * C, 0.0f);
+    const Exact add_din = dinp_exact(g0_in, dout, w, N, C, OC), set_din = dinp_exact(zeros_in, dout, w, N, C, OC);
+    const Exact add_dw = dweight_exact(g0_w, dout, inp, N, C, OC), set_dw = dweight_exact(zeros_w, dout, inp, N, C, OC);
+    for (const GemmTestOptions options : {GemmTestOptions{}, GemmTestOptions{1000, true}, GemmTestOptions{50, true}}) {
+      SCOPED_TRACE(::testing::Message() << "product floats " << options.product_floats);
+      const TestGemmContext gemm(options);
+      const float kPad = -1536.0f;  // exact in every type, not a result of these inputs
+      DeviceTensor<T> d_inp(inp), d_w(w), d_b(bias), d_dout(padded_image(dout, N, OC, S, kNaN));
+      DeviceTensor<T> d_out(padded_image(std::vector<float>(N * OC, 0.0f), N, OC, S, kPad));
+      DeviceTensor<T> d_out_nobias(padded_image(std::vector<float>(N * OC, 0.0f), N, OC, S, kPad));
+      EXPECT_TRUE(matmul_forward(gemm.ctx(), d_out.data(), d_inp.data(), d_w.data(), d_b.data(), N, C, OC, {},
+                                 nullptr, S).ok());
+      EXPECT_TRUE(matmul_forward(gemm.ctx(), d_out_nobias.data(), d_inp.data(), d_w.data(),
+                                 static_cast<const T*>(nullptr), N, C, OC, {}, nullptr, S).ok());
+      const std::vector<float> out = d_out.download(), out_nobias = d_out_nobias.download();
+      expect_rounded_once<T>(data_columns(out, N, OC, S), want_out, C, "out");
+      expect_rounded_once<T>(data_columns(out_nobias, N, OC, S), want_out_nobias, C, "out without bias");
+      EXPECT_TRUE(padding_kept(out, N, OC, S, kPad) && padding_kept(out_nobias, N, OC, S, kPad)) << "out padding";
+      for (const bool overwrite : {false, true}) {
+        SCOPED_TRACE(overwrite ? "overwrite" : "add");
+        DeviceTensor<T> d_din(overwrite ? std::vector<float>(N * C, kNaN) : g0_in);
+        DeviceTensor<T> d_dw(overwrite ? std::vector<float>(OC * C, kNaN) : g0_w);
+        DeviceTensor<T> d_db(overwrite ? std::vector<float>(OC, kNaN) : g0_b);
+        EXPECT_TRUE(matmul_backward(gemm.ctx(), d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(),
+                                    d_w.data(), N, C, OC, {}, nullptr, S, GradStores{overwrite, overwrite})
+                        .ok());
+        expect_rounded_once<T>(d_din.download(), overwrite ? set_din : add_din, OC, "dinp");
+        expect_rounded_once<T>(d_dw.download(), overwrite ? set_dw : add_dw, N, "dweight");
+        std::vector<float> want_db = overwrite ? std::vector<float>(OC, 0.0f) : g0_b;
+        for (int64_t o = 0; o < OC; ++o) {
+          double sum = want_db[o];
+          for (int64_t n = 0; n < N; ++n) sum += dout[n * OC + o];
+          want_db[o] = static_cast<float>(sum);
+        }
+        testing::expect_matches(d_db, want_db, testing::Tolerance{2e-2, 1e-2}, "dbias");
+        EXPECT_TRUE(d_din.guards_intact() && d_dw.guards_intact() && d_dout.guards_intact()) << "guard bytes";
+      }
+    }
+  }
+}
+
+// GPT-2's LM head as the model runs it: V = 50257 rows in logits rows of 50304 (16-byte aligned),
+// so 50256 rows go through cuBLAS and 1 through the tail kernels. Sampled elements of the forward,
+// of dinp (a 50257-term sum, overwritten) and of dweight (the tail row among them, overwritten).
+TYPED_TEST(CudaGemmRoundingTest, LmHeadAtItsPaddedStrideSplitsOffTheLastRow) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  using T = TypeParam;
+  const int64_t N = 256, C = 768, OC = 50257, S = 50304;
+  ASSERT_EQ(aligned_rows<T>(OC), OC - 1);
+  const auto inp = round_all<T>(random_floats(N * C, 261)), w = round_all<T>(random_floats(OC * C, 262));
+  const auto dout = round_all<T>(random_floats(N * OC, 263));
+  const TestGemmContext gemm;
+  DeviceTensor<T> d_inp(inp), d_w(w), d_out(N * S);
+  DeviceTensor<T> d_dout(padded_image(dout, N, OC, S, std::numeric_limits<float>::quiet_NaN()));  // never read
+  DeviceTensor<T> d_din(N * C), d_dw(OC * C);
+  EXPECT_TRUE(matmul_forward(gemm.ctx(), d_out.data(), d_inp.data(), d_w.data(), static_cast<const T*>(nullptr), N,
+                             C, OC, {}, nullptr, S).ok());
+  EXPECT_TRUE(matmul_backward(gemm.ctx(), d_din.data(), d_dw.data(), static_cast<T*>(nullptr), d_dout.data(),
+                              d_inp.data(), d_w.data(), N, C, OC, {}, nullptr, S, GradStores{true, true})
+                  .ok());
+  const std::vector<float> out = d_out.download(), din = d_din.download(), dw = d_dw.download();
+  int64_t bad = 0, checked = 0;
+  for (int64_t n = 0; n < N; n += 5) {
+    for (const int64_t o : {int64_t{0}, int64_t{7}, OC - 9, OC - 2, OC - 1, (n * 131) % OC}) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double term = static_cast<double>(inp[n * C + c]) * w[o * C + c];
+        sum += term;
+        mag += std::fabs(term);
+      }
+      bad += !rounded_once<T>(out[n * S + o], sum, mag, C);
+      ++checked;
+    }
+    for (const int64_t c : {int64_t{0}, int64_t{5}, C - 1}) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t o = 0; o < OC; ++o) {
+        const double term = static_cast<double>(dout[n * OC + o]) * w[o * C + c];
+        sum += term;
+        mag += std::fabs(term);
+      }
+      bad += !rounded_once<T>(din[n * C + c], sum, mag, OC);
+      ++checked;
+    }
+  }
+  const std::vector<float> no_old(OC * C, 0.0f);
+  for (const int64_t o : {int64_t{0}, int64_t{25000}, OC - 2, OC - 1}) {
+    for (const int64_t c : {int64_t{0}, int64_t{383}, C - 1}) {
+      double value = 0.0, magnitude = 0.0;
+      dweight_exact_at(no_old, dout, inp, N, C, OC, o, c, &value, &magnitude);
+      bad += !rounded_once<T>(dw[o * C + c], value, magnitude, N);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << checked << " sampled elements";
+  EXPECT_TRUE(d_out.guards_intact() && d_din.guards_intact() && d_dw.guards_intact());
 }
 
 template <typename T>

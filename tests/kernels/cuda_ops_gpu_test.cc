@@ -6,6 +6,8 @@
 
 #include "gpu_required.h"
 
+#include <cstring>
+
 #if defined(STRATA_HAVE_CUDA)
 
 #include "kernels/cpu/ops_elementwise.h"
@@ -14,6 +16,7 @@
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "tests/kernels/cuda_gpu_test_support.h"
 #include "tests/kernels/ops_test_support.h"
@@ -110,6 +113,62 @@ TYPED_TEST(CudaOpsTest, RmsNormMatchesCpu) {
     expect_matches(d_out, out, testing::reduction_tolerance<T>(), "out");
     expect_matches(d_din, din, testing::reduction_tolerance<T>(), "dinp");
     expect_matches(d_dw, dw, testing::reduction_tolerance<T>(), "dweight");
+  }
+}
+
+// The fused backward (scratch for the row blocks' partial column sums) at training shapes: LayerNorm
+// with C = 768 and 1600 (GPT-2 124M, 1.5B), RMSNorm with C = 4096, N = 3000 rows (512 row blocks of
+// 6, the last one short), against the CPU; a second run is bit-identical; a scratch too small for
+// one block's partials takes the unfused path, within the same tolerance.
+TYPED_TEST(CudaOpsTest, NormBackwardFusedMatchesCpuAndRepeats) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  using T = TypeParam;
+  const int64_t N = 3000;
+  for (const int64_t C : {int64_t{768}, int64_t{1600}, int64_t{4096}}) {
+    const bool rms = C == 4096;
+    SCOPED_TRACE(::testing::Message() << (rms ? "rmsnorm" : "layernorm") << " C " << C);
+    ASSERT_GT(norm_row_block_rows(N, C, kGemmProductFloats), 0);
+    const auto inp = round_all<T>(random_floats(N * C, 31, -2.0f, 2.0f));
+    const auto w = round_all<T>(random_floats(C, 32, 0.5f, 1.5f)), dout = round_all<T>(random_floats(N * C, 33));
+    const auto g0_in = round_all<T>(random_floats(N * C, 34)), g0_w = round_all<T>(random_floats(C, 35)),
+               g0_b = round_all<T>(random_floats(C, 36));
+    std::vector<float> out(N * C), mean(N), rstd(N), din = g0_in, dw = g0_w, db = g0_b;
+    if (rms) {
+      cpu::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, 1e-6f);
+      cpu::rmsnorm_backward(din.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+    } else {
+      const std::vector<float> no_bias(C, 0.0f);
+      cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), no_bias.data(), N, C, 1e-5f);
+      cpu::layernorm_backward(din.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                              rstd.data(), N, C);
+    }
+    DeviceTensor<T> d_inp(inp), d_w(w), d_dout(dout);
+    DeviceTensor<float> d_mean(mean), d_rstd(rstd), scratch(kGemmProductFloats);
+    std::vector<std::vector<float>> runs;
+    for (const size_t scratch_floats : {size_t{kGemmProductFloats}, size_t{kGemmProductFloats}, size_t{2 * C - 1}}) {
+      DeviceTensor<T> d_din(g0_in), d_dw(g0_w), d_db(g0_b);
+      const cudaError_t e =
+          rms ? rmsnorm_backward(d_din.data(), d_dw.data(), d_dout.data(), d_inp.data(), d_w.data(), d_rstd.data(), N,
+                                 C, nullptr, scratch.data(), scratch_floats)
+              : layernorm_backward(d_din.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(), d_w.data(),
+                                   d_mean.data(), d_rstd.data(), N, C, nullptr, scratch.data(), scratch_floats);
+      ASSERT_EQ(e, cudaSuccess);
+      expect_matches(d_din, din, testing::reduction_tolerance<T>(), "dinp");
+      // dweight and dbias are 3000-term fp32 sums (terms ~0.4, partial sums ~20) in another order
+      // than the CPU's: a few fp32 ulps of the partial sums (~1e-5 each) over ~sqrt(3000) steps,
+      // 1e-4 absolute; in 16 bits the rounding of the result dominates as in the other tests.
+      const Tolerance column_tol = std::is_same_v<T, float> ? Tolerance{1e-4, 2e-4} : testing::reduction_tolerance<T>();
+      expect_matches(d_dw, dw, column_tol, "dweight");
+      if (!rms) expect_matches(d_db, db, column_tol, "dbias");
+      std::vector<float> all = d_din.download();
+      for (DeviceTensor<T>* t : {&d_dw, &d_db}) {
+        const std::vector<float> part = t->download();
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      runs.push_back(std::move(all));
+    }
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
+        << "the fused backward differs between two runs";
   }
 }
 

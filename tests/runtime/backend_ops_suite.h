@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tests/runtime/backend_ops_fixture.h"
@@ -47,6 +48,60 @@ TEST_P(BackendOpsTest, MatmulForwardAndAccumulatingBackward) {
   expect_near(read(dinp), want_dinp, act_tol(), "dinp");
   expect_near(read(dw), want_dw, act_tol(), "dweight");
   expect_near(read(db), want_db, act_tol(), "dbias");
+}
+
+// GradStore::overwrite gives the value of zeroing the gradient first, whatever it held (NaN here:
+// the old value must not be read): bit for bit fill_zero + add on the CPU backend, and the float64
+// reference from zero on every backend.
+TEST_P(BackendOpsTest, BackwardOverwriteIsZeroThenAdd) {
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  const int64_t N = 6, C = 40, OC = 24;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C)), dout = act(N * OC, random(N * OC));
+  Tensor dinp = act(N * C, std::vector<double>(N * C, kNaN)), dw = act(OC * C, std::vector<double>(OC * C, kNaN));
+  Tensor db = act(OC, std::vector<double>(OC, kNaN));
+  Tensor dinp0 = act(N * C, std::vector<double>(N * C, 0.0)), dw0 = act(OC * C, std::vector<double>(OC * C, 0.0));
+  Tensor db0 = act(OC, std::vector<double>(OC, 0.0));
+  ASSERT_TRUE(ops().matmul_backward(dt(), dinp.data, dw.data, db.data, dout.data, inp.data, w.data, N, C, OC, 0,
+                                    GradStore::overwrite, GradStore::overwrite).is_ok());
+  ASSERT_TRUE(ops().matmul_backward(dt(), dinp0.data, dw0.data, db0.data, dout.data, inp.data, w.data, N, C, OC)
+                  .is_ok());
+  std::vector<double> want_dinp(N * C, 0.0), want_dw(OC * C, 0.0), want_db(OC, 0.0);
+  ref::matmul_backward(want_dinp, want_dw, want_db, dout.host, inp.host, w.host, N, C, OC);
+  expect_near(read(dinp), want_dinp, act_tol(), "overwritten dinp");
+  expect_near(read(dw), want_dw, act_tol(), "overwritten dweight");
+  expect_near(read(db), want_db, act_tol(), "overwritten dbias");
+  // Each store chosen on its own: dinp overwritten, dweight (and dbias) added to.
+  Tensor dinp_mixed = act(N * C, std::vector<double>(N * C, kNaN)), dw_mixed = act(OC * C, random(OC * C));
+  std::vector<double> want_dw_mixed = dw_mixed.host, no_dinp, no_db;
+  ASSERT_TRUE(ops().matmul_backward(dt(), dinp_mixed.data, dw_mixed.data, nullptr, dout.data, inp.data, w.data, N,
+                                    C, OC, 0, GradStore::overwrite, GradStore::add).is_ok());
+  std::vector<double> unused_dinp(N * C, 0.0), unused_db(OC, 0.0);
+  ref::matmul_backward(unused_dinp, want_dw_mixed, unused_db, dout.host, inp.host, w.host, N, C, OC);
+  expect_near(read(dinp_mixed), want_dinp, act_tol(), "dinp overwritten beside an added dweight");
+  expect_near(read(dw_mixed), want_dw_mixed, act_tol(), "dweight added beside an overwritten dinp");
+
+  const int64_t rows = 4, H = 37, n = rows * H;
+  Tensor x = act(n, random(n, -3.0, 3.0)), dy = act(n, random(n)), dx = act(n, std::vector<double>(n, kNaN));
+  Tensor dx0 = act(n, std::vector<double>(n, 0.0));
+  ASSERT_TRUE(ops().gelu_backward(dt(), dx.data, x.data, dy.data, n, GradStore::overwrite).is_ok());
+  ASSERT_TRUE(ops().gelu_backward(dt(), dx0.data, x.data, dy.data, n).is_ok());
+  std::vector<double> want_dx(n);
+  for (int64_t i = 0; i < n; ++i) want_dx[i] = ref::gelu_grad(x.host[i]) * dy.host[i];
+  expect_near(read(dx), want_dx, act_tol(), "overwritten gelu dinp");
+  Tensor gu = act(2 * n, random(2 * n, -3.0, 3.0)), dgu = act(2 * n, std::vector<double>(2 * n, kNaN));
+  Tensor dgu0 = act(2 * n, std::vector<double>(2 * n, 0.0));
+  ASSERT_TRUE(ops().swiglu_backward(dt(), dgu.data, gu.data, dy.data, rows, H, GradStore::overwrite).is_ok());
+  ASSERT_TRUE(ops().swiglu_backward(dt(), dgu0.data, gu.data, dy.data, rows, H).is_ok());
+  expect_near(read(dgu), read(dgu0), act_tol(), "overwritten swiglu dinp");
+  EXPECT_FALSE(ops().gelu_backward(dt(), x.data, x.data, dy.data, n, GradStore::overwrite).is_ok())
+      << "an overwritten dinp aliasing inp must be refused";
+  if (GetParam().kind == BackendKind::cpu) {
+    EXPECT_EQ(read_bytes(dinp), read_bytes(dinp0));
+    EXPECT_EQ(read_bytes(dw), read_bytes(dw0));
+    EXPECT_EQ(read_bytes(db), read_bytes(db0));
+    EXPECT_EQ(read_bytes(dx), read_bytes(dx0));
+    EXPECT_EQ(read_bytes(dgu), read_bytes(dgu0));
+  }
 }
 
 TEST_P(BackendOpsTest, LayerNormForwardAndBackward) {

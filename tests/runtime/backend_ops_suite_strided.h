@@ -111,6 +111,38 @@ TEST_P(StridedOpsTest, MatmulWithPaddedRowsLeavesThePaddingAndMatchesPacked) {
   }
 }
 
+// The head's backward as the model runs it: dout in padded rows (NaN padding), every gradient
+// overwritten (NaN before: never read). OC = 25 in rows of 32 splits on the GPU into cuBLAS's 24
+// rows and a 1-row tail (fp32: 24 + 1 too). The float64 reference from zero, and on the CPU the
+// bits of fill_zero + add.
+TEST_P(StridedOpsTest, MatmulBackwardOverwritingFromPaddedRows) {
+  const int64_t N = 6, C = 40, OC = 25, S = 32;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C));
+  const std::vector<double> dout_values = random(N * OC);
+  Tensor dout = padded(N, OC, S, dout_values, kPadNaN), dout_packed = act(N * OC, dout_values);
+  Tensor dinp = act(N * C, std::vector<double>(N * C, kPadNaN)), dw = act(OC * C, std::vector<double>(OC * C, kPadNaN));
+  Tensor db = act(OC, std::vector<double>(OC, kPadNaN));
+  ASSERT_TRUE(ops()
+                  .matmul_backward(dt(), dinp.data, dw.data, db.data, dout.data, inp.data, w.data, N, C, OC, S,
+                                   GradStore::overwrite, GradStore::overwrite)
+                  .is_ok());
+  std::vector<double> want_dinp(N * C, 0.0), want_dw(OC * C, 0.0), want_db(OC, 0.0);
+  ref::matmul_backward(want_dinp, want_dw, want_db, dout_packed.host, inp.host, w.host, N, C, OC);
+  expect_near(read(dinp), want_dinp, act_tol(), "overwritten dinp from a strided dout");
+  expect_near(read(dw), want_dw, act_tol(), "overwritten dweight from a strided dout");
+  expect_near(read(db), want_db, act_tol(), "overwritten dbias from a strided dout");
+  if (GetParam().kind == BackendKind::cpu) {
+    Tensor dinp0 = act(N * C, std::vector<double>(N * C, 0.0)), dw0 = act(OC * C, std::vector<double>(OC * C, 0.0));
+    Tensor db0 = act(OC, std::vector<double>(OC, 0.0));
+    ASSERT_TRUE(ops()
+                    .matmul_backward(dt(), dinp0.data, dw0.data, db0.data, dout.data, inp.data, w.data, N, C, OC, S)
+                    .is_ok());
+    EXPECT_EQ(read_bytes(dinp), read_bytes(dinp0));
+    EXPECT_EQ(read_bytes(dw), read_bytes(dw0));
+    EXPECT_EQ(read_bytes(db), read_bytes(db0));
+  }
+}
+
 TEST_P(StridedOpsTest, CrossEntropyWithPaddedRowsNeverTouchesThePadding) {
   const int64_t N = 6, V = 50, S = 64;
   const std::vector<int32_t> ids = {4, -1, 49, 0, -1, 17};
