@@ -2,6 +2,7 @@
 #include "model/placement.h"
 
 #include <algorithm>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -82,12 +83,24 @@ GradientOffloaderOptions gradient_options(const ParamLayout& layout, const Train
 std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params) {
   constexpr uint64_t kBlock = kernels::kAdam8bitBlock;
   piece_params = std::max<uint64_t>(piece_params, kBlock);  // the precondition; a smaller cap could not cut
-  std::vector<std::vector<const ParamSpec*>> params_of(master_layout.chunks.size());
-  for (const ParamSpec& p : master_layout.params) params_of[p.chunk].push_back(&p);
+  // Each chunk's specs by offset, grouped by chunk in one array: build_param_layout appends them
+  // so, and then this is one pass (the planner calls it for every candidate placement of models of
+  // thousands of layers); any other order is grouped and sorted first.
+  const size_t chunks = master_layout.chunks.size();
+  std::vector<const ParamSpec*> by_chunk;
+  by_chunk.reserve(master_layout.params.size());
+  for (const ParamSpec& p : master_layout.params) by_chunk.push_back(&p);
+  const auto chunk_then_offset = [](const ParamSpec* a, const ParamSpec* b) {
+    return a->chunk != b->chunk ? a->chunk < b->chunk : a->offset < b->offset;
+  };
+  if (!std::is_sorted(by_chunk.begin(), by_chunk.end(), chunk_then_offset))
+    std::stable_sort(by_chunk.begin(), by_chunk.end(), chunk_then_offset);
   std::vector<StatePiece> pieces;
-  for (size_t c = 0; c < master_layout.chunks.size(); ++c) {
-    std::vector<const ParamSpec*>& params = params_of[c];
-    std::sort(params.begin(), params.end(), [](const ParamSpec* a, const ParamSpec* b) { return a->offset < b->offset; });
+  size_t at = 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = at;
+    while (at < by_chunk.size() && size_t(by_chunk[at]->chunk) == c) ++at;
+    const std::span<const ParamSpec* const> params(by_chunk.data() + begin, at - begin);
     StatePiece piece{.chunk = c};
     uint64_t scale_at = 0;  // the first block scale of the tensor below
     for (const ParamSpec* p : params) {
@@ -136,7 +149,8 @@ OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layou
 
 DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& o) {
   DeviceBytes d;
-  const ParamLayout layout = build_param_layout(config, dtype_size(o.dtype)).value();
+  const std::shared_ptr<const ParamLayout> working = shared_param_layout(config, dtype_size(o.dtype)).value();
+  const ParamLayout& layout = *working;
   const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
   uint64_t all_chunks = 0;
   for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
@@ -156,7 +170,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
       partials += (elements + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
     }
     d.gradients += aligned(partials * sizeof(double));
-    const uint64_t masters = build_param_layout(config, sizeof(float)).value().total_bytes();
+    const uint64_t masters = shared_param_layout(config, sizeof(float)).value()->total_bytes();
     d.optimizer = aligned(masters) * (o.dtype == DType::f32 ? 2 : 3);  // m, v (and fp32 masters for 16-bit)
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
