@@ -13,6 +13,8 @@
 #include <optional>
 #include <sstream>
 
+#include "runtime/json_duplicates.h"
+
 namespace strata::model {
 namespace {
 
@@ -204,6 +206,9 @@ StatusOr<HfModelConfig> parse_hf_config(std::string_view json_text, const std::s
   const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object())
     return error(Code::invalid_argument, "{} is not a JSON object; a Hugging Face config.json is one", origin);
+  if (const std::optional<std::string> twice = first_duplicate_json_key(json_text))
+    return error(Code::invalid_argument, "{} sets '{}' twice in one object; keep one of them (JSON readers would "
+                 "take the last one silently)", origin, *twice);
   ConfigReader r(j, origin);
   const std::string model_type = r.text("model_type");
   const auto supported = supported_hf_model_types();
