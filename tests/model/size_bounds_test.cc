@@ -77,7 +77,7 @@ TEST(SizeBounds, AModelNoMachineHoldsIsRefusedWithTheNumbersAndOneThatFitsIsNot)
   const Status s = check_size_floor(wide, o, workstation, from, "the machine described");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(s.is_ok());
-  EXPECT_LT(seconds, 0.01);
+  EXPECT_LT(seconds, 0.1);  // microseconds of arithmetic; the bound leaves room for a loaded machine
   EXPECT_EQ(s.code(), Code::out_of_memory);
   const uint64_t params = parameter_count(wide);
   for (const std::string& part : std::vector<std::string>{

@@ -191,7 +191,10 @@ TEST(SizeChecksCli, AbsurdSizesAreRefusedInUnderASecondWithBoundedMemory) {
     const Finished f = run_timed(c.args, tmp.file("size.log"));
     EXPECT_EQ(f.exit_code, 2) << f.log;
     EXPECT_TRUE(has(f.log, c.says)) << f.log;
-    EXPECT_LT(f.seconds, 1.0) << f.log;
+    // Under a second of work (10-40 ms of wall time on an idle machine; a loaded one stretches the
+    // wall time of any process, so that is only bounded loosely).
+    EXPECT_LT(f.cpu_seconds, 1.0) << f.log;
+    EXPECT_LT(f.seconds, 10.0) << f.log;
     EXPECT_LT(f.max_rss_kib, 256 * 1024) << f.log;  // a process that never built the model
     EXPECT_FALSE(has(f.log, "| loss")) << f.log;
   }
@@ -215,7 +218,7 @@ TEST(SizeChecksCli, AbsurdSizesAreRefusedInUnderASecondWithBoundedMemory) {
                 tmp.file("plan.log"));
   EXPECT_EQ(huge.exit_code, 1) << huge.log;
   EXPECT_TRUE(has(huge.log, "does not fit: ") && has(huge.log, "fits no placement")) << huge.log;
-  EXPECT_LT(huge.seconds, 1.0) << huge.log;
+  EXPECT_LT(huge.cpu_seconds, 1.0) << huge.log;
 }
 
 // ---- the checkpoint rotation's peak on a small filesystem ----------------------------------------
