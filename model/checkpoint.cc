@@ -96,6 +96,32 @@ StatusOr<bool> verify_file(const SafetensorsFile& f, std::string_view file, std:
   return checksummed;
 }
 
+// The checkpoint's config.json (from checkpoints of strata 0.2 on; older ones have none) parses,
+// describes the model the weights are of (every tensor of its layout present with its shape) and
+// names the model the optimizer file does: `strata export --hf` and a --resume that takes the
+// model from it read it. corruption naming the file and what is wrong otherwise.
+Status verify_config_json(const std::string& dir, const HfWeights& weights, const std::string& preset) {
+  const std::string path = path_in(dir, kHfConfigFile);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::ok();
+  const auto damaged = [&](const std::string& what) {
+    return error(Code::corruption,
+                 "{}: {}; the checkpoint's config.json is damaged (`strata export --hf` and --resume read it): "
+                 "restore it from another checkpoint of the run (every one of a run has the same), or resume from "
+                 "another checkpoint",
+                 path, what);
+  };
+  StatusOr<HfModelConfig> hf = read_hf_config(path);
+  if (!hf.is_ok()) return damaged(hf.status().message());
+  if (!preset.empty() && hf->config.name != preset)
+    return damaged(fmt::format("it describes model '{}' but the checkpoint is of '{}'", hf->config.name, preset));
+  StatusOr<ParamLayout> layout = build_param_layout(hf->config, 4);
+  if (!layout.is_ok()) return damaged(layout.status().message());
+  if (Status s = weights.check_layout(*layout, hf->config.name); !s.is_ok())
+    return damaged(fmt::format("it does not describe the checkpoint's weights: {}", s.message()));
+  return Status::ok();
+}
+
 }  // namespace
 
 // Streams the checkpoint: every file's header is declared up front, then one walk through the
@@ -282,6 +308,7 @@ StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {
   }
   STRATA_ASSIGN_OR_RETURN(bool opt_crc, verify_file(opt, kCheckpointOptimizerFile, r.tensors));
   r.checksummed = model_crc && opt_crc;
+  STRATA_RETURN_IF_ERROR(verify_config_json(dir, model_files, s.preset));
   r.model_metadata = weights.metadata();
   r.optimizer_metadata = opt.metadata();
   std::error_code ec;

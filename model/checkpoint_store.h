@@ -20,6 +20,10 @@
 namespace strata::model {
 
 inline constexpr std::string_view kLatestFile = "latest";
+// The run directory's lock file (runtime/dir_lock.h): `strata train` holds it exclusively while it
+// writes the directory, a resume shared while it reads a checkpoint; the store itself never
+// touches it.
+inline constexpr std::string_view kCheckpointLockFile = "lock";
 
 // "step-000120": the checkpoint directory name of `step` (at least 6 digits).
 std::string checkpoint_dir_name(uint64_t step);

@@ -13,6 +13,8 @@
 #include <optional>
 #include <sstream>
 
+#include "runtime/json_duplicates.h"
+
 namespace strata::model {
 namespace {
 
@@ -34,6 +36,18 @@ class ConfigReader {
     if (!v.is_number_integer() || v.get<int64_t>() < 1)
       return error(Code::invalid_argument, "{}: '{}' is {}, not a positive integer", origin_, key, v.dump());
     return v.get<int64_t>();
+  }
+
+  // A model dimension: integer()'s value, within ModelConfig `field`'s limit (kDimensionLimits).
+  StatusOr<int64_t> dimension(std::string_view key, std::string_view field,
+                              std::optional<int64_t> fallback = std::nullopt) {
+    STRATA_ASSIGN_OR_RETURN(const int64_t v, integer(key, fallback));
+    if (v > dimension_limit(field))
+      return error(Code::invalid_argument,
+                   "{}: '{}' is {}, above strata's limit of {} for the model's {}; this config.json does not "
+                   "describe a model strata can train (is the file damaged?)",
+                   origin_, key, v, dimension_limit(field), field);
+    return v;
   }
 
   StatusOr<double> real(std::string_view key, double fallback) {
@@ -69,15 +83,15 @@ StatusOr<HfModelConfig> parse_gpt2(ConfigReader& r, const std::string& origin) {
   HfModelConfig out;
   ModelConfig& c = out.config;
   c.arch = Arch::gpt2;
-  STRATA_ASSIGN_OR_RETURN(c.vocab, r.integer("vocab_size"));
+  STRATA_ASSIGN_OR_RETURN(c.vocab, r.dimension("vocab_size", "vocab"));
   STRATA_ASSIGN_OR_RETURN(int64_t n_ctx, r.integer("n_ctx", 0x7fffffff));
-  STRATA_ASSIGN_OR_RETURN(c.max_seq,
-                          r.integer("n_positions", r.has("n_ctx") ? std::optional<int64_t>(n_ctx) : std::nullopt));
-  STRATA_ASSIGN_OR_RETURN(c.dim, r.integer("n_embd"));
-  STRATA_ASSIGN_OR_RETURN(c.n_layer, r.integer("n_layer"));
-  STRATA_ASSIGN_OR_RETURN(c.n_head, r.integer("n_head"));
+  STRATA_ASSIGN_OR_RETURN(
+      c.max_seq, r.dimension("n_positions", "max_seq", r.has("n_ctx") ? std::optional<int64_t>(n_ctx) : std::nullopt));
+  STRATA_ASSIGN_OR_RETURN(c.dim, r.dimension("n_embd", "dim"));
+  STRATA_ASSIGN_OR_RETURN(c.n_layer, r.dimension("n_layer", "n_layer"));
+  STRATA_ASSIGN_OR_RETURN(c.n_head, r.dimension("n_head", "n_head"));
   c.n_kv_head = c.n_head;
-  STRATA_ASSIGN_OR_RETURN(c.ffn_hidden, r.integer("n_inner", 4 * c.dim));
+  STRATA_ASSIGN_OR_RETURN(c.ffn_hidden, r.dimension("n_inner", "ffn_hidden", 4 * c.dim));
   if (!r.has("n_inner")) out.notes.push_back(fmt::format("n_inner not set: 4 x n_embd = {}", c.ffn_hidden));
   STRATA_ASSIGN_OR_RETURN(double eps, r.real("layer_norm_epsilon", 1e-5));
   c.norm_eps = float(eps);
@@ -101,13 +115,13 @@ StatusOr<HfModelConfig> parse_llama(const Json& j, ConfigReader& r, const std::s
   HfModelConfig out;
   ModelConfig& c = out.config;
   c.arch = Arch::llama;
-  STRATA_ASSIGN_OR_RETURN(c.vocab, r.integer("vocab_size"));
-  STRATA_ASSIGN_OR_RETURN(c.max_seq, r.integer("max_position_embeddings"));
-  STRATA_ASSIGN_OR_RETURN(c.dim, r.integer("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(c.n_layer, r.integer("num_hidden_layers"));
-  STRATA_ASSIGN_OR_RETURN(c.n_head, r.integer("num_attention_heads"));
-  STRATA_ASSIGN_OR_RETURN(c.n_kv_head, r.integer("num_key_value_heads", c.n_head));
-  STRATA_ASSIGN_OR_RETURN(c.ffn_hidden, r.integer("intermediate_size"));
+  STRATA_ASSIGN_OR_RETURN(c.vocab, r.dimension("vocab_size", "vocab"));
+  STRATA_ASSIGN_OR_RETURN(c.max_seq, r.dimension("max_position_embeddings", "max_seq"));
+  STRATA_ASSIGN_OR_RETURN(c.dim, r.dimension("hidden_size", "dim"));
+  STRATA_ASSIGN_OR_RETURN(c.n_layer, r.dimension("num_hidden_layers", "n_layer"));
+  STRATA_ASSIGN_OR_RETURN(c.n_head, r.dimension("num_attention_heads", "n_head"));
+  STRATA_ASSIGN_OR_RETURN(c.n_kv_head, r.dimension("num_key_value_heads", "n_kv_head", c.n_head));
+  STRATA_ASSIGN_OR_RETURN(c.ffn_hidden, r.dimension("intermediate_size", "ffn_hidden"));
   STRATA_ASSIGN_OR_RETURN(double eps, r.real("rms_norm_eps", 1e-6));
   c.norm_eps = float(eps);
   // transformers 5 writes rope_parameters {"rope_theta", "rope_type"}; 4.x a top-level rope_theta
@@ -192,6 +206,9 @@ StatusOr<HfModelConfig> parse_hf_config(std::string_view json_text, const std::s
   const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object())
     return error(Code::invalid_argument, "{} is not a JSON object; a Hugging Face config.json is one", origin);
+  if (const std::optional<std::string> twice = first_duplicate_json_key(json_text))
+    return error(Code::invalid_argument, "{} sets '{}' twice in one object; keep one of them (JSON readers would "
+                 "take the last one silently)", origin, *twice);
   ConfigReader r(j, origin);
   const std::string model_type = r.text("model_type");
   const auto supported = supported_hf_model_types();

@@ -164,6 +164,20 @@ Status HfWeights::check_layout(const ParamLayout& layout, std::string_view model
   return Status::ok();
 }
 
+UnusedTensors HfWeights::unused_tensors(const ParamLayout& layout) const {
+  std::set<std::string_view> used;
+  for (const ParamSpec& p : layout.params)
+    if (const HfTensorRef ref = find(p.name); ref.tensor != nullptr) used.insert(ref.tensor->name);
+  UnusedTensors out;
+  for (const auto& [name, file] : where_) {
+    if (used.contains(name)) continue;
+    const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+                        name.ends_with("rotary_emb.inv_freq");
+    (buffer ? out.buffers : out.tensors).push_back(name);
+  }
+  return out;
+}
+
 StatusOr<std::vector<float>> hf_tensor_as_f32(const HfTensorRef& ref) {
   return hf_tensor_as_f32(ref, 0, ref.tensor->elements());
 }

@@ -26,6 +26,14 @@ struct HfTensorRef {
   const SafetensorsTensor* tensor = nullptr;
 };
 
+// The tensors of a model's files that a layout does not load, by name in the files. `buffers`:
+// transformers' non-parameter buffers, which strata computes instead (GPT-2's attn.bias and
+// attn.masked_bias causal masks, rotary_emb.inv_freq); `tensors`: everything else (an lm_head
+// beside a tied head, layers past the config's count, another model's tensors).
+struct UnusedTensors {
+  std::vector<std::string> buffers, tensors;
+};
+
 class HfWeights {
  public:
   // `path`: a directory (the index when it has one, else model.safetensors) or a .safetensors
@@ -49,6 +57,8 @@ class HfWeights {
   // (F32, BF16, F16). Errors name the tensor, the file and both shapes / the dtype; a missing
   // lm_head.weight says the config declares an untied head (tie_word_embeddings false).
   Status check_layout(const ParamLayout& layout, std::string_view model_name) const;
+  // The tensors no spec of `layout` reads (see UnusedTensors), each list in name order.
+  UnusedTensors unused_tensors(const ParamLayout& layout) const;
 
  private:
   HfWeights() = default;

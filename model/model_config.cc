@@ -109,6 +109,12 @@ StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOver
   return c;
 }
 
+int64_t dimension_limit(std::string_view field) {
+  for (const DimensionLimit& d : kDimensionLimits)
+    if (d.field == field) return d.max;
+  return 0;
+}
+
 Status validate(const ModelConfig& c) {
   const std::array<std::pair<const char*, int64_t>, 7> dims = {{{"vocab", c.vocab},
                                                                 {"max_seq", c.max_seq},
@@ -119,9 +125,10 @@ Status validate(const ModelConfig& c) {
                                                                 {"ffn_hidden", c.ffn_hidden}}};
   for (const auto& [field, value] : dims) {
     if (value < 1) return error(Code::invalid_argument, "model config '{}': {} is {}; it must be at least 1", c.name, field, value);
-  }
-  if (c.vocab > std::numeric_limits<int32_t>::max()) {
-    return error(Code::invalid_argument, "model config '{}': vocab {} does not fit the int32 token ids", c.name, c.vocab);
+    if (value > dimension_limit(field))
+      return error(Code::invalid_argument, "model config '{}': {} is {}, above strata's limit of {}{}; pass a smaller {}",
+                   c.name, field, value, dimension_limit(field),
+                   std::string_view(field) == "vocab" ? " (token ids are int32)" : "", field);
   }
   if (c.vocab_tile < 0 || c.vocab_tile % kVocabTileBlock != 0) {
     return error(Code::invalid_argument,

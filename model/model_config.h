@@ -5,6 +5,7 @@
 // not the model (transformer.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +23,29 @@ enum class Arch : uint8_t { gpt2, llama };
 // transformer.cc), so a run's bits do not depend on the tiling.
 inline constexpr int64_t kVocabTileBlock = 1024;
 std::string_view arch_name(Arch arch);
+
+// The largest value of each dimension strata takes, from a flag, a config file or a config.json
+// (validate checks them, the flags' ranges are these): within them the layout's int layer and
+// chunk numbers, the int32 token ids and parameter_count's 64 bits hold, and a layout builds in
+// about a second. Whether a model within them fits a machine is size_bounds.h's question.
+struct DimensionLimit {
+  std::string_view field;  // ModelConfig's name: "vocab", "max_seq", "dim", ...
+  int64_t max;
+};
+inline constexpr int64_t kMaxLayers = 16384;
+inline constexpr int64_t kMaxWidth = int64_t(1) << 20;  // dim, and the heads that divide it
+inline constexpr int64_t kMaxFfnHidden = int64_t(1) << 22;
+inline constexpr int64_t kMaxVocab = 0x7fffffff;         // int32 token ids
+inline constexpr int64_t kMaxPositions = int64_t(1) << 24;
+inline constexpr std::array<DimensionLimit, 7> kDimensionLimits = {{{"vocab", kMaxVocab},
+                                                                    {"max_seq", kMaxPositions},
+                                                                    {"dim", kMaxWidth},
+                                                                    {"n_layer", kMaxLayers},
+                                                                    {"n_head", kMaxWidth},
+                                                                    {"n_kv_head", kMaxWidth},
+                                                                    {"ffn_hidden", kMaxFfnHidden}}};
+// The limit of dimension `field` (kDimensionLimits); 0 for a name that is not one.
+int64_t dimension_limit(std::string_view field);
 
 struct ModelConfig {
   std::string name;           // preset name or "custom"; for logs only
@@ -81,10 +105,11 @@ struct ModelOverrides {
 // refused. Errors: model_preset's, validate's.
 StatusOr<ModelConfig> model_config_with(std::string_view preset, const ModelOverrides& overrides);
 
-// invalid_argument naming the first problem and how to fix it: a dimension < 1, dim not a
-// multiple of n_head, n_head not a multiple of n_kv_head, GPT-2 with n_kv_head != n_head, an odd
-// LLaMA head size (RoPE pairs elements), norm_eps or rope_theta <= 0, a vocabulary beyond int32,
-// a vocab_tile < 0 or not a multiple of kVocabTileBlock, mlp_tiles < 0 or above min(H, C).
+// invalid_argument naming the first problem and how to fix it: a dimension < 1 or above its
+// limit (kDimensionLimits), dim not a multiple of n_head, n_head not a multiple of n_kv_head,
+// GPT-2 with n_kv_head != n_head, an odd LLaMA head size (RoPE pairs elements), norm_eps or
+// rope_theta <= 0, a vocab_tile < 0 or not a multiple of kVocabTileBlock, mlp_tiles < 0 or above
+// min(H, C).
 Status validate(const ModelConfig& config);
 
 // Number of parameters (elements), the tied head counted once. gpt2-124m: 124,439,808.

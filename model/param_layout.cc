@@ -2,6 +2,9 @@
 #include "model/param_layout.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <list>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -13,7 +16,9 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // One HF tensor of a slot: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
 // tile of it: rows [row_begin, row_begin + tile_rows) (tile_rows 0: all).
 struct Member {
-  std::string name;
+  // Moved into the spec from the (const) initializer list the slot gets: mutable, so a layout of
+  // thousands of layers copies no name.
+  mutable std::string name;
   int64_t rows = 0;
   int64_t cols = 0;
   bool hf_transposed = false;
@@ -21,22 +26,30 @@ struct Member {
   int64_t tile_rows = 0;
 };
 
+// The layout being built and the ordinal its next new tensor takes (kept, not recounted: a
+// layout builds in time linear in its tensors).
+struct LayoutUnderConstruction {
+  ParamLayout& layout;
+  int next_tensor = 0;
+};
+
 // Appends one chunk's slots to the layout, each slot aligned, members back to back.
 class ChunkBuilder {
  public:
-  ChunkBuilder(ParamLayout& layout, ChunkKind kind, int layer, std::string name) : layout_(layout), layer_(layer) {
+  ChunkBuilder(LayoutUnderConstruction& build, ChunkKind kind, int layer, std::string name)
+      : build_(build), layout_(build.layout), layer_(layer) {
     chunk_ = static_cast<int>(layout_.chunks.size());
     layout_.chunks.push_back({.kind = kind, .layer = layer, .name = std::move(name)});
   }
   ChunkSpec& spec() { return layout_.chunks[chunk_]; }
   ~ChunkBuilder() { layout_.chunks[chunk_].bytes = align_up(cursor_, kChunkAlignment); }
 
-  void slot(int slot, const std::vector<Member>& members) {
+  void slot(int slot, std::initializer_list<Member> members) {
     cursor_ = align_up(cursor_, kParamAlignment);
     const uint64_t slot_offset = cursor_;
     for (const auto& m : members) {
       ParamSpec p;
-      p.name = m.name;
+      p.name = std::move(m.name);
       p.shape = m.cols > 0 ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.rows};
       p.hf_transposed = m.hf_transposed;
       p.chunk = chunk_;
@@ -48,16 +61,17 @@ class ChunkBuilder {
       p.weight_decay = m.cols > 0;
       p.row_begin = m.row_begin;
       // A tensor's tiles share the ordinal of its first tile; a new tensor takes the next one.
-      const ParamSpec* first = m.row_begin > 0 ? last_of(layout_, m.name) : nullptr;
-      p.tensor = first != nullptr ? first->tensor : layout_.params.empty() ? 0 : tensor_count(layout_);
+      const ParamSpec* first = m.row_begin > 0 ? last_of(layout_, p.name) : nullptr;
+      p.tensor = first != nullptr ? first->tensor : build_.next_tensor++;
       cursor_ += p.elements * layout_.element_bytes;
       layout_.params.push_back(std::move(p));
     }
   }
-  void slot(LayerSlot s, const std::vector<Member>& members) { slot(static_cast<int>(s), members); }
-  void slot(GlobalSlot s, const std::vector<Member>& members) { slot(static_cast<int>(s), members); }
+  void slot(LayerSlot s, std::initializer_list<Member> members) { slot(static_cast<int>(s), members); }
+  void slot(GlobalSlot s, std::initializer_list<Member> members) { slot(static_cast<int>(s), members); }
 
  private:
+  LayoutUnderConstruction& build_;
   ParamLayout& layout_;
   int chunk_ = 0;
   int layer_ = -1;
@@ -68,11 +82,6 @@ class ChunkBuilder {
     for (auto it = layout.params.rbegin(); it != layout.params.rend(); ++it)
       if (it->name == name) return &*it;
     return nullptr;
-  }
-  static int tensor_count(const ParamLayout& layout) {
-    int n = 0;
-    for (const ParamSpec& q : layout.params) n = std::max(n, q.tensor + 1);
-    return n;
   }
 };
 
@@ -108,7 +117,7 @@ void mlp_out_slots(ChunkBuilder& b, const ModelConfig& c, const std::string& pre
 
 // Layer i's attention half (and its MLP when untiled) in the layer's chunk; with mlp_tiles > 1
 // the MLP's tiles follow in chunks of their own, the first weight's tiles, then the second's.
-void add_layer(ParamLayout& layout, const ModelConfig& c, int i) {
+void add_layer(LayoutUnderConstruction& layout, const ModelConfig& c, int i) {
   const bool gpt2 = c.arch == Arch::gpt2;
   const std::string prefix = gpt2 ? fmt::format("transformer.h.{}.", i) : fmt::format("model.layers.{}.", i);
   const int64_t C = c.dim, KV = c.kv_dim(), QKV = c.qkv_rows(), tiles = mlp_tiles(c);
@@ -285,6 +294,8 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
   }
   ParamLayout layout;
   layout.element_bytes = element_bytes;
+  LayoutUnderConstruction build{layout};
+  layout.params.reserve(size_t(c.n_layer) * (8 + 6 * size_t(mlp_tiles(c))) + 2 * size_t(vocab_tiles(c)) + 4);
   const int64_t V = c.vocab, C = c.dim;
   const bool gpt2 = c.arch == Arch::gpt2;
   const int64_t tiles = vocab_tiles(c), R = tiles > 1 ? c.vocab_tile : V;
@@ -301,14 +312,14 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
     b.spec().rows = rows;
   };
   for (int64_t k = 0; k < tiles; ++k) {
-    ChunkBuilder b(layout, ChunkKind::embedding, -1, tile_name("embedding", k));
+    ChunkBuilder b(build, ChunkKind::embedding, -1, tile_name("embedding", k));
     table_tile(b, GlobalSlot::wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", k);
     if (gpt2 && k == 0) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
   }
-  for (int i = 0; i < c.n_layer; ++i) add_layer(layout, c, i);
+  for (int i = 0; i < c.n_layer; ++i) add_layer(build, c, i);
   const int64_t head_tiles = c.tied_head ? 1 : tiles;
   for (int64_t k = 0; k < head_tiles; ++k) {
-    ChunkBuilder b(layout, ChunkKind::head, -1, c.tied_head ? std::string("head") : tile_name("head", k));
+    ChunkBuilder b(build, ChunkKind::head, -1, c.tied_head ? std::string("head") : tile_name("head", k));
     if (k == 0) {
       b.slot(GlobalSlot::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
       if (gpt2) b.slot(GlobalSlot::lnf_b, {{"transformer.ln_f.bias", C}});
@@ -316,6 +327,44 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
     if (!c.tied_head) table_tile(b, GlobalSlot::lm_head, "lm_head.weight", k);
   }
   return layout;
+}
+
+namespace {
+
+// Everything build_param_layout reads of a config (validate()'s messages aside).
+struct LayoutKey {
+  Arch arch;
+  int64_t vocab, max_seq, dim, n_layer, n_head, n_kv_head, ffn_hidden, vocab_tile, mlp_tiles;
+  bool tied_head, qkv_bias;
+  uint64_t element_bytes;
+  bool operator==(const LayoutKey&) const = default;
+};
+
+constexpr size_t kSharedLayouts = 8;  // the planner's candidates take a few: working and fp32, per tiling
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const ParamLayout>> shared_param_layout(const ModelConfig& c, uint64_t element_bytes) {
+  static std::mutex mu;
+  static std::list<std::pair<LayoutKey, std::shared_ptr<const ParamLayout>>> recent;  // GUARDED_BY(mu), newest first
+  STRATA_RETURN_IF_ERROR(validate(c));
+  const LayoutKey key{c.arch,       c.vocab,      c.max_seq,   c.dim,      c.n_layer,
+                      c.n_head,     c.n_kv_head,  c.ffn_hidden, c.vocab_tile, c.mlp_tiles,
+                      c.tied_head,  c.qkv_bias,   element_bytes};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+      if (it->first == key) {
+        recent.splice(recent.begin(), recent, it);
+        return recent.front().second;
+      }
+  }
+  STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(c, element_bytes));
+  auto shared = std::make_shared<const ParamLayout>(std::move(layout));
+  std::lock_guard<std::mutex> lock(mu);
+  recent.emplace_front(key, shared);
+  if (recent.size() > kSharedLayouts) recent.pop_back();
+  return shared;
 }
 
 }  // namespace strata::model

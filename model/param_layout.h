@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,5 +138,11 @@ void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst);
 // the first weight (and bias), then mlp_tiles of the second. Tensor ordinals and the order of
 // the slots inside a chunk do not depend on either tiling.
 StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
+
+// build_param_layout's layout, shared and immutable: the last few distinct (config, element_bytes)
+// asked for are kept, so code that sizes many placements of one model (the planner: dozens of
+// candidates, each sized by several functions) builds each layout once instead of hundreds of
+// times. The config is validated on every call. Safe for concurrent use.
+StatusOr<std::shared_ptr<const ParamLayout>> shared_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
 
 }  // namespace strata::model

@@ -2,6 +2,7 @@
 #include "model/placement.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -79,21 +80,26 @@ GradientOffloaderOptions gradient_options(const ParamLayout& layout, const Train
   return o;
 }
 
-std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params) {
+namespace {
+
+// The pieces of every chunk of `layout` from its specs `spec(0) .. spec(count - 1)`, which must
+// come chunk by chunk, each chunk's by offset; nullopt when they do not (nothing is cut then).
+template <typename Spec>
+std::optional<std::vector<StatePiece>> cut_pieces(const ParamLayout& layout, size_t count, const Spec& spec,
+                                                  uint64_t piece_params) {
   constexpr uint64_t kBlock = kernels::kAdam8bitBlock;
-  piece_params = std::max<uint64_t>(piece_params, kBlock);  // the precondition; a smaller cap could not cut
-  std::vector<std::vector<const ParamSpec*>> params_of(master_layout.chunks.size());
-  for (const ParamSpec& p : master_layout.params) params_of[p.chunk].push_back(&p);
   std::vector<StatePiece> pieces;
-  for (size_t c = 0; c < master_layout.chunks.size(); ++c) {
-    std::vector<const ParamSpec*>& params = params_of[c];
-    std::sort(params.begin(), params.end(), [](const ParamSpec* a, const ParamSpec* b) { return a->offset < b->offset; });
+  size_t at = 0;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
     StatePiece piece{.chunk = c};
     uint64_t scale_at = 0;  // the first block scale of the tensor below
-    for (const ParamSpec* p : params) {
-      const uint64_t slot = p->offset / sizeof(float);
+    for (uint64_t last_offset = 0; at < count && size_t(spec(at).chunk) == c; ++at) {
+      const ParamSpec& p = spec(at);
+      if (p.offset < last_offset) return std::nullopt;
+      last_offset = p.offset;
+      const uint64_t slot = p.offset / sizeof(float);
       uint64_t done = 0;  // elements of p in earlier pieces
-      while (p->elements - done > piece_params - std::min(piece_params, slot + done - piece.slot_begin)) {
+      while (p.elements - done > piece_params - std::min(piece_params, slot + done - piece.slot_begin)) {
         const uint64_t room = piece_params - std::min(piece_params, slot + done - piece.slot_begin);
         const uint64_t take = room / kBlock * kBlock;  // 0: cut before this tensor's rest
         piece.slot_end = slot + done + take;
@@ -102,13 +108,35 @@ std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout,
         piece = StatePiece{.chunk = c, .slot_begin = piece.slot_end, .scale_begin = piece.scale_end};
         done += take;
       }
-      scale_at += kernels::adam8bit_blocks(p->elements);
+      scale_at += kernels::adam8bit_blocks(p.elements);
     }
-    piece.slot_end = master_layout.chunks[c].bytes / sizeof(float);
+    piece.slot_end = layout.chunks[c].bytes / sizeof(float);
     piece.scale_end = scale_at;
     pieces.push_back(piece);
   }
+  if (at != count) return std::nullopt;  // a spec out of chunk order
   return pieces;
+}
+
+}  // namespace
+
+std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params) {
+  piece_params = std::max<uint64_t>(piece_params, kernels::kAdam8bitBlock);  // the precondition
+  // build_param_layout appends the specs chunk by chunk, each chunk's by offset: then this is one
+  // pass over them (the planner calls it for every candidate placement of models of thousands of
+  // layers). Any other order is grouped and sorted first.
+  const std::vector<ParamSpec>& specs = master_layout.params;
+  if (auto pieces = cut_pieces(master_layout, specs.size(), [&](size_t i) -> const ParamSpec& { return specs[i]; },
+                               piece_params))
+    return std::move(*pieces);
+  std::vector<const ParamSpec*> sorted;
+  for (const ParamSpec& p : specs) sorted.push_back(&p);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const ParamSpec* a, const ParamSpec* b) {
+    return a->chunk != b->chunk ? a->chunk < b->chunk : a->offset < b->offset;
+  });
+  return cut_pieces(master_layout, sorted.size(), [&](size_t i) -> const ParamSpec& { return *sorted[i]; },
+                    piece_params)
+      .value();  // sorted: every spec is cut (a chunk index past the layout's chunks throws)
 }
 
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options) {
@@ -136,7 +164,8 @@ OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layou
 
 DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& o) {
   DeviceBytes d;
-  const ParamLayout layout = build_param_layout(config, dtype_size(o.dtype)).value();
+  const std::shared_ptr<const ParamLayout> working = shared_param_layout(config, dtype_size(o.dtype)).value();
+  const ParamLayout& layout = *working;
   const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
   uint64_t all_chunks = 0;
   for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
@@ -156,7 +185,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
       partials += (elements + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
     }
     d.gradients += aligned(partials * sizeof(double));
-    const uint64_t masters = build_param_layout(config, sizeof(float)).value().total_bytes();
+    const uint64_t masters = shared_param_layout(config, sizeof(float)).value()->total_bytes();
     d.optimizer = aligned(masters) * (o.dtype == DType::f32 ? 2 : 3);  // m, v (and fp32 masters for 16-bit)
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));

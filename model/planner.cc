@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -34,10 +35,13 @@ bool cpu_optimizer(const TrainOptions& o) { return o.optimizer_device == Optimiz
 bool optimizer_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.optimizer_home == OptimizerHome::nvme; }
 bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.offload_grad == GradHome::nvme; }
 
-ParamLayout working_layout(const ModelConfig& c, const TrainOptions& o) {
-  return build_param_layout(c, dtype_size(o.dtype)).value();
+// Shared (param_layout.h): the candidates of one plan size the same few layouts many times.
+std::shared_ptr<const ParamLayout> working_layout(const ModelConfig& c, const TrainOptions& o) {
+  return shared_param_layout(c, dtype_size(o.dtype)).value();
 }
-ParamLayout master_layout(const ModelConfig& c) { return build_param_layout(c, sizeof(float)).value(); }
+std::shared_ptr<const ParamLayout> master_layout(const ModelConfig& c) {
+  return shared_param_layout(c, sizeof(float)).value();
+}
 
 std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
   std::vector<uint64_t> bytes;
@@ -73,7 +77,8 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
 }
 
 void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
-  const ParamLayout layout = working_layout(config, o);
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
   if (o.offload_param == ParamHome::none)
     b.at(PlanTier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
   else
@@ -90,7 +95,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
     b.at(PlanTier::cpu, PlanState::staging) += staging;
   }
   // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
-  const OptimizerPipelineOptions po = optimizer_state_options(master_layout(config), o);
+  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
   if (po.home == Tier::nvme) {
     b.at(PlanTier::cpu, PlanState::staging) += pinned;
@@ -111,7 +116,7 @@ void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
   b.at(PlanTier::nvme, PlanState::weights) = r.weights;
   b.at(PlanTier::nvme, PlanState::gradients) = r.gradients;
   if (r.optimizer > 0) {
-    const uint64_t masters = master_bytes(optimizer_state_options(master_layout(config), o));
+    const uint64_t masters = master_bytes(optimizer_state_options(*master_layout(config), o));
     b.at(PlanTier::nvme, PlanState::masters) = masters;
     b.at(PlanTier::nvme, PlanState::moments) = r.optimizer - masters;
   }
@@ -149,10 +154,11 @@ uint64_t PlanBytes::tier(PlanTier t) const {
 
 NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit) {
   NvmeReservation r;
-  const ParamLayout layout = working_layout(config, o);
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
   if (o.offload_param == ParamHome::nvme)
     r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
-  const OptimizerPipelineOptions po = optimizer_state_options(master_layout(config), o);
+  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
   if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
   if (grads_on_nvme(o)) {
     const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
@@ -173,7 +179,8 @@ double default_flops(DType dtype) { return dtype == DType::f32 ? 25e12 : 100e12;
 
 StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   StepTraffic t;
-  const ParamLayout layout = working_layout(config, o);
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
   const bool paged = o.offload_param != ParamHome::none;
   if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
@@ -198,7 +205,7 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
     t.nvme_read += sums * k;
   }
   if (optimizer_on_nvme(o)) {
-    const uint64_t images = optimizer_pipeline_nvme_bytes(optimizer_state_options(master_layout(config), o));
+    const uint64_t images = optimizer_pipeline_nvme_bytes(optimizer_state_options(*master_layout(config), o));
     t.nvme_read += images;
     t.nvme_write += images;
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "model/model_config.h"
+
 namespace strata::model {
 
 void add_train_config_keys(ConfigSchema& schema) {
@@ -27,8 +29,8 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Model architecture over the preset's: gpt2 (LayerNorm, GELU, learned positions, tied head) "
                       "or llama (RMSNorm, SwiGLU, RoPE, GQA, untied head); preset: the preset's",
               .choices = {"preset", "gpt2", "llama"}});
-  // Explicit dimensions: each replaces the preset's when above 0 (model_config.h: ModelOverrides).
-  constexpr int64_t kMaxDim = 1LL << 31;
+  // Explicit dimensions: each replaces the preset's when above 0 (model_config.h: ModelOverrides),
+  // up to its limit (kDimensionLimits).
   for (const auto& [name, help] : std::initializer_list<std::pair<const char*, const char*>>{
            {"n_layer", "Transformer layers (L) instead of the preset's; 0: the preset's"},
            {"dim", "Residual width (C) instead of the preset's (ffn_hidden follows unless given); 0: the preset's"},
@@ -38,7 +40,8 @@ void add_train_config_keys(ConfigSchema& schema) {
            {"ffn_hidden", "MLP width (H) instead of the preset's; 0: the preset's (or the one dim implies)"},
            {"vocab", "Vocabulary size (V) instead of the preset's; 0: the preset's"},
            {"max_seq", "Longest sequence (GPT-2: position rows) instead of the preset's; 0: the preset's"}}) {
-    schema.add({.name = name, .type = ValueType::integer, .default_text = "0", .help = help, .min = 0, .max = kMaxDim});
+    schema.add({.name = name, .type = ValueType::integer, .default_text = "0", .help = help, .min = 0,
+                .max = double(dimension_limit(name))});
   }
   schema.add({.name = "data",
               .type = ValueType::path_list,

@@ -90,22 +90,38 @@ void tile_from_hf_transposed(const ParamSpec& p, const float* hf, float* dst) {
 // Chunk c of `masters` from the HF tensors `find` gives by name (padding zero), one tensor
 // converted at a time. The tensors were checked (present, shape, dtype) before. A tile of a
 // tensor the file stores transposed (GPT-2's MLP tiles) converts the whole tensor for its columns.
+// Elements [first, first + values.size()) of the file's tensor `ref` as read: invalid_argument
+// naming the file, the tensor and the first non-finite element (a run from such weights skips
+// every update: refused before the first step).
+Status check_finite(const HfTensorRef& ref, const std::vector<float>& values, uint64_t first) {
+  const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+  if (bad == values.end()) return Status::ok();
+  return error(Code::invalid_argument,
+               "{}: tensor '{}' element {} is {}: the weights are not finite (a diverged or damaged model), and "
+               "training from them would skip every update; pass finite weights (re-download or re-export them)",
+               ref.file->path(), ref.tensor->name, first + uint64_t(bad - values.begin()), *bad);
+}
+
 template <typename Find>
 Status read_hf_chunk(const ParamLayout& masters, size_t c, const Find& find, float* out) {
   std::fill_n(out, masters.chunks[c].bytes / sizeof(float), 0.f);
   for (const ParamSpec& p : masters.params) {
     if (size_t(p.chunk) != c) continue;
+    const HfTensorRef ref = find(p.name);
     if (!p.whole() && p.hf_transposed) {  // a tile's rows are columns of the file's tensor
-      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name)));
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(ref));
+      STRATA_RETURN_IF_ERROR(check_finite(ref, values, 0));
       tile_from_hf_transposed(p, values.data(), out + p.offset / sizeof(float));
       continue;
     }
     if (!p.whole()) {  // a tile: its rows are contiguous in the file too
-      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name), p.tensor_offset(), p.elements));
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(ref, p.tensor_offset(), p.elements));
+      STRATA_RETURN_IF_ERROR(check_finite(ref, values, p.tensor_offset()));
       std::copy(values.begin(), values.end(), out + p.offset / sizeof(float));
       continue;
     }
-    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(find(p.name)));
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> values, hf_tensor_as_f32(ref));
+    STRATA_RETURN_IF_ERROR(check_finite(ref, values, 0));
     from_hf_layout(p, values.data(), out + p.offset / sizeof(float));
   }
   return Status::ok();

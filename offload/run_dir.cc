@@ -41,24 +41,24 @@ StatusOr<std::vector<std::pair<std::string, uint64_t>>> list_dir(const std::stri
   return out;
 }
 
-// True when no live run holds the directory's lock.
-bool is_stale(const std::string& dir) {
-  int fd = ::open((dir + "/lock").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+}  // namespace
+
+RunDirState run_dir_state(const std::string& dir) {
+  const int fd = ::open((dir + "/lock").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0) return false;
-    return std::time(nullptr) - st.st_mtime > kStartingGraceSeconds;
+    if (::stat(dir.c_str(), &st) != 0) return RunDirState::starting;  // gone meanwhile: nothing to remove
+    return std::time(nullptr) - st.st_mtime > kStartingGraceSeconds ? RunDirState::stale : RunDirState::starting;
   }
-  bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-  if (stale) {  // an empty lock file younger than the grace period: its run may be starting
+  RunDirState state = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? RunDirState::stale : RunDirState::live;
+  if (state == RunDirState::stale) {  // an empty lock file younger than the grace period: its run may be starting
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_size == 0 && std::time(nullptr) - st.st_mtime <= kStartingGraceSeconds) stale = false;
+    if (::fstat(fd, &st) == 0 && st.st_size == 0 && std::time(nullptr) - st.st_mtime <= kStartingGraceSeconds)
+      state = RunDirState::starting;
   }
   ::close(fd);
-  return stale;
+  return state;
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<RunDir>> RunDir::create(const std::string& parent) {
   static std::atomic<uint32_t> counter{0};
@@ -101,7 +101,7 @@ StatusOr<std::vector<StaleRun>> find_stale_runs(const std::string& parent) {
     if (!std::string_view(name).starts_with(kRunDirPrefix)) continue;
     std::string dir = parent + "/" + name;
     struct stat st {};
-    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !is_stale(dir)) continue;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || run_dir_state(dir) != RunDirState::stale) continue;
     StaleRun run{dir, 0};
     if (auto files = list_dir(dir); files.is_ok())
       for (const auto& [f, bytes] : *files) run.bytes += bytes;

@@ -34,6 +34,12 @@ class RunDir {
   int lock_fd_ = -1;
 };
 
+// What a run directory under an NVMe path is: live (a run holds its lock), starting (no lock
+// file, or an empty one, and younger than a minute: a run is creating it) or stale (left by a run
+// that died: removable).
+enum class RunDirState : uint8_t { live, starting, stale };
+RunDirState run_dir_state(const std::string& dir);
+
 struct StaleRun {
   std::string path;
   uint64_t bytes = 0;  // allocated on disk by its files

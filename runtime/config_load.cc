@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/config.h"
+#include "runtime/json_duplicates.h"
 #include "runtime/suggest.h"
 
 namespace strata {
@@ -161,6 +163,11 @@ Status Config::load_file(const std::string& path) {
   if (!doc.is_object())
     return error(Code::invalid_argument, "config file {} must hold a JSON object ({{\"key\": value, ...}}), not {}",
                  path, json_type_name(doc));
+  if (const std::optional<std::string> twice = first_duplicate_json_key(text))
+    return error(Code::invalid_argument,
+                 "config file {} sets '{}' twice in one object; JSON readers would keep the last one silently: keep "
+                 "one of them",
+                 path, *twice);
 
   std::vector<std::string> known = schema_.file_paths();
   for (std::string& p : schema_.ignored_file_paths()) known.push_back(std::move(p));

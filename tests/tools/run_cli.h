@@ -2,19 +2,24 @@
 // The child gets this process's environment without any STRATA_* variable (so the caller's shell
 // cannot change the result), plus STRATA_CALIBRATION=none unless the test sets it (so no test reads
 // or writes the user's calibration cache, and plans use the rates a test gives), plus the variables
-// the test gives. Not a general process library: no stdin, no timeout (the CLI commands tested
-// here finish in well under a second).
+// the test gives. Also a run in the background (output to a file) and a wait for a file's lines,
+// for tests that act on a live run. Not a general process library: no stdin, no timeout (the CLI
+// commands tested here finish in well under a second).
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -145,6 +150,31 @@ inline CliResult run_cli(const std::vector<std::string>& args, const std::vector
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
   return result;
+}
+
+// `strata args...` in the background, stdout and stderr to the file `log`, the environment as
+// run_cli's; its pid (reap it with waitpid or wait4), or -1 when it did not start.
+inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
+  SpawnArgs spawn(args, {});
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int err = posix_spawn(&pid, spawn.binary().c_str(), &actions, nullptr, spawn.argv(), spawn.envp());
+  posix_spawn_file_actions_destroy(&actions);
+  return err == 0 ? pid : -1;
+}
+
+// Waits (up to 60 s) until the file `path` has `lines` complete lines; false when it did not.
+inline bool wait_for_lines(const std::string& path, size_t lines) {
+  for (int i = 0; i < 6000; ++i) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (size_t(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace strata::test

@@ -1,10 +1,12 @@
 // `strata clean [PATH...] [--dry-run]`: lists and removes the per-run swap directories
 // (offload/run_dir.h, "strata-run-<pid>-<n>") that runs which did not exit cleanly left under each
-// NVMe path. A directory whose lock a live run holds is never touched, nor one holding a file
-// strata did not create. PATH defaults to STRATA_NVME_PATH (a comma list). Not a general
-// cleaner: checkpoints and other files are left alone.
+// NVMe path. A directory whose lock a live run holds is never touched, nor one less than a minute
+// old whose lock nobody holds yet (a run starting), nor one holding a file strata did not create.
+// PATH defaults to STRATA_NVME_PATH (a comma list). Not a general cleaner: checkpoints and other
+// files are left alone.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -27,6 +29,26 @@ struct CleanFlags {
   bool dry_run = false;
 };
 
+// Why a strata-run-* entry that find_stale_runs did not list is left alone, in words.
+std::string why_left_alone(const fs::path& entry) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(entry, ec)))
+    return "not a directory (strata did not make it), left alone";
+  const fs::path lock = entry / "lock";
+  if (run_dir_state(entry.string()) == RunDirState::live) {
+    std::ifstream in(lock);
+    std::string word;
+    long long pid = 0;
+    if (in >> word >> pid && word == "pid" && pid > 0)
+      return fmt::format("in use by a live run, left alone (pid {} holds its lock)", pid);
+    return "in use by a live run, left alone (it holds its lock)";
+  }
+  const bool has_lock = fs::exists(fs::symlink_status(lock, ec));
+  return fmt::format("{}, and it is less than a minute old: a run may be starting in it; left alone (a later "
+                     "`strata clean` removes it if no run took it)",
+                     has_lock ? "its lock file is empty and not held" : "it has no lock file yet");
+}
+
 // Cleans one parent directory; returns false when it could not be read.
 bool clean_one(const std::string& parent, bool dry_run, uint64_t& freed) {
   StatusOr<std::vector<StaleRun>> stale = find_stale_runs(parent);
@@ -39,8 +61,8 @@ bool clean_one(const std::string& parent, bool dry_run, uint64_t& freed) {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
     std::string name = e.path().filename().string();
-    if (name.starts_with(kRunDirPrefix) && !stale_paths.contains(e.path().string()))
-      fmt::print("{}: in use by a live run, left alone\n", e.path().string());
+    if (!name.starts_with(kRunDirPrefix) || stale_paths.contains(e.path().string())) continue;
+    fmt::print("{}: {}\n", e.path().string(), why_left_alone(e.path()));
   }
   if (dry_run) {
     for (const StaleRun& r : *stale) fmt::print("{}: left by a crashed run, would free {}\n", r.path, format_size(r.bytes));

@@ -11,12 +11,14 @@
 #include <string>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "model/model_config.h"
 #include "model/planner.h"
 #include "model/train_options.h"
 #include "model/trainer.h"
+#include "runtime/units.h"
 #include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
@@ -24,6 +26,7 @@
 #include "tools/strata/plan_report.h"
 #include "tools/strata/schema.h"
 #include "tools/strata/train_placement.h"
+#include "tools/strata/train_preflight.h"
 
 namespace strata::cli {
 namespace {
@@ -60,6 +63,20 @@ int plan(const Config& config, const PlanFlags& flags) {
                         kExitUsage);
   StatusOr<model::ModelConfig> mc = model::model_config_with(parsed->preset, parsed->model);
   if (!mc.is_ok()) return report_error(mc.status().message(), kExitUsage);
+  // A model no placement could hold is answered in closed form, before the planner builds layouts.
+  if (Status s = check_size_fits_machine(config, *parsed, *mc, MachineFor::plan); !s.is_ok()) {
+    if (s.code() != Code::out_of_memory) return report_error(s.message(), kExitUsage);
+    if (flags.json)
+      fmt::print("{}\n", nlohmann::json{{"fits", false},
+                                        {"model", mc->name},
+                                        {"params", model::parameter_count(*mc)},
+                                        {"refused", s.message()}}
+                             .dump(2));
+    else
+      fmt::print("model: {} ({} parameters)\n\ndoes not fit: {}\n", mc->name,
+                 format_count(double(model::parameter_count(*mc))), s.message());
+    return kExitFailure;
+  }
   if (flags.calibrate)
     if (Status s = calibrate_first(config, *parsed); !s.is_ok())
       return report_error(s.message(), s.code() == Code::invalid_argument ? kExitUsage : kExitFailure);

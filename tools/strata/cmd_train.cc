@@ -41,6 +41,7 @@
 #include "model/trainer.h"
 #include "model/transformer.h"
 #include "runtime/backend.h"
+#include "runtime/dir_lock.h"
 #include "runtime/log.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/splitmix64.h"
@@ -189,8 +190,8 @@ model::TierBytes tier_bytes(const Backend& backend, const PinnedPool& pinned, bo
 
 // The model to train: --init-from's config.json (explicit dimensions must agree with it; a
 // .safetensors file without one beside it takes the preset's), else the preset with overrides.
-// With --init-from, `init` holds the opened weights, already checked against the model's layout,
-// so a missing tensor, a shape or a dtype is refused before any data or memory is touched.
+// With --init-from, `init` holds the opened weights (mapped, nothing read), to be checked against
+// the model's layout (check_init_weights) once the model's size is known to fit the machine.
 StatusOr<model::ModelConfig> resolve_model(const Config& config, const TrainOptions& o,
                                            std::optional<model::HfWeights>& init) {
   if (o.init_from.empty()) {
@@ -228,12 +229,41 @@ StatusOr<model::ModelConfig> resolve_model(const Config& config, const TrainOpti
     for (const std::string& n : notes) spdlog::info("init-from: {}", n);
     for (const std::string& w : hf.warnings) spdlog::warn("init-from: {}", w);
   }
-  STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(mc, 4));
-  STRATA_RETURN_IF_ERROR(weights.check_layout(layout, mc.name));
-  spdlog::info("init-from: {} tensors in {} file(s), every one the model needs present with its shape",
-               weights.tensor_count(), weights.files().size());
   init.emplace(std::move(weights));
   return mc;
+}
+
+// --init-from's tensors against the model's layout: a missing tensor, a shape or a dtype is
+// refused before any data or memory is touched; a tensor the model has no place for is named in
+// a warning (it is not loaded).
+Status check_init_weights(const model::ModelConfig& mc, const model::HfWeights& weights) {
+  STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(mc, 4));
+  STRATA_RETURN_IF_ERROR(weights.check_layout(layout, mc.name));
+  const model::UnusedTensors unused = weights.unused_tensors(layout);
+  spdlog::info("init-from: {} tensors in {} file(s), every one the model needs present with its shape",
+               weights.tensor_count(), weights.files().size());
+  if (!unused.buffers.empty())
+    spdlog::info("init-from: {} non-parameter buffer(s) not loaded ({}: transformers' attention masks and "
+                 "rotary tables, which strata computes)", unused.buffers.size(), unused.buffers.front());
+  if (!unused.tensors.empty())
+    spdlog::warn("init-from: {} tensor(s) of {} are not loaded: model {} has no place for them: {}{}; check that "
+                 "config.json describes these weights (a tied head, the layer count)",
+                 unused.tensors.size(), weights.path(), mc.name,
+                 fmt::join(unused.tensors.begin(), unused.tensors.begin() + std::min<size_t>(unused.tensors.size(), 8),
+                           ", "),
+                 unused.tensors.size() > 8 ? fmt::format(" and {} more", unused.tensors.size() - 8) : "");
+  return Status::ok();
+}
+
+// What a run stopped by a failure (a corrupt swap file, an I/O error) can do: resume from the
+// last checkpoint of --checkpoint-dir, named with its command, or say there is none.
+std::string resume_advice(const TrainOptions& o) {
+  if (o.checkpoint_dir.empty())
+    return "no --checkpoint-dir was set, so this run left no checkpoint to resume from";
+  const auto all = model::list_checkpoints(o.checkpoint_dir);
+  if (all.empty()) return fmt::format("{} holds no earlier checkpoint to resume from", o.checkpoint_dir);
+  return fmt::format("the last checkpoint is {} (step {}); resume from it with:\n  {}", all.back().second,
+                     all.back().first, resume_command(o.checkpoint_dir));
 }
 
 // The whole run after the config is read; returns the exit code.
@@ -253,25 +283,67 @@ int train(const Config& config) {
   auto fail = [](const Status& s) { return report_error(s.message(), exit_code_for(s)); };
   const uint64_t seed = uint64_t(config.get_int("seed"));
 
-  // Preflight: every path and the room for a checkpoint, before data, memory or a step.
+  // Preflight: every path, the checkpoint directory's lock and the room for its rotation, the
+  // model's size against the machine, before data, memory or a step.
   if (Status s = check_nvme_paths(config.get_list("nvme_path")); !s.is_ok()) return fail(s);
+  std::optional<DirLock> checkpoint_lock;  // one writer per --checkpoint-dir, for the run's life
   std::optional<model::CheckpointStore> store;
   if (!o.checkpoint_dir.empty()) {
+    StatusOr<std::optional<DirLock>> lock = lock_checkpoint_dir(o.checkpoint_dir);
+    if (!lock.is_ok())
+      return report_error(lock.status().message(),
+                          lock.status().code() == Code::unavailable ? kExitUsage : exit_code_for(lock.status()));
+    checkpoint_lock = std::move(*lock);
     StatusOr<model::CheckpointStore> st = model::CheckpointStore::open(
         o.checkpoint_dir, {.keep = uint32_t(o.keep_checkpoints), .hook = test_checkpoint_hook()});
     if (!st.is_ok()) return fail(st.status());
     for (const std::string& r : st->removed()) spdlog::info("checkpoint: removed {}, left by a killed save", r);
-    if (Status s = check_checkpoint_room(o.checkpoint_dir, estimate_checkpoint_bytes(*mc, o.adam_states), mc->name);
-        !s.is_ok())
-      return fail(s);
+    const CheckpointRotation rotation{.one = estimate_checkpoint_bytes(*mc, o.adam_states),
+                                      .keep = o.keep_checkpoints,
+                                      .present = model::list_checkpoints(o.checkpoint_dir).size()};
+    if (Status s = check_checkpoint_room(o.checkpoint_dir, rotation, mc->name); !s.is_ok()) return fail(s);
     store.emplace(std::move(*st));
   }
+  // The host memory the flags' own placement needs (when the planner will not choose one), then
+  // whether any placement could hold the model at all: both closed-form, before any layout.
+  const model::PlanFixed fixed = plan_fixed_choices(config);
+  const bool explicit_auto =
+      config.get_text("offload") == "auto" && config.source("offload") != ConfigSource::default_value;
+  const bool flags_placement = !explicit_auto && (fixed.weights || fixed.optimizer || fixed.gradients);
+  const auto check_memory = [&](const TrainOptions& run) -> int {
+    StatusOr<std::vector<std::string>> memory =
+        check_host_memory(*mc, run.adam_states, run.optimizer_device == TrainOptions::OptimizerDevice::device,
+                          run.optimizer_home == TrainOptions::OptimizerHome::nvme,
+                          config.get_size_or_auto("cpu_mem").value_or(0));
+    if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
+    for (const std::string& w : *memory) spdlog::warn("{}", w);
+    return kExitOk;
+  };
+  if (flags_placement)
+    if (const int code = check_memory(o); code != kExitOk) return code;
+  if (Status s = check_size_fits_machine(config, o, *mc, MachineFor::train); !s.is_ok())
+    return report_error(s.message(), kExitUsage);
+  if (init_weights)
+    if (Status s = check_init_weights(*mc, *init_weights); !s.is_ok()) return fail(s);
   std::optional<model::CheckpointState> resumed;
   std::string resume_dir;
+  std::optional<DirLock> resume_lock;  // a reader's lock on the resumed run's directory, until it is read
   if (!o.resume_path.empty()) {
     StatusOr<std::string> dir = model::resolve_checkpoint(o.resume_path);
     if (!dir.is_ok()) return fail(dir.status());
     resume_dir = *dir;
+    std::error_code ec;
+    const std::string parent = std::filesystem::path(resume_dir).parent_path().string();
+    const bool own_dir = !o.checkpoint_dir.empty() &&
+                         (std::filesystem::equivalent(o.resume_path, o.checkpoint_dir, ec) ||
+                          std::filesystem::equivalent(parent, o.checkpoint_dir, ec));
+    if (!own_dir) {  // this run's own directory is locked already
+      StatusOr<std::optional<DirLock>> lock = lock_resume_source(o.resume_path, resume_dir);
+      if (!lock.is_ok())
+        return report_error(lock.status().message(),
+                            lock.status().code() == Code::unavailable ? kExitUsage : exit_code_for(lock.status()));
+      resume_lock = std::move(*lock);
+    }
     StatusOr<model::CheckpointState> st = model::read_checkpoint_state(resume_dir, mc->name);
     if (!st.is_ok() && st.status().code() == Code::corruption) {
       // Name the other checkpoints of the run, newest first, that a resume can use instead.
@@ -321,12 +393,8 @@ int train(const Config& config) {
     spdlog::info("model: the {}x{} token table{} in {} tiles of {} rows (--vocab-tile {})", mc->vocab, mc->dim,
                  mc->tied_head ? "" : " and the head", model::vocab_tiles(*mc), mc->vocab_tile,
                  o.vocab_tile < 0 ? "auto" : std::to_string(o.vocab_tile));
-  StatusOr<std::vector<std::string>> memory =
-      check_host_memory(*mc, o.adam_states, o.optimizer_device == TrainOptions::OptimizerDevice::device,
-                        o.optimizer_home == TrainOptions::OptimizerHome::nvme,
-                        config.get_size_or_auto("cpu_mem").value_or(0));
-  if (!memory.is_ok()) return report_error(memory.status().message(), kExitUsage);
-  for (const std::string& w : *memory) spdlog::warn("{}", w);
+  if (!flags_placement)  // the planner's placement (the flags' was checked above)
+    if (const int code = check_memory(o); code != kExitOk) return code;
   if (store) {
     // A fresh run (or one resumed from elsewhere) must not mix its checkpoints with another run's.
     const std::vector<std::pair<uint64_t, std::string>> held = model::list_checkpoints(o.checkpoint_dir);
@@ -421,6 +489,7 @@ int train(const Config& config) {
   if (resumed) {
     if (Status s = model::load_checkpoint_optimizer(resume_dir, **trainer); !s.is_ok()) return fail(s);
     spdlog::info("resumed from {} at step {}", resume_dir, resumed->step);
+    resume_lock.reset();  // read: its run may go on
   }
   std::optional<model::MetricsLog> metrics;
   if (!o.metrics_path.empty()) {
@@ -488,7 +557,8 @@ int train(const Config& config) {
     const auto t0 = std::chrono::steady_clock::now();
     if (bench) bench->begin_step(**trainer);
     StatusOr<model::StepResult> r = (*trainer)->step(next_train);
-    if (!r.is_ok()) return report_error(fmt::format("step {}: {}", i + 1, r.status().message()), kExitFailure);
+    if (!r.is_ok())
+      return report_error(fmt::format("step {}: {}; {}", i + 1, r.status().message(), resume_advice(o)), kExitFailure);
     if (bench) bench->end_step(**trainer, r->step);
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     model::StepMetrics m;
@@ -504,7 +574,9 @@ int train(const Config& config) {
     if (val_loader && (m.step % o.eval_every == 0 || m.step == o.steps)) {
       if (Status s = val_loader->seek({}); !s.is_ok()) return fail(s);  // the same val batches each time
       StatusOr<double> val = (*trainer)->evaluate(next_val, o.eval_batches);
-      if (!val.is_ok()) return report_error(fmt::format("evaluation at step {}: {}", m.step, val.status().message()));
+      if (!val.is_ok())
+        return report_error(
+            fmt::format("evaluation at step {}: {}; {}", m.step, val.status().message(), resume_advice(o)));
       m.val_loss = *val;
       summary.last_val_loss = *val;
       summary.last_val_step = m.step;
@@ -528,14 +600,10 @@ int train(const Config& config) {
           kExitFailure);
     const bool save_now = store && (m.step == o.steps || (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0));
     if (save_now) {
-      if (Status s = save(); !s.is_ok()) {
-        const std::string next =
-            model::list_checkpoints(o.checkpoint_dir).empty()
-                ? fmt::format("{} holds no earlier checkpoint to resume from", o.checkpoint_dir)
-                : fmt::format("{}resume with:\n  {}", s.code() == Code::no_space ? "free space and " : "",
-                              resume_command(o.checkpoint_dir));
-        return report_error(fmt::format("checkpoint at step {}: {}; {}", m.step, s.message(), next));
-      }
+      if (Status s = save(); !s.is_ok())
+        return report_error(fmt::format("checkpoint at step {}: {}; {}{}", m.step, s.message(),
+                                        s.code() == Code::no_space ? "free space there, then: " : "",
+                                        resume_advice(o)));
     }
     if (i == first_step) summary.first_loss = m.loss;
     (i == first_step ? first_s : steady_s) += step_s;
@@ -548,7 +616,8 @@ int train(const Config& config) {
   // The last step's update (overlapped updates wait for a next forward that never comes).
   if (bench) bench->begin_final_update(**trainer);
   if (Status s = (*trainer)->finish_update(); !s.is_ok())
-    return report_error(fmt::format("the update of step {}: {}", o.steps, s.message()), kExitFailure);
+    return report_error(fmt::format("the update of step {}: {}; {}", o.steps, s.message(), resume_advice(o)),
+                        kExitFailure);
   if (bench) bench->end_final_update(**trainer);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);

@@ -250,12 +250,17 @@ std::vector<std::string> assumed_rates(const Machine& m) {
   return keys;
 }
 
-StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptions& o, MachineFor purpose) {
+StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose) {
   Machine m;
   STRATA_RETURN_IF_ERROR(detect_gpu(config, purpose, m));
   STRATA_RETURN_IF_ERROR(detect_cpu(config, purpose, m));
   STRATA_RETURN_IF_ERROR(detect_nvme(config, m));
   if (purpose == MachineFor::train) m.described = false;  // a run is always on this machine
+  return m;
+}
+
+StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptions& o, MachineFor purpose) {
+  STRATA_ASSIGN_OR_RETURN(Machine m, describe_budgets(config, purpose));
   read_rates(config, load_cached_rates(config, o, m, m.calibration), m);
   // A run on the CPU backend (this machine without a GPU, or --device cpu) computes on the cores
   // that also copy and run AdamW; a described machine is a GPU machine unless --device cpu says not.

@@ -47,6 +47,11 @@ std::vector<std::string> assumed_rates(const Machine& machine);
 // train` (always this one: with no --gpu-mem, the arena the backend train makes would take).
 enum class MachineFor : uint8_t { plan, train };
 
+// The machine's budgets alone (gpu, cpu, nvme and where each came from), as describe_machine
+// finds them, without its rates: what the closed-form size check (model/size_bounds.h) compares
+// with. Errors: describe_machine's for the budgets.
+StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose);
+
 // The machine for a run of `o`. Problems with the calibration cache (corrupt, another version,
 // another machine, another disk) are logged as warnings naming the file and the reason, and its
 // rates are then not used. A described machine reads no cache unless --calibration names one,

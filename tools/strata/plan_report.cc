@@ -15,6 +15,8 @@ using model::PlanState;
 using model::PlanTier;
 
 std::string gb(uint64_t bytes) { return fmt::format("{:.1f} GB", double(bytes) / 1e9); }
+// A shortfall: GB from 1 GB on (the suggestions' unit), below it exact ("821 KiB", not "0.0 GB").
+std::string missing_amount(uint64_t bytes) { return bytes >= 1'000'000'000 ? gb(bytes) : format_size(bytes); }
 std::string cell(uint64_t bytes) { return bytes == 0 ? "-" : format_size(bytes); }
 
 const std::string& source(const Machine& m, PlanRateKind kind) { return m.rate_source[size_t(kind)]; }
@@ -32,6 +34,12 @@ void append_bytes(std::string& out, const model::Plan& p) {
   const model::Hardware& h = p.hardware;
   fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "budget", format_size(h.gpu_bytes), format_size(h.cpu_bytes),
                  h.nvme_bytes ? format_size(h.nvme_bytes) : "none");
+  if (p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::device)
+    out += p.chosen.options.dtype == DType::f32
+               ? "(optimizer gpu: AdamW runs on the device, whose fp32 weights are the masters and which holds the "
+                 "moments; the cpu column's masters and moments are their pinned mirror, for checkpoints)\n"
+               : "(optimizer gpu: AdamW runs on the device, which holds the fp32 masters and the moments; the cpu "
+                 "column's masters and moments are their pinned mirror, for checkpoints)\n";
 }
 
 void append_time(std::string& out, const model::Plan& p, const Machine& m) {
@@ -83,7 +91,8 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
 std::string plan_shortfall(const model::Plan& p) {
   std::string out = fmt::format("does not fit: the closest placement ({}) needs", model::placement_summary(p.chosen.options));
   for (size_t t = 0; t < model::kPlanTiers; ++t)
-    if (p.chosen.missing[t] > 0) out += fmt::format(" {} more {}", gb(p.chosen.missing[t]), model::plan_tier_name(PlanTier(t)));
+    if (p.chosen.missing[t] > 0)
+      out += fmt::format(" {} more {}", missing_amount(p.chosen.missing[t]), model::plan_tier_name(PlanTier(t)));
   return out;
 }
 

@@ -4,14 +4,19 @@
 
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include <fmt/core.h>
+#include <spdlog/spdlog.h>
 
+#include "model/checkpoint_store.h"
+#include "model/size_bounds.h"
 #include "runtime/fs_probe.h"
 #include "runtime/units.h"
 
@@ -24,16 +29,89 @@ uint64_t estimate_checkpoint_bytes(const model::ModelConfig& config, AdamStates 
   return bytes + bytes / 16 + (1ull << 20);  // chunk padding, headers and checksums
 }
 
-Status check_checkpoint_room(const std::string& dir, uint64_t needed, const std::string& model_name) {
+Status check_checkpoint_room(const std::string& dir, const CheckpointRotation& r, const std::string& model_name) {
   struct statvfs fs {};
   if (::statvfs(dir.c_str(), &fs) != 0) return errno_status(errno, fmt::format("statvfs of --checkpoint-dir {}", dir));
   const uint64_t available = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize ? fs.f_frsize : fs.f_bsize);
-  if (available < needed)
-    return error(Code::no_space,
-                 "--checkpoint-dir {} has {} available but a checkpoint of {} needs about {}: free space there "
-                 "or pass a --checkpoint-dir on a larger disk",
-                 dir, format_size(available), model_name, format_size(needed));
-  return Status::ok();
+  const uint64_t needed = r.peak_new();
+  if (available >= needed) return Status::ok();
+  const uint64_t here = std::min(r.present, r.keep);
+  std::string fewer;
+  for (uint64_t keep = r.keep - 1; keep >= 1 && fewer.empty(); --keep) {
+    const CheckpointRotation less{.one = r.one, .keep = keep, .present = r.present};
+    if (less.peak_new() <= available)
+      fewer = fmt::format(", or pass --keep-checkpoints {} (then {})", keep, format_size(less.peak_new()));
+  }
+  return error(Code::no_space,
+               "--checkpoint-dir {} has {} available, but its rotation needs about {} at its peak: "
+               "--keep-checkpoints {} checkpoints of {} plus the one being written, about {} each{}: free space "
+               "there or pass a --checkpoint-dir on a larger disk{}",
+               dir, format_size(available), format_size(needed), r.keep, model_name, format_size(r.one),
+               here > 0 ? fmt::format(" ({} of them here already)", here) : "", fewer);
+}
+
+StatusOr<std::optional<DirLock>> lock_checkpoint_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec)
+      return error(code_from_errno(ec.value()), "--checkpoint-dir {} cannot be created ({}); pass a writable "
+                   "--checkpoint-dir", dir, ec.message());
+    // The new directory's entry must survive a power cut (CheckpointStore::open does not create it now).
+    const fs::path parent = fs::absolute(dir, ec).parent_path();
+    STRATA_RETURN_IF_ERROR(model::fsync_directory(parent.empty() ? std::string(".") : parent.string()));
+  }
+  if (!fs::is_directory(dir, ec))
+    return error(Code::invalid_argument, "--checkpoint-dir {} is not a directory (a file of that name exists); pass "
+                 "a writable --checkpoint-dir", dir);
+  StatusOr<DirLock> lock = DirLock::acquire(dir, model::kCheckpointLockFile, LockMode::exclusive);
+  if (lock.is_ok()) return std::optional<DirLock>(std::move(*lock));
+  if (lock.status().code() == Code::failed_precondition) {
+    spdlog::warn("--checkpoint-dir {}: {}: nothing keeps a second run from writing it while this one does",
+                 dir, lock.status().message());
+    return std::optional<DirLock>();
+  }
+  if (lock.status().code() != Code::unavailable) return lock.status();
+  return error(Code::unavailable,
+               "--checkpoint-dir {} is in use by another run: {}. Two runs writing one directory delete each "
+               "other's checkpoints as they rotate them: wait for that run to end (or stop it), or pass another "
+               "--checkpoint-dir",
+               dir, lock.status().message());
+}
+
+StatusOr<std::optional<DirLock>> lock_resume_source(const std::string& resume, const std::string& resolved) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string run_dir;
+  if (!fs::equivalent(resume, resolved, ec)) {
+    run_dir = resume;  // a run directory, resolved to its latest checkpoint
+  } else {
+    const fs::path parent = fs::absolute(resolved, ec).parent_path();
+    if (fs::exists(parent / model::kLatestFile, ec) || fs::exists(parent / model::kCheckpointLockFile, ec))
+      run_dir = parent.string();
+  }
+  if (run_dir.empty()) return std::optional<DirLock>();
+  const bool writable = ::access(run_dir.c_str(), W_OK) == 0;
+  if (!writable && !fs::exists(fs::path(run_dir) / model::kCheckpointLockFile, ec))
+    return std::optional<DirLock>();  // read-only and unlocked: no run writes there
+  StatusOr<DirLock> lock = DirLock::acquire(run_dir, model::kCheckpointLockFile, LockMode::shared);
+  if (lock.is_ok()) return std::optional<DirLock>(std::move(*lock));
+  if (lock.status().code() == Code::failed_precondition) return std::optional<DirLock>();
+  if (lock.status().code() != Code::unavailable) return lock.status();
+  return error(Code::unavailable,
+               "--resume {}: {}. A live run is writing that directory, and its rotation may remove {} while this "
+               "run reads it: wait for that run to end (its last checkpoint is then the one to resume), or resume "
+               "from a copy of the checkpoint",
+               resume, lock.status().message(), resolved);
+}
+
+Status check_size_fits_machine(const Config& config, const model::TrainOptions& o, const model::ModelConfig& model,
+                               MachineFor purpose) {
+  if (model::cheap_to_plan(model::size_floor(model, o), o)) return Status::ok();
+  STRATA_ASSIGN_OR_RETURN(const Machine machine, describe_budgets(config, purpose));
+  return model::check_size_floor(model, o, machine.hardware, {machine.gpu_from, machine.cpu_from, machine.nvme_from},
+                                 machine.described ? "the machine described" : "this machine");
 }
 
 Status check_nvme_paths(const std::vector<std::string>& paths) {

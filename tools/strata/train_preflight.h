@@ -1,19 +1,27 @@
 // Checks `strata train` makes before it opens data, allocates memory or trains a step, so a bad
-// path or a full disk is refused at once rather than after hours of training: the checkpoint
-// directory has room for a checkpoint (estimated from the model), each --nvme-path is an
-// existing writable directory that takes O_DIRECT, and the host has the memory the optimizer
-// state needs and --cpu-mem promises. Not the checkpoint store itself
-// (model/checkpoint_store.h opens the directory and probes that it is writable).
+// path, a full disk or an absurd size is refused at once rather than after hours of training (or
+// after eating the machine): the model's size against the machine in closed form
+// (model/size_bounds.h), the checkpoint directory's writer lock (runtime/dir_lock.h: one run
+// writes a directory, and a resume reads no directory a live run is rotating) and room for its
+// rotation of checkpoints (estimated from the model), each --nvme-path is an existing writable
+// directory that takes O_DIRECT, and the host has the memory the optimizer state needs and
+// --cpu-mem promises. Not the checkpoint store itself (model/checkpoint_store.h opens the
+// directory and probes that it is writable).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/model_config.h"
+#include "model/train_options.h"
 #include "offload/cpu_adam.h"
+#include "runtime/config.h"
+#include "runtime/dir_lock.h"
 #include "runtime/status.h"
+#include "tools/strata/plan_machine.h"
 
 namespace strata::cli {
 
@@ -21,9 +29,39 @@ namespace strata::cli {
 // parameter; 8-bit: 2 plus the block scales) and headroom for padding and headers.
 uint64_t estimate_checkpoint_bytes(const model::ModelConfig& config, AdamStates states);
 
-// no_space when the filesystem of `dir` (which exists) has fewer than `needed` bytes available,
-// saying both amounts, the model and what to do.
-Status check_checkpoint_room(const std::string& dir, uint64_t needed, const std::string& model_name);
+// The checkpoint rotation of --checkpoint-dir at its peak: `keep` checkpoints (--keep-checkpoints)
+// plus the one being written, of `one` bytes each (estimate_checkpoint_bytes), `present` of them
+// (this run's, when it resumes in its own directory) already on the disk.
+struct CheckpointRotation {
+  uint64_t one = 0;
+  uint64_t keep = 2;
+  uint64_t present = 0;
+  uint64_t peak_new() const { return (keep + 1 - std::min(present, keep)) * one; }  // bytes still to be written
+};
+// no_space when the filesystem of `dir` (which exists) has less available than the rotation's
+// peak_new(), saying the amounts, the count, the model and what to do (a smaller
+// --keep-checkpoints when that fits).
+Status check_checkpoint_room(const std::string& dir, const CheckpointRotation& rotation, const std::string& model_name);
+
+// The writer lock of --checkpoint-dir `dir` (created when missing, its parent fsync'ed), held for
+// the run's life; nullopt, with a warning, on a filesystem without flock. unavailable when another
+// process holds it: the message names the holder's pid, command and start time and what to do.
+StatusOr<std::optional<DirLock>> lock_checkpoint_dir(const std::string& dir);
+// A shared lock on the run directory `resume` (as given to --resume) resolves into (`resolved`,
+// its checkpoint): the directory itself, or the parent of a step-N/ when that parent is a run
+// directory (it holds `latest` or a lock). Held while the checkpoint is read, so no live run's
+// rotation removes it meanwhile. nullopt when the checkpoint is in no run directory, the
+// directory is read-only with no lock file (then no run writes it) or its filesystem has no
+// flock. unavailable naming the writer when a live run writes it.
+StatusOr<std::optional<DirLock>> lock_resume_source(const std::string& resume, const std::string& resolved);
+
+// The closed-form size check of a run of `model` (model/size_bounds.h) on the machine `config`
+// describes for `purpose` (its budgets: plan_machine.h), before any layout is built: out_of_memory
+// with the numbers when no placement could hold it and the planner's own sizing of it would be
+// large (model::cheap_to_plan); a smaller model that does not fit is left to the planner, whose
+// report says as fast what would fit. describe_budgets' errors.
+Status check_size_fits_machine(const Config& config, const model::TrainOptions& o, const model::ModelConfig& model,
+                               MachineFor purpose);
 
 // Each path must be an existing directory this user can write, whose filesystem takes O_DIRECT
 // (a file, /proc, a read-only or missing directory are refused naming the path and the reason).
