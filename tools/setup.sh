@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs strata's build dependencies from Debian's packages, configures and builds it.
-# Idempotent and non-interactive: a second run only rebuilds what changed. Run as root (or with
-# sudo available). Environment: BUILD_DIR (default build), STRATA_CMAKE_ARGS (extra cmake args).
+# Installs strata's build dependencies from Debian's packages, configures and builds the `strata`
+# binary (only it: the test binaries are built by tools/test.sh, so `tools/setup.sh && build/bin/strata
+# train` trains within minutes). Idempotent and non-interactive: a second run only rebuilds what
+# changed. Run as root (or with sudo available). Environment: BUILD_DIR (default build),
+# STRATA_CMAKE_ARGS (extra cmake args).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -33,5 +35,5 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # shellcheck disable=SC2086
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${STRATA_CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
-echo "setup: built $BUILD_DIR/bin/strata"
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target strata
+echo "setup: built $BUILD_DIR/bin/strata (tools/test.sh builds the tests)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds strata if needed, then runs the test stages, each in its own build dir, timing each:
-#   unit  every test through CTest (build/); tests labelled `gpu` skip with the reason when no GPU
+# Builds what the tests need (tools/setup.sh builds only the `strata` binary), then runs the test
+# stages, each in its own build dir, timing each:
+#   unit  builds every target of build/ (the test binaries too), then every test through CTest;
+#         tests labelled `gpu` skip with the reason when no GPU
 #         is visible. Extra arguments go to this stage's ctest (e.g. -L gpu, -R Config).
 #   asan  every CPU test and the CLI tests (of the transparency matrix, three of its 24 cases) under
 #         ASan+UBSan (build-asan/, CPU backend, clang with libFuzzer's coverage so the fuzz stage
@@ -15,9 +17,9 @@
 #         a time (build-asan/, whose libraries the asan stage built; skipped, saying why, where
 #         clang's libFuzzer is missing)
 # STRATA_TEST_STAGES picks stages. Default: all four, which CI (.ci/run: setup, then this) ran in
-# 43-45 min on 2 idle cores (its budget is 45): setup and the Release build with CUDA ~17 min,
-# unit 5-6, asan 17 (its build 10-11), tsan 5-6, fuzz 1. A stage added to the default needs room
-# made first.
+# 43-45 min on 2 idle cores (its budget is 90): setup and the Release build with CUDA ~17 min (the
+# `strata` binary in setup, the test binaries at the start of the unit stage), unit 5-6, asan 17
+# (its build 10-11), tsan 5-6, fuzz 1. A stage added to the default needs room made first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
