@@ -412,6 +412,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
     return error(Code::invalid_argument, "{} needs a directory to write to; pass --checkpoint-dir",
                  describe(config, "checkpoint_every"));
   for (std::string& w : config.ignored_file_warnings()) o.warnings.push_back(std::move(w));
+  for (const std::string& w : config.unknown_env_warnings()) o.warnings.push_back(w);
   return o;
 }
 

@@ -136,7 +136,8 @@ struct TrainOptions {
 // WarmupDecayLR decays to 0, WarmupCosineLR to cos_min_ratio 0.0001.
 // Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
 // from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does); each group of ignored
-// DeepSpeed settings of the file (Config::ignored_file_warnings); param_slots, prefetch_bytes or
+// DeepSpeed settings of the file (Config::ignored_file_warnings); each unknown STRATA_* variable
+// (Config::unknown_env_warnings); param_slots, prefetch_bytes or
 // nvme_staging set while offload_param is none, and nvme_staging set while it is cpu (no effect).
 StatusOr<TrainOptions> train_options_from_config(const Config& config);
 

@@ -51,9 +51,12 @@ class Config {
   // the same value is kept once, different values are an error naming both paths and values.
   // A scalar at an ignored file path (ConfigSchema::ignore_file_paths) is recorded, not applied.
   Status load_file(const std::string& path);
-  // Reads every STRATA_* variable of `envp` (NAME=VALUE strings, nullptr-terminated). Each must be
-  // a key (or ignored by the schema); STRATA_CONFIG names the config file, so it is skipped when
-  // the schema has no `config` key. Unknown variables are errors with a did-you-mean.
+  // Reads every STRATA_* variable of `envp` (NAME=VALUE strings, nullptr-terminated). A key's
+  // variable sets it (a bad value is an error, as set()'s); variables the schema ignores are
+  // skipped; STRATA_CONFIG names the config file, so it is skipped when the schema has no `config`
+  // key. Any other STRATA_* variable is not an error: the environment is inherited from shells,
+  // scripts and other tools, so it is skipped with a warning naming it, with a did-you-mean
+  // (unknown_env_warnings).
   Status load_env(char** envp);
 
   // Typed getters. An unknown key, the wrong type for the key, or a plain getter on a value that
@@ -87,6 +90,10 @@ class Config {
   // One message per file and reason, for the caller to log as a warning: "config file ds.json:
   // zero_optimization.stage=3, wall_clock_breakdown=false have no effect: <reason>". Empty when none.
   std::vector<std::string> ignored_file_warnings() const;
+  // One message per unknown STRATA_* variable load_env skipped, in the environment's order, for
+  // the caller to log as a warning: "environment variable STRATA_GPU_MME is not a strata setting
+  // and is ignored; did you mean STRATA_GPU_MEM? ...". Empty when none.
+  const std::vector<std::string>& unknown_env_warnings() const { return unknown_env_; }
 
  private:
   struct Entry {
@@ -104,6 +111,7 @@ class Config {
   ConfigSchema schema_;
   std::vector<Entry> entries_;  // parallel to schema_.keys()
   std::vector<IgnoredFileSetting> ignored_;
+  std::vector<std::string> unknown_env_;  // unknown_env_warnings
 };
 
 // The effective configuration: defaults < file < env < flags. The file is the value of the flag

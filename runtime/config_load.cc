@@ -265,10 +265,14 @@ Status Config::load_env(char** envp) {
     const ConfigKey* key = schema_.find_by_env(name);
     if (key == nullptr) {
       if (name == kConfigEnv) continue;  // names the file when the schema has no `config` key
-      return error(Code::invalid_argument,
-                   "unknown environment variable {}{}; every STRATA_* variable must be a config key "
-                   "(`strata config --help` lists them): fix or unset it",
-                   name, did_you_mean(name, schema_.env_names(), ""));
+      // The environment is inherited by every process (another tool's or another strata version's
+      // STRATA_* variable), so an unknown one is a warning, not a refusal: flags and file keys,
+      // which a user writes for this command, stay errors.
+      unknown_env_.push_back(fmt::format(
+          "environment variable {} is not a strata setting and is ignored{}; `strata config --help` lists the "
+          "settings (unset it to silence this warning)",
+          name, did_you_mean(name, schema_.env_names(), "")));
+      continue;
     }
     STRATA_RETURN_IF_ERROR(set_from(*key, value, ConfigSource::env, name, fmt::format("{}={}", name, value)));
   }

@@ -233,7 +233,7 @@ if has_phase tests; then
   for t in "${TEST_BINS[@]}"; do
     name=$(basename "$t")
     log="$LOG_DIR/test-$name.log"
-    # Only the tests see STRATA_REQUIRE_GPU: strata refuses STRATA_* variables that are not config keys.
+    # Only the tests read STRATA_REQUIRE_GPU (strata itself ignores it: tools/strata/schema.cc).
     within "${GPU_CHECK_DEADLINE_TESTS:-420}" "$log" "${STRATA_ENV[@]}" STRATA_REQUIRE_GPU=1 "$t" --gtest_brief=1
     rc=$?
     if [ $rc -eq 0 ]; then

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,9 @@
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr uint64_t MiB = 1024 * 1024, GiB = 1024 * MiB;
 
@@ -272,11 +276,20 @@ TEST_F(ConfigTest, UnknownNestedFileKeySuggestsTheFullPath) {
                {"unknown key 'zero_optimizaton'", "did you mean"});
 }
 
-TEST_F(ConfigTest, UnknownEnvVariableSuggestsTheKnownOne) {
+TEST_F(ConfigTest, UnknownEnvVariableIsAWarningThatSuggestsTheKnownOne) {
   Config c(schema_);
-  Env env{"HOME=/root", "STRATA_GPU_MME=1GiB"};
-  expect_error(c.load_env(env.get()), Code::invalid_argument,
-               {"unknown environment variable STRATA_GPU_MME", "did you mean STRATA_GPU_MEM?"});
+  Env env{"HOME=/root", "STRATA_GPU_MME=1GiB", "STRATA_SEED=9", "STRATA_SOMETHING_ELSE=1"};
+  ASSERT_TRUE(c.load_env(env.get()).is_ok());
+  EXPECT_EQ(c.get_int("seed"), 9);  // the known variable still applies
+  EXPECT_EQ(c.source("gpu_mem"), ConfigSource::default_value);
+  ASSERT_EQ(c.unknown_env_warnings().size(), 2u);
+  EXPECT_THAT(c.unknown_env_warnings()[0], HasSubstr("environment variable STRATA_GPU_MME is not a strata setting"));
+  EXPECT_THAT(c.unknown_env_warnings()[0], HasSubstr("did you mean STRATA_GPU_MEM?"));
+  EXPECT_THAT(c.unknown_env_warnings()[1], HasSubstr("STRATA_SOMETHING_ELSE is not a strata setting"));
+  EXPECT_THAT(c.unknown_env_warnings()[1], Not(HasSubstr("did you mean")));
+  // A bad value of a known variable is still an error.
+  Env bad{"STRATA_SEED=x"};
+  EXPECT_FALSE(Config(schema_).load_env(bad.get()).is_ok());
 }
 
 TEST_F(ConfigTest, IgnoredEnvVariablesAreSkipped) {
@@ -425,7 +438,9 @@ TEST_F(ConfigTest, IgnoredFilePathsAreRecordedAndGroupedByReason) {
   expect_error(c.load_file(typo), Code::invalid_argument,
                {"unknown key 'zero_optimization.stagee'", "did you mean 'zero_optimization.stage'?"});
   Env env{"STRATA_ZERO_OPTIMIZATION_STAGE=3"};
-  expect_error(c.load_env(env.get()), Code::invalid_argument, {"unknown environment variable"});
+  ASSERT_TRUE(c.load_env(env.get()).is_ok());
+  ASSERT_EQ(c.unknown_env_warnings().size(), 1u);
+  EXPECT_THAT(c.unknown_env_warnings()[0], HasSubstr("STRATA_ZERO_OPTIMIZATION_STAGE is not a strata setting"));
 }
 
 TEST_F(ConfigTest, IgnoredFilePathMustHoldOneValue) {

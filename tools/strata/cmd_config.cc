@@ -33,6 +33,7 @@ void add_config_command(CLI::App& root, CommandRegistry& registry) {
     if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
     init_logging(*level);
     for (const std::string& w : config->ignored_file_warnings()) spdlog::warn("{}", w);  // on stderr
+    for (const std::string& w : config->unknown_env_warnings()) spdlog::warn("{}", w);
     if (*json) {
       fmt::print("{}\n", config->to_json().dump(2));
     } else {

@@ -110,6 +110,7 @@ void add_plan_command(CLI::App& root, CommandRegistry& registry) {
     StatusOr<Config> config = config_flags->resolve(environ);
     if (!config.is_ok()) return report_error(config.status().message(), kExitUsage);
     for (const std::string& w : config->ignored_file_warnings()) spdlog::warn("{}", w);
+    for (const std::string& w : config->unknown_env_warnings()) spdlog::warn("{}", w);
     return plan(*config, *flags);
   });
 }

@@ -79,6 +79,10 @@ ConfigSchema layer_keys() {
   schema.ignore_env("STRATA_TEST_KILL_AT");
   // The signal tests' seam: a SIGTERM during `strata train`'s setup (cmd_train.cc), not a setting.
   schema.ignore_env("STRATA_TEST_SIGNAL_IN_SETUP");
+  // The project's test harness: tools/test.sh's stages and the gpu tests' "fail, don't skip"
+  // (tests/gpu_required.h, set by tools/gpu_check.sh). Known, so not even a warning.
+  schema.ignore_env("STRATA_TEST_STAGES");
+  schema.ignore_env("STRATA_REQUIRE_GPU");
   // One line per layer, then the CLI's own.
   add_runtime_config_keys(schema);
   add_offload_config_keys(schema);
