@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -106,6 +107,26 @@ std::vector<CacheLevel> find_caches(hwloc_topology_t topo) {
 }
 
 }  // namespace
+
+uint64_t online_memory_block_bytes(const std::string& system_dir, int node) {
+  const std::optional<std::string> size_text = read_sysfs_line(system_dir + "/memory/block_size_bytes");
+  if (!size_text) return 0;
+  uint64_t block = 0;
+  const auto [end, ec] = std::from_chars(size_text->data(), size_text->data() + size_text->size(), block, 16);
+  if (ec != std::errc() || end != size_text->data() + size_text->size() || block == 0) return 0;
+  std::error_code err;
+  std::filesystem::directory_iterator it(fmt::format("{}/node/node{}", system_dir, node), err);
+  if (err) return 0;
+  uint64_t blocks = 0;
+  for (const std::filesystem::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= 6 || name.compare(0, 6, "memory") != 0 ||
+        name.find_first_not_of("0123456789", 6) != std::string::npos)
+      continue;
+    if (read_sysfs_line(e.path().string() + "/online") == "1") ++blocks;
+  }
+  return blocks * block;
+}
 
 int pcie_generation_from_link_speed(std::string_view speed) {
   double gts = 0;
@@ -216,6 +237,7 @@ StatusOr<Topology> Topology::discover() {
     NumaNode n;
     n.index = static_cast<int>(node->os_index);
     n.local_memory_bytes = node->attr->numanode.local_memory;
+    n.online_block_bytes = online_memory_block_bytes("/sys/devices/system", n.index);
     for (int cpu : t.cpus_)
       if (hwloc_bitmap_isset(node->cpuset, static_cast<unsigned>(cpu))) n.cpus.push_back(cpu);
     t.numa_nodes_.push_back(std::move(n));

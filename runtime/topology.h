@@ -23,8 +23,19 @@ namespace strata {
 struct NumaNode {
   int index = 0;                    // OS index (node N of /sys/devices/system/node/nodeN)
   std::vector<int> cpus;            // logical CPUs of this node, ascending
-  uint64_t local_memory_bytes = 0;  // memory attached to this node
+  // The kernel's count of the node's usable pages (its MemTotal in nodeN/meminfo, as hwloc reads
+  // it): below the node's RAM by what the kernel reserved at boot, and on some VMs (memory the
+  // kernel initialises lazily, or hot-plugged) far below it: 9.7 GiB of a 24 GiB node here.
+  uint64_t local_memory_bytes = 0;
+  // The node's RAM as sysfs lists it: its online memory blocks times the block size
+  // (online_memory_block_bytes); 0 where sysfs lists no memory blocks.
+  uint64_t online_block_bytes = 0;
 };
+
+// The bytes of the online memory blocks of NUMA node `node` under `system_dir` (normally
+// /sys/devices/system): the blocks nodeN/memoryK whose `online` reads 1, times memory/block_size_bytes
+// (hex). 0 when the block size or the node's directory cannot be read.
+uint64_t online_memory_block_bytes(const std::string& system_dir, int node);
 
 struct CacheLevel {
   int level = 0;                  // 1, 2, 3, ...
@@ -63,7 +74,7 @@ class Topology {
   int physical_cores() const { return physical_cores_; }
   int hardware_threads() const { return static_cast<int>(cpus_.size()); }
   const std::vector<int>& cpus() const { return cpus_; }  // every allowed logical CPU, ascending
-  // RAM the OS manages (MemTotal); at least the sum of the NUMA nodes' local memory.
+  // RAM the OS manages (MemTotal); at least the sum of the NUMA nodes' local_memory_bytes.
   uint64_t total_memory_bytes() const { return total_memory_bytes_; }
   const std::vector<NumaNode>& numa_nodes() const { return numa_nodes_; }
   const std::vector<CacheLevel>& caches() const { return caches_; }  // by level, then type

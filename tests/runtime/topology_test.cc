@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -175,6 +177,44 @@ TEST(Topology, MovePreservesContents) {
   EXPECT_EQ(b.cpus(), cpus);
   EXPECT_NE(b.hwloc_handle(), nullptr);
   EXPECT_EQ(a.hwloc_handle(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+}
+
+
+// A node's RAM from a fake sysfs tree: its online memory blocks times the hex block size; offline
+// blocks, other entries and other nodes' blocks do not count; an unreadable tree gives 0.
+TEST(Topology, OnlineMemoryBlockBytesCountsTheNodesOnlineBlocks) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / "fake_sys_system";
+  fs::remove_all(root);
+  const auto write = [](const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text << "\n";
+  };
+  write(root / "memory/block_size_bytes", "8000000");  // 128 MiB
+  for (int k : {0, 1, 2}) write(root / ("node/node0/memory" + std::to_string(k)) / "online", "1");
+  write(root / "node/node0/memory3/online", "0");
+  write(root / "node/node0/memory_failure/online", "1");  // not a block
+  write(root / "node/node1/memory4/online", "1");
+  EXPECT_EQ(online_memory_block_bytes(root.string(), 0), 3ull * 128 * 1024 * 1024);
+  EXPECT_EQ(online_memory_block_bytes(root.string(), 1), 128ull * 1024 * 1024);
+  EXPECT_EQ(online_memory_block_bytes(root.string(), 2), 0u);  // no such node
+  write(root / "memory/block_size_bytes", "zz");
+  EXPECT_EQ(online_memory_block_bytes(root.string(), 0), 0u);  // unparsable block size
+  EXPECT_EQ(online_memory_block_bytes((root / "missing").string(), 0), 0u);
+  fs::remove_all(root);
+}
+
+// On this machine: each node's RAM, where sysfs lists it, is at least what the kernel counts usable
+// on it, and all of it together at least the OS's MemTotal (the blocks include what the kernel reserved).
+TEST(Topology, NodeRamIsAtLeastItsUsableMemory) {
+  Topology t = discover_or_die();
+  uint64_t blocks = 0;
+  for (const NumaNode& n : t.numa_nodes()) {
+    if (n.online_block_bytes == 0) GTEST_SKIP() << "sysfs lists no memory blocks for node " << n.index;
+    EXPECT_GE(n.online_block_bytes, n.local_memory_bytes) << "node " << n.index;
+    blocks += n.online_block_bytes;
+  }
+  EXPECT_GE(blocks, t.total_memory_bytes());
 }
 
 }  // namespace

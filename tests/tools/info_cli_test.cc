@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/units.h"
 #include "tests/tools/run_cli.h"
 
 namespace strata {
@@ -69,6 +70,32 @@ TEST_F(InfoCli, HumanOutputHasTheSections) {
     GTEST_SKIP() << "a GPU is visible here; the no-GPU line does not apply";
   }
   EXPECT_NE(r.out.find("no GPU: using the CPU backend ("), std::string::npos) << r.out;
+}
+
+// Each NUMA node's row says what its figure is: the node's RAM (its memory blocks) beside what the
+// kernel counts usable there, or, without memory blocks in sysfs, the usable figure named as such.
+TEST_F(InfoCli, NumaRowsSayWhatTheirFiguresAre) {
+  auto json = run_cli({"info", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto human = run_cli({"info"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  for (const nlohmann::json& n : nlohmann::json::parse(json.out)["numa_nodes"]) {
+    const uint64_t ram = n["memory_bytes"].get<uint64_t>(), usable = n["meminfo_total_bytes"].get<uint64_t>();
+    const size_t row = human.out.find("NUMA node " + std::to_string(n["index"].get<int>()) + " ");
+    ASSERT_NE(row, std::string::npos) << human.out;
+    const std::string line = human.out.substr(row, human.out.find('\n', row) - row);
+    if (n["memory_source"] == "memory blocks") {
+      EXPECT_GE(ram, usable);
+      EXPECT_NE(line.find(format_size(ram) + " of RAM (the kernel counts " + format_size(usable) +
+                          " usable in the node's meminfo), CPUs "),
+                std::string::npos)
+          << line;
+    } else {
+      EXPECT_EQ(n["memory_source"], "meminfo");
+      EXPECT_NE(line.find(format_size(usable) + " usable (the node's meminfo MemTotal), CPUs "), std::string::npos)
+          << line;
+    }
+  }
 }
 
 TEST_F(InfoCli, MissingPathFailsNamingIt) {

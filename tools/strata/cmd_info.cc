@@ -53,8 +53,14 @@ Json cpu_json(const Topology& topo) {
 
 Json numa_json(const Topology& topo) {
   Json nodes = Json::array();
+  // memory_bytes: the node's RAM (its online memory blocks; the kernel's MemTotal where sysfs lists
+  // no blocks); meminfo_total_bytes: what the kernel counts usable on the node (runtime/topology.h).
   for (const NumaNode& n : topo.numa_nodes())
-    nodes.push_back({{"index", n.index}, {"cpus", n.cpus}, {"memory_bytes", n.local_memory_bytes}});
+    nodes.push_back({{"index", n.index},
+                     {"cpus", n.cpus},
+                     {"memory_bytes", n.online_block_bytes > 0 ? n.online_block_bytes : n.local_memory_bytes},
+                     {"memory_source", n.online_block_bytes > 0 ? "memory blocks" : "meminfo"},
+                     {"meminfo_total_bytes", n.local_memory_bytes}});
   return nodes;
 }
 
@@ -159,10 +165,18 @@ void print_human(const Json& doc) {
 
   fmt::print("Memory\n");
   print_row("RAM", format_size(doc["memory"]["total_bytes"].get<uint64_t>()));
-  for (const Json& n : doc["numa_nodes"])
+  for (const Json& n : doc["numa_nodes"]) {
+    // "24 GiB of RAM (the kernel counts 9.71 GiB usable in the node's meminfo)": the first figure
+    // is the node's memory blocks, the second what the kernel has initialised and not reserved.
+    const uint64_t meminfo = n["meminfo_total_bytes"].get<uint64_t>();
+    const std::string memory =
+        n["memory_source"] == "memory blocks"
+            ? fmt::format("{} of RAM (the kernel counts {} usable in the node's meminfo)",
+                          format_size(n["memory_bytes"].get<uint64_t>()), format_size(meminfo))
+            : fmt::format("{} usable (the node's meminfo MemTotal)", format_size(meminfo));
     print_row(fmt::format("NUMA node {}", n["index"].get<int>()),
-              fmt::format("{}, CPUs {}", format_size(n["memory_bytes"].get<uint64_t>()),
-                          format_cpu_list(n["cpus"].get<std::vector<int>>())));
+              fmt::format("{}, CPUs {}", memory, format_cpu_list(n["cpus"].get<std::vector<int>>())));
+  }
 
   fmt::print("GPUs\n");
   if (!doc["cuda"]["available"].get<bool>())
