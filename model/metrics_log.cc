@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -90,11 +91,77 @@ std::string metrics_json_line(const StepMetrics& m) {
   return j.dump();
 }
 
-std::string format_progress_line(const StepMetrics& m, uint64_t total_steps) {
+namespace {
+
+// A number field of a step row: a JSON number, or null (written for a non-finite value) as NaN.
+bool read_number(const nlohmann::json& row, const char* key, double* out) {
+  const auto it = row.find(key);
+  if (it == row.end()) return false;
+  if (it->is_null()) {
+    *out = std::nan("");
+    return true;
+  }
+  if (!it->is_number()) return false;
+  *out = it->get<double>();
+  return true;
+}
+
+bool read_bytes(const nlohmann::json& row, const char* tier, uint64_t* out) {
+  const auto peak = row.find("peak_bytes");
+  if (peak == row.end() || !peak->is_object()) return false;
+  const auto it = peak->find(tier);
+  if (it == peak->end() || !it->is_number_unsigned()) return false;
+  *out = it->get<uint64_t>();
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::vector<StepMetrics>> read_metrics_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return errno_status(errno, fmt::format("cannot read metrics file {}", path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  if (in.bad()) return errno_status(errno, fmt::format("reading metrics file {}", path));
+  std::vector<StepMetrics> rows;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      if (i + 1 == lines.size() && !rows.empty()) break;  // cut short by a kill
+      return error(Code::invalid_argument, "{} line {} is not a JSON object: not a `strata train --metrics` file?",
+                   path, i + 1);
+    }
+    if (!j.contains("step") || !j.contains("loss")) continue;  // the prediction or --bench row
+    StepMetrics m;
+    double step = 0;
+    const bool ok = read_number(j, "step", &step) && std::isfinite(step) && step >= 1 &&
+                    read_number(j, "loss", &m.loss) && read_number(j, "lr", &m.lr) &&
+                    read_number(j, "tokens_per_s", &m.tokens_per_s) && read_number(j, "step_s", &m.step_s) &&
+                    read_bytes(j, "gpu", &m.peak_bytes.gpu) && read_bytes(j, "cpu", &m.peak_bytes.cpu) &&
+                    read_bytes(j, "nvme", &m.peak_bytes.nvme);
+    if (!ok)
+      return error(Code::invalid_argument,
+                   "{} line {}: a step row needs step, loss, lr, tokens_per_s, step_s (numbers) and peak_bytes "
+                   "{{gpu, cpu, nvme}}; this one is {}",
+                   path, i + 1, lines[i].substr(0, 200));
+    m.step = static_cast<uint64_t>(step);
+    double v = 0;
+    if (read_number(j, "val_loss", &v)) m.val_loss = v;
+    if (read_number(j, "grad_norm", &v)) m.grad_norm = v;
+    rows.push_back(m);
+  }
+  if (rows.empty())
+    return error(Code::invalid_argument,
+                 "{} has no step rows (lines with \"step\" and \"loss\"): not a `strata train --metrics` file", path);
+  return rows;
+}
+
+std::string format_progress_line(const StepMetrics& m, uint64_t total_steps, std::string_view device_label) {
   const int width = static_cast<int>(fmt::formatted_size("{}", total_steps));
   std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {} tok/s | {:.3f} s | {}", m.step, width,
                                  total_steps, m.loss, m.lr, format_count(m.tokens_per_s), m.step_s,
-                                 tier_text("gpu", m.bytes.gpu, m.peak_bytes.gpu));
+                                 tier_text(device_label, m.bytes.gpu, m.peak_bytes.gpu));
   if (m.peak_bytes.cpu > 0) line += " | " + tier_text("cpu", m.bytes.cpu, m.peak_bytes.cpu);
   if (m.peak_bytes.nvme > 0) line += " | " + tier_text("nvme", m.bytes.nvme, m.peak_bytes.nvme);
   if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
@@ -113,6 +180,26 @@ std::string format_progress_line(const StepMetrics& m, uint64_t total_steps) {
   return line;
 }
 
+std::string format_duration(double seconds) {
+  const uint64_t total = seconds > 0 && std::isfinite(seconds) ? static_cast<uint64_t>(std::llround(seconds)) : 0;
+  const uint64_t h = total / 3600, m = total / 60 % 60, sec = total % 60;
+  return h > 0 ? fmt::format("{}:{:02}:{:02}", h, m, sec) : fmt::format("{}:{:02}", m, sec);
+}
+
+std::string format_live_line(const StepMetrics& m, uint64_t total_steps, std::optional<double> eta_s,
+                             std::optional<double> val_loss) {
+  constexpr uint64_t kBar = 10;
+  const uint64_t done = total_steps > 0 ? std::min(m.step, total_steps) : 0;
+  const uint64_t filled = total_steps > 0 ? done * kBar / total_steps : 0;
+  const uint64_t percent = total_steps > 0 ? done * 100 / total_steps : 0;
+  const int width = static_cast<int>(fmt::formatted_size("{}", total_steps));
+  std::string line = fmt::format("{:>{}}/{} [{}{}] {:>3}%  loss {:.4f}  {} tok/s  ETA {}", m.step, width, total_steps,
+                                 std::string(filled, '#'), std::string(kBar - filled, '.'), percent, m.loss,
+                                 format_count(m.tokens_per_s), eta_s ? format_duration(*eta_s) : "?");
+  if (val_loss) line += fmt::format("  val {:.4f}", *val_loss);
+  return line;
+}
+
 std::string format_run_summary(const RunSummary& s) {
   const double tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0;
   std::string out = fmt::format("trained {} step{} in {:.1f} s: {} tokens at {} tok/s", s.steps,
@@ -120,7 +207,7 @@ std::string format_run_summary(const RunSummary& s) {
                                 format_count(tokens_per_s));
   out += fmt::format("\nloss {:.4f} -> {:.4f}", s.first_loss, s.last_loss);
   if (s.last_val_loss) out += fmt::format(", val {:.4f} at step {}", *s.last_val_loss, s.last_val_step);
-  out += fmt::format("\npeak memory: gpu {}, cpu {}, nvme {}", format_size(s.peak_bytes.gpu),
+  out += fmt::format("\npeak memory: {} {}, cpu {}, nvme {}", s.device_label, format_size(s.peak_bytes.gpu),
                      format_size(s.peak_bytes.cpu), format_size(s.peak_bytes.nvme));
   if (s.skipped_steps > 0)
     out += fmt::format("\nskipped {} update{} (non-finite gradients)", s.skipped_steps, s.skipped_steps == 1 ? "" : "s");

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "runtime/status.h"
 
@@ -91,11 +93,36 @@ StatusOr<uint64_t> truncate_metrics_after(const std::string& path, uint64_t step
 // The JSON object of one line, as a string without the newline.
 std::string metrics_json_line(const StepMetrics& metrics);
 
+// The step rows of a --metrics file, in file order: the lines with a "step" and a "loss" (the
+// prediction and --bench rows that end a run are skipped). Each gets step, loss, lr, tokens_per_s,
+// step_s, peak_bytes and the optional val_loss and grad_norm; a null number (a diverged loss) reads
+// as NaN. A last line cut short (a run killed while writing it) is skipped; any other line that is
+// not a JSON object, or a step row whose fields have the wrong types, is invalid_argument naming the
+// file and line. A missing file is not_found; a file without step rows is invalid_argument saying
+// it is not a `strata train --metrics` file.
+StatusOr<std::vector<StepMetrics>> read_metrics_file(const std::string& path);
+
+// The device tier's name in the lines below: "gpu" when it is a GPU's memory, "device (cpu
+// backend)" when it is the CPU backend's arena, which is host memory standing in for a GPU's.
+inline constexpr std::string_view kGpuTierLabel = "gpu";
+inline constexpr std::string_view kCpuBackendTierLabel = "device (cpu backend)";
+
 // "step   12/200 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | gpu 41 MiB (peak 52 MiB)",
 // then per set field: " | val 3.2100", " | norm 0.912", " | scale 65536", " | skipped",
 // " | 45.2 TFLOP/s | MFU 38.1%", " | nvml 10.2 GiB". The cpu and nvme tiers appear when their
-// peak is not 0. The step is right-aligned to the width of total_steps.
-std::string format_progress_line(const StepMetrics& metrics, uint64_t total_steps);
+// peak is not 0. The step is right-aligned to the width of total_steps. `device_label` names the
+// device tier (kGpuTierLabel or kCpuBackendTierLabel).
+std::string format_progress_line(const StepMetrics& metrics, uint64_t total_steps,
+                                 std::string_view device_label = kGpuTierLabel);
+
+// A terminal's live line (runtime/status_line.h), within 80 columns for runs up to 9999 steps:
+// " 120/1000 [#.........]  12%  loss 2.9134  41.2K tok/s  ETA 0:27", then "  val 2.4012" when
+// `val_loss` is set (the latest evaluation's). ETA "?" while unknown.
+std::string format_live_line(const StepMetrics& metrics, uint64_t total_steps, std::optional<double> eta_s,
+                             std::optional<double> val_loss);
+
+// "0:27", "12:05", "1:02:03" (h:mm:ss past an hour); seconds rounded, negative as 0.
+std::string format_duration(double seconds);
 
 // What the end-of-run summary is made of; the trainer accumulates it.
 struct RunSummary {
@@ -109,12 +136,13 @@ struct RunSummary {
   uint64_t skipped_steps = 0;    // updates skipped for non-finite gradients (fp16 overflows)
   TierBytes peak_bytes;
   std::optional<double> mean_mfu;  // GPU only
+  std::string_view device_label = kGpuTierLabel;  // the device tier's name (format_progress_line)
 };
 
 // Lines without a trailing newline, e.g.
 //   "trained 200 steps in 41.3 s: 51.2K tokens at 1.24K tok/s"
 //   "loss 5.5452 -> 2.3110, val 2.4012 at step 200"
-//   "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B"
+//   "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B" ("device (cpu backend) 52 MiB" on the CPU backend)
 // plus "skipped 3 updates (non-finite gradients)" and "mean MFU 38.1%" when they apply.
 std::string format_run_summary(const RunSummary& summary);
 

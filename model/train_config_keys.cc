@@ -381,10 +381,13 @@ void add_train_config_keys(ConfigSchema& schema) {
               .max = 1 << 20});
   schema.add({.name = "log_every",
               .type = ValueType::integer,
-              .default_text = "1",
-              .help = "Print a progress line every this many steps (the --metrics file gets every step)",
+              .default_text = "auto",
+              .help = "Print a full progress line every this many steps (auto: every step in a pipe or file; on a "
+                      "terminal a live line redrawn every step and a full line every tenth of the run; the --metrics "
+                      "file gets every step)",
               .min = 1,
               .max = kMaxSteps,
+              .allow_auto = true,
               .file_aliases = {"steps_per_print"}});
   schema.add({.name = "metrics",
               .type = ValueType::path,

@@ -400,7 +400,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
 
   o.eval_every = get_count(config, "eval_every");
   o.eval_batches = get_count(config, "eval_batches");
-  o.log_every = get_count(config, "log_every");
+  o.log_every = static_cast<uint64_t>(config.get_int_or_auto("log_every").value_or(0));
   o.metrics_path = config.get_text("metrics");
   o.bench = config.get_bool("bench");
   o.checkpoint_dir = config.get_text("checkpoint_dir");

@@ -96,7 +96,7 @@ struct TrainOptions {
   // Evaluation (0 = never), logging, checkpoints. "" = not set.
   uint64_t eval_every = 50;
   uint64_t eval_batches = 8;
-  uint64_t log_every = 1;
+  uint64_t log_every = 0;  // full progress lines every this many steps; 0 = auto (model/train_progress.h)
   std::string metrics_path;
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;  // 0 = only after the last step (when checkpoint_dir is set)

@@ -22,7 +22,7 @@ StatusOr<spdlog::level::level_enum> parse_log_level(std::string_view name) {
 void init_logging(spdlog::level::level_enum level) {
   spdlog::drop("strata");
   auto logger = spdlog::stderr_color_mt("strata");
-  logger->set_pattern("%^[%H:%M:%S.%e] [%l]%$ %v");
+  logger->set_pattern(kLogPattern);
   logger->set_level(level);
   spdlog::set_default_logger(std::move(logger));
 }

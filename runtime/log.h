@@ -14,7 +14,11 @@ namespace strata {
 
 StatusOr<spdlog::level::level_enum> parse_log_level(std::string_view name);
 
-// Installs the stderr logger with strata's pattern ("[12:00:01.123] [warn] message") at `level`.
+// strata's log line: "[12:00:01.123] [warning] message", the time and level coloured on a terminal.
+inline constexpr const char* kLogPattern = "%^[%H:%M:%S.%e] [%l]%$ %v";
+
+// Installs the stderr logger with strata's pattern (kLogPattern) at `level`. A terminal's live
+// status line under the log is runtime/status_line.h's StatusLine::install instead.
 // Thread-safe after the call; call before starting worker threads.
 void init_logging(spdlog::level::level_enum level);
 

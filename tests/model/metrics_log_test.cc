@@ -156,6 +156,38 @@ TEST(MetricsLogTest, AMovedFromLogRefusesToWrite) {
   EXPECT_NE(s.message().find("moved"), std::string::npos) << s.message();
 }
 
+// The reader takes back what the log wrote (step rows only: the prediction row that ends a run is
+// skipped), reads a null loss as NaN, skips a last line cut short, and names the line of a bad one.
+TEST(MetricsFileTest, ReadsTheStepRowsBack) {
+  TempDir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  {
+    MetricsLog log = expect_value(MetricsLog::open(path));
+    StepMetrics a = sample_step(1);
+    a.val_loss = 3.25;
+    ASSERT_TRUE(log.write(a).is_ok());
+    StepMetrics b = sample_step(2);
+    b.loss = std::nan("");
+    ASSERT_TRUE(log.write(b).is_ok());
+  }
+  std::ofstream(path, std::ios::app) << "{\"prediction\": {\"step_s\": 1.0}}\n{\"step\": 3, \"lo";
+  const std::vector<StepMetrics> rows = expect_value(read_metrics_file(path));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].step, 1u);
+  EXPECT_DOUBLE_EQ(rows[0].loss, sample_step(1).loss);
+  EXPECT_DOUBLE_EQ(rows[0].tokens_per_s, sample_step(1).tokens_per_s);
+  EXPECT_EQ(rows[0].peak_bytes.gpu, sample_step(1).peak_bytes.gpu);
+  EXPECT_EQ(rows[0].val_loss, 3.25);
+  EXPECT_TRUE(std::isnan(rows[1].loss));
+  EXPECT_FALSE(rows[1].val_loss.has_value());
+
+  std::ofstream(path, std::ios::app) << "\n{\"step\": 4, \"loss\": 1.0}\n";  // the cut line is no longer last
+  const Status bad = read_metrics_file(path).status();
+  EXPECT_EQ(bad.code(), Code::invalid_argument);
+  EXPECT_NE(bad.message().find(path + " line 4 is not a JSON object"), std::string::npos) << bad.message();
+  EXPECT_EQ(read_metrics_file(dir.file("absent.jsonl")).status().code(), Code::not_found);
+}
+
 TEST(ProgressLineTest, CpuRun) {
   EXPECT_EQ(format_progress_line(sample_step(12), 200),
             "step  12/200 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | gpu 41 MiB (peak 52 MiB) | "
@@ -188,6 +220,34 @@ TEST(ProgressLineTest, GpuWithoutAKnownPeakShowsTflopsWithoutMfu) {
             "step 5/9 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | gpu 41 MiB (peak 52 MiB) | 12.3 TFLOP/s");
 }
 
+TEST(ProgressLineTest, CpuBackendNamesItsDeviceTierSo) {
+  EXPECT_EQ(format_progress_line(sample_step(12), 200, kCpuBackendTierLabel),
+            "step  12/200 | loss 3.4512 | lr 6.00e-04 | 12.3K tok/s | 0.083 s | device (cpu backend) 41 MiB "
+            "(peak 52 MiB) | cpu 0 B (peak 7 MiB)");
+}
+
+TEST(LiveLineTest, BarPercentEtaAndHeldOutLoss) {
+  EXPECT_EQ(format_live_line(sample_step(12), 200, 83.4, std::nullopt),
+            " 12/200 [..........]   6%  loss 3.4512  12.3K tok/s  ETA 1:23");
+  EXPECT_EQ(format_live_line(sample_step(150), 200, std::nullopt, 3.21),
+            "150/200 [#######...]  75%  loss 3.4512  12.3K tok/s  ETA ?  val 3.2100");
+  EXPECT_EQ(format_live_line(sample_step(200), 200, 0.0, std::nullopt),
+            "200/200 [##########] 100%  loss 3.4512  12.3K tok/s  ETA 0:00");
+  // Within 80 columns up to 9999 steps, hours of ETA and a held-out loss (a longer one is cut to
+  // the terminal by StatusLine).
+  EXPECT_LE(format_live_line(sample_step(9998), 9999, 9 * 3600.0, 12.345).size(), 80u);
+}
+
+TEST(LiveLineTest, Durations) {
+  EXPECT_EQ(format_duration(0), "0:00");
+  EXPECT_EQ(format_duration(27.4), "0:27");
+  EXPECT_EQ(format_duration(59.6), "1:00");
+  EXPECT_EQ(format_duration(725), "12:05");
+  EXPECT_EQ(format_duration(3723), "1:02:03");
+  EXPECT_EQ(format_duration(-5), "0:00");
+  EXPECT_EQ(format_duration(std::nan("")), "0:00");
+}
+
 TEST(RunSummaryTest, Text) {
   RunSummary s;
   s.steps = 200;
@@ -212,6 +272,9 @@ TEST(RunSummaryTest, Text) {
             "peak memory: gpu 52 MiB, cpu 310 MiB, nvme 0 B\n"
             "skipped 3 updates (non-finite gradients)\n"
             "mean MFU 25.0%");
+  s.device_label = kCpuBackendTierLabel;
+  EXPECT_NE(format_run_summary(s).find("peak memory: device (cpu backend) 52 MiB, cpu 310 MiB, nvme 0 B"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ TEST(TrainOptionsTest, DefaultsTrainTheTinyModelOnTheBuiltInCorpus) {
   EXPECT_EQ(o.eval_every, 50u);
   EXPECT_EQ(o.eval_batches, 8u);
   EXPECT_TRUE(o.evaluates());
-  EXPECT_EQ(o.log_every, 1u);
+  EXPECT_EQ(o.log_every, 0u);  // auto: model/train_progress.h
   EXPECT_EQ(o.metrics_path, "");
   EXPECT_EQ(o.checkpoint_dir, "");
   EXPECT_EQ(o.checkpoint_every, 0u);

@@ -1,7 +1,8 @@
 // `strata train [config flags]`: trains a model preset on token files, a text file or (with no
-// arguments) the built-in corpus, with the resident trainer (model/trainer.h) in fp32, bf16 or
-// fp16 with fp32 masters and fp32 or 8-bit Adam moments on the CPU: one progress
-// line per log_every steps, the validation loss every eval_every steps, the --metrics JSONL file
+// arguments) the built-in corpus (model/trainer.h) in fp32, bf16 or fp16 with fp32 masters and
+// fp32 or 8-bit AdamW moments, updated on the CPU or on the device: on a terminal one live
+// progress line and a summary line every tenth of the run, in a pipe a line per log_every steps
+// (model/train_progress.h); the validation loss every eval_every steps, the --metrics JSONL file
 // and an end-of-run summary. Every train key is a flag, a STRATA_* variable or a config-file key
 // (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
 // --checkpoint-dir keeps rotated step-N/ checkpoints (model/checkpoint_store.h) written every
@@ -38,6 +39,7 @@
 #include "model/placement.h"
 #include "model/token_dataset.h"
 #include "model/train_options.h"
+#include "model/train_progress.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 #include "runtime/backend.h"
@@ -45,6 +47,7 @@
 #include "runtime/log.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/splitmix64.h"
+#include "runtime/status_line.h"
 #include "runtime/thread_pool.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
@@ -266,8 +269,9 @@ std::string resume_advice(const TrainOptions& o) {
                      all.back().first, resume_command(o.checkpoint_dir));
 }
 
-// The whole run after the config is read; returns the exit code.
-int train(const Config& config) {
+// The whole run after the config is read; returns the exit code. `live`: the terminal's status
+// line, or null where stderr is not a terminal.
+int train(const Config& config, std::shared_ptr<StatusLine> live) {
   StatusOr<TrainOptions> parsed = model::train_options_from_config(config);
   if (!parsed.is_ok()) return report_error(parsed.status().message(), kExitUsage);
   const TrainOptions& o = *parsed;
@@ -548,6 +552,10 @@ int train(const Config& config) {
     return 128 + sig;
   };
   model::RunSummary summary;
+  summary.device_label =
+      (*backend)->kind() == BackendKind::cpu ? model::kCpuBackendTierLabel : model::kGpuTierLabel;
+  model::TrainProgress progress(
+      {.total_steps = o.steps, .log_every = o.log_every, .device_label = summary.device_label}, std::move(live));
   const auto run_start = std::chrono::steady_clock::now();
   const uint64_t first_step = (*trainer)->steps_done();
   double first_s = 0, steady_s = 0;  // the run's first step and the steps after it (the prediction's comparison)
@@ -588,8 +596,7 @@ int train(const Config& config) {
     if (metrics) {
       if (Status s = metrics->write(m); !s.is_ok()) return fail(s);
     }
-    if (m.step % o.log_every == 0 || m.step == o.steps || m.val_loss)
-      spdlog::info("{}", model::format_progress_line(m, o.steps));
+    progress.step(m);
     skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
     if (o.max_skipped_steps > 0 && skipped_in_a_row >= o.max_skipped_steps)
       return report_error(
@@ -619,6 +626,7 @@ int train(const Config& config) {
     return report_error(fmt::format("the update of step {}: {}; {}", o.steps, s.message(), resume_advice(o)),
                         kExitFailure);
   if (bench) bench->end_final_update(**trainer);
+  progress.finish();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.mean_mfu = rates.run_mfu(summary.steps, summary.seconds);
   spdlog::info("{}", model::format_run_summary(summary));
@@ -649,8 +657,9 @@ int train(const Config& config) {
 void add_train_command(CLI::App& root, CommandRegistry& registry) {
   CLI::App* app = root.add_subcommand(
       "train",
-      "Train a model preset (default: gpt2-tiny on the built-in corpus) in fp32, bf16 or fp16 with AdamW on the "
-      "CPU.\n"
+      "Train a model preset (default: gpt2-tiny on the built-in corpus) in fp32, bf16 or fp16 with AdamW, "
+      "its state and update on the CPU or on the device, weights, gradients and optimizer state paged to pinned "
+      "memory or NVMe when the model does not fit.\n"
       "Every setting is a flag, a STRATA_* variable or a --config file key; see `strata config`.");
   auto flags = std::make_shared<ConfigFlags>(*app, strata_config_schema());
   registry.add(app, [flags]() {
@@ -658,8 +667,14 @@ void add_train_command(CLI::App& root, CommandRegistry& registry) {
     if (!config.is_ok()) return report_error(config.status().message(), kExitUsage);
     StatusOr<spdlog::level::level_enum> level = parse_log_level(config->get_text("log_level"));
     if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
-    init_logging(*level);
-    return train(*config);
+    // A terminal gets a live progress line under the log; at warn or above there is nothing to show.
+    std::shared_ptr<StatusLine> live;
+    if (stderr_is_terminal() && *level <= spdlog::level::info) {
+      live = StatusLine::install(*level);
+    } else {
+      init_logging(*level);
+    }
+    return train(*config, std::move(live));
   });
 }
 

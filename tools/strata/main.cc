@@ -7,12 +7,14 @@
 #include <fmt/core.h>
 
 #include "runtime/log.h"
+#include "runtime/status_line.h"
 #include "tools/strata/command.h"
 #include "tools/strata/usage_error.h"
 
 namespace strata::cli {
 
 int report_error(const std::string& message, int exit_code) {
+  clear_status_line();  // a training run's live line, if one is drawn
   fmt::print(stderr, "strata: error: {}\n", message);
   return exit_code;
 }
