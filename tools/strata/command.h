@@ -41,6 +41,7 @@ void add_plan_command(CLI::App& root, CommandRegistry& registry);  // `strata pl
 void add_ckpt_command(CLI::App& root, CommandRegistry& registry);  // `strata ckpt verify|inspect`
 void add_clean_command(CLI::App& root, CommandRegistry& registry);  // `strata clean [PATH...]`
 void add_export_command(CLI::App& root, CommandRegistry& registry);  // `strata export --hf`
+void add_plot_command(CLI::App& root, CommandRegistry& registry);  // `strata plot METRICS -o PNG`
 // `strata bench` groups the benchmarks; each benchmark adds itself to the `bench` app.
 void add_bench_io_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry);

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   add_ckpt_command(app, registry);
   add_clean_command(app, registry);
   add_export_command(app, registry);
+  add_plot_command(app, registry);
   add_bench_io_command(*bench, registry);
   add_bench_adam_command(*bench, registry);
   add_bench_pcie_command(*bench, registry);
