@@ -393,6 +393,22 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::path,
               .help = "Write one JSON object per step to this file (step, loss, lr, tokens_per_s, step_s, "
                       "peak_bytes, val_loss, ...)"});
+  schema.add({.name = "tensorboard_enabled",
+              .type = ValueType::boolean,
+              .default_text = "false",
+              .help = "Write TensorBoard event files of the run's scalars (loss, lr, held-out loss, tokens/s, norm, "
+                      "peak memory) to --tensorboard-output-path/--tensorboard-job-name (DeepSpeed's tensorboard block)",
+              .file_aliases = {"tensorboard.enabled"}});
+  schema.add({.name = "tensorboard_output_path",
+              .type = ValueType::path,
+              .help = "The directory `tensorboard --logdir` is given; the event file goes into its job-name "
+                      "subdirectory (empty: the working directory)",
+              .file_aliases = {"tensorboard.output_path"}});
+  schema.add({.name = "tensorboard_job_name",
+              .type = ValueType::text,
+              .default_text = "strata",
+              .help = "The run's name in TensorBoard: the subdirectory of --tensorboard-output-path its events go to",
+              .file_aliases = {"tensorboard.job_name"}});
   schema.add({.name = "trace",
               .type = ValueType::path,
               .help = "Write a Chrome trace-event JSON timeline of the run's transfers and compute to this file "

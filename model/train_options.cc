@@ -402,6 +402,13 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   o.eval_batches = get_count(config, "eval_batches");
   o.log_every = static_cast<uint64_t>(config.get_int_or_auto("log_every").value_or(0));
   o.metrics_path = config.get_text("metrics");
+  o.tensorboard = config.get_bool("tensorboard_enabled");
+  o.tensorboard_output_path = config.get_text("tensorboard_output_path");
+  o.tensorboard_job_name = config.get_text("tensorboard_job_name");
+  if (o.tensorboard && o.tensorboard_job_name.empty())
+    return error(Code::invalid_argument,
+                 "{} is empty: TensorBoard shows a run by its job name (the event directory's name); pass a name",
+                 describe(config, "tensorboard_job_name"));
   o.bench = config.get_bool("bench");
   o.checkpoint_dir = config.get_text("checkpoint_dir");
   o.checkpoint_every = get_count(config, "checkpoint_every");

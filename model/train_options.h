@@ -98,6 +98,10 @@ struct TrainOptions {
   uint64_t eval_batches = 8;
   uint64_t log_every = 0;  // full progress lines every this many steps; 0 = auto (model/train_progress.h)
   std::string metrics_path;
+  // TensorBoard event files (model/tensorboard_writer.h): OUTPUT_PATH/JOB_NAME when enabled.
+  bool tensorboard = false;
+  std::string tensorboard_output_path;
+  std::string tensorboard_job_name = "strata";
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;  // 0 = only after the last step (when checkpoint_dir is set)
   uint64_t keep_checkpoints = 2;  // step-N/ directories kept in checkpoint_dir (model/checkpoint_store.h)

@@ -182,6 +182,7 @@ else
   need_tool ninja "ninja"
   need_tool c++ "a C++20 compiler, g++ >= 11"
   need_tool pkg-config "pkgconf"
+  command -v protoc > /dev/null || [ -x "$DEPS_ROOT/usr/bin/protoc" ] || missing+=("protoc (protobuf-compiler)")
   nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
   [ -x "$nvcc" ] || nvcc=$(command -v nvcc || true)
   [ -n "$nvcc" ] && [ -x "$nvcc" ] || missing+=("nvcc (the CUDA toolkit; set CUDACXX)")
@@ -193,7 +194,7 @@ else
   inc_dirs=("$DEPS_ROOT/usr/include" /usr/include /usr/local/include)
   for h in tbb/tbb.h:libtbb-dev spdlog/spdlog.h:libspdlog-dev fmt/format.h:libfmt-dev \
            nlohmann/json.hpp:nlohmann-json3-dev CLI/CLI.hpp:libcli11-dev gtest/gtest.h:libgtest-dev \
-           gmock/gmock.h:libgmock-dev; do
+           gmock/gmock.h:libgmock-dev google/protobuf/message_lite.h:libprotobuf-dev; do
     found=0
     for d in "${inc_dirs[@]}"; do [ -f "$d/${h%%:*}" ] && found=1; done
     [ $found = 1 ] || missing+=("${h%%:*} (${h#*:})")

@@ -13,7 +13,8 @@ packages=(liburing-dev liburing2 libhwloc-dev libhwloc15 libudev1 libnuma-dev li
           libltdl-dev libltdl7 libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
           libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libgtest-dev libgmock-dev googletest
           libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0
-          libgfortran5 libquadmath0 nlohmann-json3-dev libcli11-dev pkgconf pkgconf-bin libpkgconf3)
+          libgfortran5 libquadmath0 nlohmann-json3-dev libcli11-dev pkgconf pkgconf-bin libpkgconf3
+          libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32)
 mkdir -p "$DIR"
 if ! command -v apt-get > /dev/null; then
   echo "gpu_debs: apt-get not found: run this on Debian bookworm" >&2

@@ -11,6 +11,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 packages=(build-essential cmake ninja-build pkg-config git
           liburing-dev libhwloc-dev libtbb-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
+          libprotobuf-dev protobuf-compiler
           fio gnuplot-nox python3
           clang libclang-rt-14-dev)  # clang + libFuzzer: tools/test.sh's fuzz stage
 missing=()

@@ -2,9 +2,9 @@
 // arguments) the built-in corpus (model/trainer.h) in fp32, bf16 or fp16 with fp32 masters and
 // fp32 or 8-bit AdamW moments, updated on the CPU or on the device: on a terminal one live
 // progress line and a summary line every tenth of the run, in a pipe a line per log_every steps
-// (model/train_progress.h); the validation loss every eval_every steps, the --metrics JSONL file
-// and an end-of-run summary. Every train key is a flag, a STRATA_* variable or a config-file key
-// (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
+// (model/train_progress.h); the validation loss every eval_every steps, the --metrics JSONL file,
+// TensorBoard event files (--tensorboard-enabled) and an end-of-run summary. Every train key is a
+// flag, a STRATA_* variable or a config-file key (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
 // --checkpoint-dir keeps rotated step-N/ checkpoints (model/checkpoint_store.h) written every
 // checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
 // continues such a run bit-identically. Paths and disk room are checked before any work
@@ -37,6 +37,7 @@
 #include "model/metrics_log.h"
 #include "model/model_config.h"
 #include "model/placement.h"
+#include "model/tensorboard_writer.h"
 #include "model/token_dataset.h"
 #include "model/train_options.h"
 #include "model/train_progress.h"
@@ -267,6 +268,22 @@ std::string resume_advice(const TrainOptions& o) {
   if (all.empty()) return fmt::format("{} holds no earlier checkpoint to resume from", o.checkpoint_dir);
   return fmt::format("the last checkpoint is {} (step {}); resume from it with:\n  {}", all.back().second,
                      all.back().first, resume_command(o.checkpoint_dir));
+}
+
+// The run's last lines: where its pictures are (a --metrics file for `strata plot`, TensorBoard's
+// event file), or, when none was asked for, how to get them (the trace: train_offload.h says so).
+std::vector<std::string> where_to_look(const TrainOptions& o, const std::string& tensorboard_file) {
+  std::vector<std::string> lines;
+  if (!o.metrics_path.empty())
+    lines.push_back(fmt::format("metrics: {} (draw it: strata plot {} -o run.png)", o.metrics_path, o.metrics_path));
+  if (!tensorboard_file.empty())
+    lines.push_back(fmt::format("tensorboard: {} (view it: tensorboard --logdir {})", tensorboard_file,
+                                o.tensorboard_output_path.empty() ? "." : o.tensorboard_output_path));
+  if (lines.empty() && o.trace_path.empty())
+    lines.push_back("to look at a run: --metrics FILE, then `strata plot FILE -o run.png`; --tensorboard-enabled "
+                    "for TensorBoard; --trace FILE for a timeline of its compute and transfers "
+                    "(https://ui.perfetto.dev)");
+  return lines;
 }
 
 // The whole run after the config is read; returns the exit code. `live`: the terminal's status
@@ -509,6 +526,13 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
     if (!m.is_ok()) return fail(m.status());
     metrics.emplace(std::move(*m));
   }
+  std::optional<model::TensorBoardWriter> tensorboard;
+  if (o.tensorboard) {
+    StatusOr<model::TensorBoardWriter> tb =
+        model::TensorBoardWriter::open(o.tensorboard_output_path, o.tensorboard_job_name);
+    if (!tb.is_ok()) return fail(tb.status());
+    tensorboard.emplace(std::move(*tb));
+  }
   spdlog::info("model: {} ({} parameters, {}{}), {} steps of {} x {} x {} tokens, {} lr {:.2e} ({})", mc->name,
                model::parameter_count(*mc), dtype_name(o.dtype), o.dtype == DType::f32 && o.tf32 ? " with TF32" : "",
                o.steps, o.grad_accum, o.micro_batch, o.seq, o.optimizer, o.lr_schedule.peak_lr,
@@ -596,6 +620,9 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
     if (metrics) {
       if (Status s = metrics->write(m); !s.is_ok()) return fail(s);
     }
+    if (tensorboard) {
+      if (Status s = tensorboard->write_step(m, o.micro_batch * o.grad_accum); !s.is_ok()) return fail(s);
+    }
     progress.step(m);
     skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
     if (o.max_skipped_steps > 0 && skipped_in_a_row >= o.max_skipped_steps)
@@ -649,6 +676,7 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
   if (!o.metrics_path.empty())
     if (Status s = append_line(o.metrics_path, prediction_json_line(*placement, measured)); !s.is_ok()) return fail(s);
   if (Status s = (*offload)->write_trace(o.trace_path); !s.is_ok()) return fail(s);
+  for (const std::string& line : where_to_look(o, tensorboard ? tensorboard->path() : "")) spdlog::info("{}", line);
   return kExitOk;
 }
 
