@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Paged weights against resident ones, in one run of this script: trains the same model with the
 # same data three times -- weights resident (a large --gpu-mem), homed in pinned memory and homed
-# on NVMe (both with --gpu-mem a quarter of the resident need) -- and prints tokens/s of steps 2..N
-# of each, the ratio to resident, the compute's wait and each run's device peak. The losses of the
-# three runs must be identical (the exactness contract); the script says so or fails.
+# on NVMe (both with --gpu-mem the least the paged run needs, from `strata plan`) -- and prints
+# tokens/s of steps 2..N of each, the ratio to resident, the compute's wait and each run's device
+# peak. The losses of the three runs must be identical (the exactness contract); the script says so
+# or fails.
 # Usage: bench/offload_train_bench.sh [NVME_DIR] [extra strata train flags...]
 #   env: STRATA (binary, default build/bin/strata), DEVICE (cpu; cuda on a GPU), PRESET (gpt2-350m),
 #        DTYPE (bf16), STEPS (4), MB (2), SEQ (64), RESIDENT_GPU_MEM (64GiB; auto on a GPU),
-#        GPU_MEM_PAGED (derived: a quarter of the weights + gradients), OUT (a temp dir)
+#        GPU_MEM_PAGED (derived: the plan's minimum for the paged placement), VOCAB_TILE and MLP_TILES
+#        (0: untiled; every run gets them, so the three do the same arithmetic -- a bf16 table tiled
+#        by `auto` in the paged runs only would round per tile), OUT (a temp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=${STRATA:-build/bin/strata}
@@ -20,24 +23,51 @@ DTYPE=${DTYPE:-bf16}
 STEPS=${STEPS:-4}
 MB=${MB:-2}
 SEQ=${SEQ:-64}
+VOCAB_TILE=${VOCAB_TILE:-0}
+MLP_TILES=${MLP_TILES:-0}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$NVME_DIR" "$OUT"
-common=(train --device "$DEVICE" --preset "$PRESET" --dtype "$DTYPE" --steps "$STEPS" --micro-batch "$MB" --seq "$SEQ"
-        --activation-checkpointing --lr 3e-4 --eval-every 0 --log-every 1 "$@")
+base=(--device "$DEVICE" --preset "$PRESET" --dtype "$DTYPE" --micro-batch "$MB" --seq "$SEQ"
+      --activation-checkpointing --vocab-tile "$VOCAB_TILE" --mlp-tiles "$MLP_TILES")
+model=("${base[@]}" "$@")  # what `strata plan` sizes: the extra flags may place other states
+common=(train "${base[@]}" --steps "$STEPS" --lr 3e-4 --eval-every 0 --log-every 1 "$@")
 
-# The model's size on the device -- every weight and its gradient at the working precision -- from
-# strata's own device plan (printed before anything is allocated): 2 x the resident weights.
-plan=$("$STRATA" "${common[@]}" --gpu-mem "$RESIDENT_GPU_MEM" --steps 1 2>&1 | grep -m1 "device memory:" || true)
-model_mib=$(python3 - "$plan" <<'PY'
-import re, sys
-m = re.search(r"weights ([0-9.]+) (KiB|MiB|GiB) \(resident\)", sys.argv[1])
-v, u = float(m.group(1)), m.group(2)
-print(int(2 * v * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[u]))
-PY
-)
-GPU_MEM_PAGED=${GPU_MEM_PAGED:-$(( model_mib / 4 ))MiB}
-echo "offload bench: $PRESET $DTYPE, $STEPS steps of $MB x $SEQ; resident plan: ${plan#*device memory: }"
-echo "offload bench: weights + gradients ${model_mib} MiB; paged runs get --gpu-mem $GPU_MEM_PAGED (a quarter)"
+# The paged run's least device budget: `strata plan` for that placement at the smallest budget it
+# takes says what would fit ("--gpu-mem N"), re-planned at N; a placement that already fits there
+# needs no more. Then the plan at that budget must fit: it is what `strata train` checks.
+least_gpu_mem() {  # least_gpu_mem PLACEMENT_FLAGS...
+  local floor=16MiB json budget
+  json=$("$STRATA" plan "${model[@]}" "$@" --gpu-mem "$floor" --json 2>"$OUT/plan.err") || true
+  [ -n "$json" ] || { cat "$OUT/plan.err" >&2; echo "offload bench: \`strata plan $*\` failed" >&2; exit 1; }
+  budget=$(python3 -c '
+import json, sys
+plan = json.loads(sys.argv[1])
+if plan["fits"]:
+    print(sys.argv[2])
+else:
+    changes = [s["change"] for s in plan["suggestions"] if s["fits"] and s["change"].startswith("--gpu-mem ")]
+    if not changes:
+        sys.exit("offload bench: `strata plan` names no --gpu-mem that fits: " + json.dumps(plan["suggestions"]))
+    print(changes[0].split()[1])
+' "$json" "$floor") || exit 1
+  if ! "$STRATA" plan "${model[@]}" "$@" --gpu-mem "$budget" --json >/dev/null 2>&1; then
+    echo "offload bench: the plan's least budget $budget for $* does not fit when planned again" >&2
+    "$STRATA" plan "${model[@]}" "$@" --gpu-mem "$budget" >&2 || true
+    exit 1
+  fi
+  echo "$budget"
+}
+if [ -z "${GPU_MEM_PAGED:-}" ]; then
+  cpu_mem=$(least_gpu_mem --offload-param cpu)
+  nvme_mem=$(least_gpu_mem --offload-param nvme --nvme-path "$NVME_DIR")
+  GPU_MEM_PAGED=$cpu_mem
+  [ "$cpu_mem" = "$nvme_mem" ] || GPU_MEM_PAGED_NVME=$nvme_mem
+fi
+GPU_MEM_PAGED_NVME=${GPU_MEM_PAGED_NVME:-$GPU_MEM_PAGED}
+resident=$("$STRATA" plan "${model[@]}" --offload off --gpu-mem "$RESIDENT_GPU_MEM" --json 2>/dev/null |
+           python3 -c 'import json, sys; print("%.1f" % (json.load(sys.stdin)["gpu_bytes"] / 2**20))' || echo "?")
+echo "offload bench: $PRESET $DTYPE, $STEPS steps of $MB x $SEQ; resident needs $resident MiB of device memory;" \
+     "paged runs get --gpu-mem $GPU_MEM_PAGED (cpu home), $GPU_MEM_PAGED_NVME (nvme home): the plan's least"
 
 timer=()  # peak RSS from GNU time where it is installed
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -v)
@@ -49,13 +79,17 @@ run() {  # run NAME FLAGS...
 }
 run resident --gpu-mem "$RESIDENT_GPU_MEM"
 run cpu --gpu-mem "$GPU_MEM_PAGED" --offload-param cpu
-run nvme --gpu-mem "$GPU_MEM_PAGED" --offload-param nvme --nvme-path "$NVME_DIR" --trace "$OUT/nvme-trace.json"
+run nvme --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --trace "$OUT/nvme-trace.json"
 
 python3 - "$OUT" <<'PY'
 import json, re, sys
 out = sys.argv[1]
 def load(name):
-    rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    # The step rows only: the file ends with the planner's prediction row (and --bench's), which
+    # have no loss or tokens_per_s.
+    rows = [r for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r and "tokens_per_s" in r]
+    if not rows:
+        sys.exit(f"offload bench: {out}/{name}.jsonl has no step rows")
     log = open(f"{out}/{name}.log").read()
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log)
     rss = int(m.group(1)) / 1024 if m else float("nan")
@@ -73,6 +107,6 @@ for name in ("resident", "cpu", "nvme"):
     gpu = rows[-1]["peak_bytes"]["gpu"] / 2**20
     print(f"{name:9} {tok:9.1f} {tok / res_tok:12.3f} {wait * 100:6.1f}% {gpu:8.0f} MiB {rss:7.0f} MiB  "
           f"{'identical' if same else 'DIFFER'} ({rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f})")
-print(f"logs, metrics and the nvme run's trace: {out}")
+print(f"logs, metrics and the nvme run's trace (open it in https://ui.perfetto.dev): {out}")
 sys.exit(0 if ok else 1)
 PY
