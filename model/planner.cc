@@ -14,6 +14,7 @@
 #include "model/param_layout.h"
 #include "model/placement.h"
 #include "model/tiling.h"
+#include "model/train_config_keys.h"
 #include "offload/gradient_offloader.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer_pipeline.h"
@@ -421,11 +422,12 @@ void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSu
   }
 }
 
-// The smaller micro-batches of the same tokens per step: micro_batch / d and grad_accum x d for
-// each divisor d > 1 of micro_batch, the largest micro-batch first.
+// The smaller micro-batches of the same tokens per step that the flags take: micro_batch / d and
+// grad_accum x d for each divisor d > 1 of micro_batch while grad_accum x d <= kMaxGradAccum, the
+// largest micro-batch first.
 std::vector<TrainOptions> smaller_micro_batches(const TrainOptions& base) {
   std::vector<TrainOptions> out;
-  for (uint64_t d = 2; d <= base.micro_batch; ++d) {
+  for (uint64_t d = 2; d <= base.micro_batch && base.grad_accum * d <= uint64_t(kMaxGradAccum); ++d) {
     if (base.micro_batch % d != 0) continue;
     TrainOptions o = base;
     o.micro_batch = base.micro_batch / d;

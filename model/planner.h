@@ -147,8 +147,8 @@ PlanCandidate evaluate_tiled(const ModelConfig& tiled, const TrainOptions& optio
 // checkpointing off and on; fixed choices keep base's value.
 std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed);
 
-// A change that would make (or help) a plan fit. `change`: the flags; `effect`: what it gives, in
-// numbers; `fits`: the plan fits with it, predicted to take `step_s`.
+// A change that would make (or help) a plan fit. `change`: the flags, each within its flag's range;
+// `effect`: what it gives, in numbers; `fits`: the plan fits with it, predicted to take `step_s`.
 struct PlanSuggestion {
   std::string change;
   std::string effect;

@@ -86,7 +86,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "16",
               .help = "Sequences per forward/backward pass (B)",
               .min = 1,
-              .max = 65536,
+              .max = kMaxMicroBatch,
               .file_aliases = {"train_micro_batch_size_per_gpu"}});
   // 64: gpt2-tiny's context length.
   schema.add({.name = "seq",
@@ -101,7 +101,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Micro-batches whose gradients are summed into one optimizer step (tokens per step = B x T x "
                       "this)",
               .min = 1,
-              .max = 65536,
+              .max = kMaxGradAccum,
               .file_aliases = {"gradient_accumulation_steps"}});
   // DeepSpeed's global batch; one GPU here, so world size 1.
   schema.add({.name = "train_batch_size",
