@@ -340,7 +340,9 @@ struct LayoutKey {
   bool operator==(const LayoutKey&) const = default;
 };
 
-constexpr size_t kSharedLayouts = 8;  // the planner's candidates take a few: working and fp32, per tiling
+// The planner's candidates take a few (working and fp32, per tiling) and each tiling search about
+// ten more of one layer (model/tiling.cc): room for all, so no search evicts what the next reuses.
+constexpr size_t kSharedLayouts = 32;
 
 }  // namespace
 

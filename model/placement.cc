@@ -197,48 +197,4 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   return d;
 }
 
-StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
-  ModelConfig c = config;
-  const int64_t most = std::min(c.ffn_hidden, c.dim);
-  if (o.mlp_tiles >= 0) {
-    if (o.mlp_tiles > most)
-      return error(Code::invalid_argument, "--mlp-tiles {}: the MLP of '{}' has {} hidden units and {} output rows, so "
-                   "at most {} tiles (a tile holds at least one row of each weight)", o.mlp_tiles, c.name,
-                   c.ffn_hidden, c.dim, most);
-    c.mlp_tiles = o.mlp_tiles;
-    return c;
-  }
-  c.mlp_tiles = 0;
-  if (o.offload_param == TrainOptions::ParamHome::none || gpu_budget == 0) return c;
-  ModelConfig untiled = c;
-  untiled.vocab_tile = 0;
-  STRATA_ASSIGN_OR_RETURN(const ParamLayout layout, build_param_layout(untiled, dtype_size(o.dtype)));
-  const uint64_t layer = layout.chunks[layout.embedding_chunks()].bytes;
-  if (layer <= gpu_budget / 4) return c;  // whole, it fits: tiling would regroup sums for nothing
-  const uint64_t widest = uint64_t(c.fc_rows()) * uint64_t(c.dim) * dtype_size(o.dtype);  // the first weight (FC >= H)
-  const uint64_t cap = std::max<uint64_t>(gpu_budget / 16, 1);
-  c.mlp_tiles = std::clamp<int64_t>(int64_t((widest + cap - 1) / cap), 2, std::min<int64_t>(most, kMaxAutoMlpTiles));
-  return c;
-}
-
-StatusOr<ModelConfig> with_tiling(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
-  return with_mlp_tiles(with_vocab_tile(config, o, gpu_budget), o, gpu_budget);
-}
-
-ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& o, uint64_t gpu_budget) {
-  ModelConfig c = config;
-  if (o.vocab_tile >= 0) {
-    c.vocab_tile = o.vocab_tile;
-    return c;
-  }
-  c.vocab_tile = 0;
-  const uint64_t row_bytes = uint64_t(c.dim) * dtype_size(o.dtype);
-  const uint64_t table = uint64_t(c.vocab) * row_bytes;
-  if (o.offload_param == TrainOptions::ParamHome::none || gpu_budget == 0 || table <= gpu_budget / 8) return c;
-  const uint64_t rows = gpu_budget / 16 / row_bytes / kVocabTileBlock * kVocabTileBlock;
-  c.vocab_tile = int64_t(std::max<uint64_t>(rows, kVocabTileBlock));
-  if (c.vocab_tile >= c.vocab) c.vocab_tile = 0;  // one tile: whole
-  return c;
-}
-
 }  // namespace strata::model

@@ -71,19 +71,4 @@ struct DeviceBytes {
 };
 DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& options);
 
-// The ModelConfig::vocab_tile a run uses: options.vocab_tile when given (>= 0); auto (-1) tiles
-// when the weights are paged (offload_param cpu or nvme) and a (V, C) table at the working
-// precision exceeds 1/8 of `gpu_budget` (the device arena's bytes), into tiles of at most 1/16 of
-// it, whole kVocabTileBlock rows, at least one block; else 0. `config` with it set.
-ModelConfig with_vocab_tile(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
-// The ModelConfig::mlp_tiles a run uses: options.mlp_tiles when given (>= 0); auto (-1) tiles when
-// the weights are paged and a layer's chunk at the working precision exceeds 1/4 of `gpu_budget`
-// (its two weight slots and two gradient slots alone would fill the device, so an untiled run
-// cannot fit; below that the untiled sums are kept), into as many tiles as keep the larger MLP
-// weight's tile within 1/16 of it (at least 2, at most min(H, C, kMaxAutoMlpTiles)); else 0. `config` with it set. invalid_argument for a given count above min(H, C).
-inline constexpr int64_t kMaxAutoMlpTiles = 64;  // auto never cuts finer: a device that needs more cannot train it
-StatusOr<ModelConfig> with_mlp_tiles(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
-// Both tilings: the run's chunking.
-StatusOr<ModelConfig> with_tiling(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
-
 }  // namespace strata::model

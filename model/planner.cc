@@ -14,11 +14,14 @@
 #include "model/flops.h"
 #include "model/param_layout.h"
 #include "model/placement.h"
+#include "model/tiling.h"
+#include "model/train_config_keys.h"
 #include "offload/gradient_offloader.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer_pipeline.h"
 #include "offload/resident_weights.h"
 #include "offload/tier_manager.h"
+#include "runtime/units.h"
 
 namespace strata::model {
 namespace {
@@ -255,13 +258,18 @@ Status check_hardware(const Hardware& h) {
 }
 
 PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions& options, const Hardware& h) {
-  // The tiles the run would take with this placement (--vocab-tile / --mlp-tiles auto tile paged
-  // weights). A given --mlp-tiles too large for the model was refused before (make_plan,
-  // choose_train_placement); the untiled MLP stands in for it here.
+  // The tiles the run would take with this placement. A tiling check_tiling refuses was refused
+  // before (make_plan, choose_train_placement); the whole model stands in for it here.
   const StatusOr<ModelConfig> tiled = with_tiling(untiled, options, h.gpu_bytes);
-  const ModelConfig config = tiled.is_ok() ? *tiled : with_vocab_tile(untiled, options, h.gpu_bytes);
+  ModelConfig whole = untiled;
+  whole.vocab_tile = whole.mlp_tiles = 0;
+  return evaluate_tiled(tiled.is_ok() ? *tiled : whole, options, h);
+}
+
+PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
   PlanCandidate c;
   c.options = options;
+  c.model = config;
   c.bytes = plan_bytes(config, options);
   c.traffic = plan_traffic(config, options);
   c.time = plan_step_time(config, options, h.rates);
@@ -333,9 +341,10 @@ struct Search {
   bool fits = false;
 };
 
-Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
+// The fastest candidate of `all` that fits, else the closest to fitting.
+Search pick(std::vector<PlanCandidate> all) {
   Search s;
-  for (const TrainOptions& o : plan_placements(base, fixed)) s.all.push_back(evaluate_placement(config, o, h));
+  s.all = std::move(all);
   const PlanCandidate* best = nullptr;
   for (const PlanCandidate& c : s.all)
     if (c.fits() && (best == nullptr || better_fit(c, *best))) best = &c;
@@ -345,6 +354,19 @@ Search search(const ModelConfig& config, const TrainOptions& base, const Hardwar
       if (best == nullptr || closer(c, *best)) best = &c;
   if (best != nullptr) s.chosen = *best;
   return s;
+}
+
+Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
+  std::vector<PlanCandidate> all;
+  for (const TrainOptions& o : plan_placements(base, fixed)) all.push_back(evaluate_placement(config, o, h));
+  return pick(std::move(all));
+}
+
+// search with the tiles auto would cut, whatever tiling base gives (with_tiling's fewest that fit,
+// as fewest_fitting_tiles): what tiling would do for a run given whole MLPs or too few tiles.
+Search search_auto_tiles(const ModelConfig& config, TrainOptions base, const Hardware& h, const PlanFixed& fixed) {
+  base.vocab_tile = base.mlp_tiles = -1;
+  return search(config, base, h, fixed);
 }
 
 // SI sizes, as drives are sold: "760.3 GB", "12.5 MB".
@@ -368,10 +390,15 @@ std::string shortfall(const PlanCandidate& c) {
 // The outcome of a changed input, for a suggestion's effect.
 std::string outcome(const Search& s) {
   if (s.fits)
-    return fmt::format("fits with {} (gpu {}, cpu {}, nvme {}; step about {:.3g} s)", placement_summary(s.chosen.options),
+    return fmt::format("fits with {} (gpu {}, cpu {}, nvme {}; step about {:.3g} s)", candidate_summary(s.chosen),
                        gb(s.chosen.bytes.tier(PlanTier::gpu)), gb(s.chosen.bytes.tier(PlanTier::cpu)),
                        gb(s.chosen.bytes.tier(PlanTier::nvme)), s.chosen.time.step_s);
   return "still does not fit: " + shortfall(s.chosen);
+}
+
+// A suggestion whose outcome is `s`.
+PlanSuggestion found(std::string change, std::string effect, const Search& s) {
+  return {std::move(change), std::move(effect), s.fits, s.fits ? s.chosen.time.step_s : 0.0};
 }
 
 // Per tier: the least it must hold for some placement that fits the other two budgets.
@@ -384,44 +411,83 @@ void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSu
     }
     if (best == nullptr) continue;
     const uint64_t need = best->bytes.tier(PlanTier(t)), missing = best->missing[t];
-    const std::string with = placement_summary(best->options);
+    const std::string with = candidate_summary(*best);
     if (t == 0)
       out.push_back({fmt::format("--gpu-mem {}", flag_size(need)),
-                     fmt::format("a GPU budget of {} ({} more) fits with {}", gb(need), gb(missing), with), true});
+                     fmt::format("a GPU budget of {} ({} more) fits with {}", gb(need), gb(missing), with), true,
+                     best->time.step_s});
     else if (t == 1)
       out.push_back({fmt::format("--cpu-mem {}", flag_size(need)),
-                     fmt::format("{} of pinned CPU memory ({} more) fits with {}", gb(need), gb(missing), with), true});
+                     fmt::format("{} of pinned CPU memory ({} more) fits with {}", gb(need), gb(missing), with), true,
+                     best->time.step_s});
     else
       out.push_back({"--nvme-path DIR",
                      fmt::format("add an NVMe path with {} free: the plan needs {} of NVMe and {} is there (for a "
                                  "described machine: --nvme-mem {}), with {}",
                                  gb(missing), gb(need), gb(h.nvme_bytes), flag_size(need), with),
-                     true});
+                     true, best->time.step_s});
   }
 }
 
-// The largest smaller micro-batch that fits (micro_batch / d for a divisor d > 1, grad_accum x d:
-// the same tokens per step) and its search; a search that does not fit when none does.
-std::pair<TrainOptions, Search> smaller_micro_batch(const ModelConfig& config, const TrainOptions& base,
-                                                    const Hardware& h, const PlanFixed& fixed) {
-  for (uint64_t d = 2; d <= base.micro_batch; ++d) {
+// The smaller micro-batches of the same tokens per step that the flags take: micro_batch / d and
+// grad_accum x d for each divisor d > 1 of micro_batch while grad_accum x d <= kMaxGradAccum, the
+// largest micro-batch first.
+std::vector<TrainOptions> smaller_micro_batches(const TrainOptions& base) {
+  std::vector<TrainOptions> out;
+  for (uint64_t d = 2; d <= base.micro_batch && base.grad_accum * d <= uint64_t(kMaxGradAccum); ++d) {
     if (base.micro_batch % d != 0) continue;
     TrainOptions o = base;
     o.micro_batch = base.micro_batch / d;
     o.grad_accum = base.grad_accum * d;
+    out.push_back(o);
+  }
+  return out;
+}
+
+// The largest smaller micro-batch that fits and its search; a search that does not fit when none does.
+std::pair<TrainOptions, Search> smaller_micro_batch(const ModelConfig& config, const TrainOptions& base,
+                                                    const Hardware& h, const PlanFixed& fixed) {
+  for (const TrainOptions& o : smaller_micro_batches(base)) {
     Search s = search(config, o, h, fixed);
     if (s.fits) return {o, std::move(s)};
   }
   return {base, Search{}};
 }
 
+std::string micro_batch_flags(const TrainOptions& o) {
+  return fmt::format("--micro-batch {} --grad-accum {}", o.micro_batch, o.grad_accum);
+}
+
+// Flags joined by spaces, the empty ones left out.
+std::string joined(std::initializer_list<std::string> flags) {
+  std::string out;
+  for (const std::string& f : flags)
+    if (!f.empty()) out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+// Fits first, the fastest predicted step first; the order of equals kept.
+void fastest_first(std::vector<PlanSuggestion>& ways) {
+  std::stable_sort(ways.begin(), ways.end(), [](const PlanSuggestion& a, const PlanSuggestion& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits && a.step_s < b.step_s;
+  });
+}
+
 std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOptions& base, const Hardware& h,
                                         const PlanFixed& fixed, const Search& s) {
   std::vector<PlanSuggestion> out;
   add_tier_suggestions(s, h, out);
-  bool one_fits = false;
+  std::vector<PlanSuggestion> ways;  // each change alone
   TrainOptions all = base;
   PlanFixed all_fixed = fixed;
+  // Tiles: the fewest that fit, where the given tiling does not cut them (auto's: s).
+  const Search t = base.vocab_tile < 0 && base.mlp_tiles < 0 ? s : search_auto_tiles(config, base, h, fixed);
+  const std::string tiles = tiling_flags(t.chosen.model, base);
+  if (!tiles.empty() && (t.fits || closer(t.chosen, s.chosen)))
+    ways.push_back(found(tiles, fmt::format("{}, each tile a chunk the device holds two of at a time: {}",
+                                            tiling_summary(t.chosen.model), outcome(t)),
+                         t));
   if (base.adam_states == AdamStates::f32) {
     TrainOptions o = base;
     o.adam_states = AdamStates::q8;
@@ -429,9 +495,8 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
     PlanFixed f = fixed;
     if (o.optimizer_device == OptimizerDevice::device) f.optimizer = false;  // 8-bit moments live on the CPU
     const Search q = search(config, o, h, f);
-    out.push_back({"--optimizer-type adamw8bit", "8-bit moments (6 bytes of optimizer state per parameter, not 12): " +
-                   outcome(q), q.fits});
-    one_fits |= q.fits;
+    ways.push_back(found("--optimizer-type adamw8bit",
+                         "8-bit moments (6 bytes of optimizer state per parameter, not 12): " + outcome(q), q));
     all = o;
     all_fixed = f;
   }
@@ -439,58 +504,74 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
     TrainOptions o = base;
     o.activation_checkpointing = true;
     const Search c = search(config, o, h, fixed);
-    out.push_back({"--activation-checkpointing", "keep only each layer's input for the backward: " + outcome(c), c.fits});
-    one_fits |= c.fits;
+    ways.push_back(
+        found("--activation-checkpointing", "keep only each layer's input for the backward: " + outcome(c), c));
     all.activation_checkpointing = true;
   }
-  if (base.micro_batch > 1) {
-    const auto [o, m] = smaller_micro_batch(config, base, h, fixed);
-    if (m.fits)
-      out.push_back({fmt::format("--micro-batch {} --grad-accum {}", o.micro_batch, o.grad_accum),
-                     fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
-                                 outcome(m)),
-                     true});
-    one_fits |= m.fits;
+  const std::vector<TrainOptions> smaller = smaller_micro_batches(base);
+  if (const auto [o, m] = smaller_micro_batch(config, base, h, fixed); m.fits)
+    ways.push_back(found(micro_batch_flags(o),
+                         fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
+                                     outcome(m)),
+                         m));
+  fastest_first(ways);
+  const bool one_fits = std::any_of(ways.begin(), ways.end(), [](const PlanSuggestion& w) { return w.fits; });
+  out.insert(out.end(), ways.begin(), ways.end());
+  if (one_fits) return out;
+  if (!smaller.empty()) {
+    all.micro_batch = smaller.back().micro_batch;
+    all.grad_accum = smaller.back().grad_accum;
   }
-  if (base.vocab_tile == 0 || base.mlp_tiles == 0) {  // whole tables or MLPs asked for: tiling may fit
-    TrainOptions o = base;
-    std::string flags;
-    if (o.vocab_tile == 0) {
-      o.vocab_tile = -1;
-      flags += "--vocab-tile auto";
-    }
-    if (o.mlp_tiles == 0) {
-      o.mlp_tiles = -1;
-      flags += flags.empty() ? "--mlp-tiles auto" : " --mlp-tiles auto";
-    }
-    const Search t = search(config, o, h, fixed);
-    if (t.fits && !s.fits)
-      out.push_back({flags, "cut the paged tables and layers into tiles the device holds two of at a time: " + outcome(t),
-                     true});
-    one_fits |= t.fits;
-  }
-  if (!one_fits && (all.adam_states != base.adam_states || all.activation_checkpointing != base.activation_checkpointing ||
-                    base.micro_batch > 1)) {
-    all.grad_accum = base.grad_accum * base.micro_batch;
-    all.micro_batch = 1;
-    const Search a = search(config, all, h, all_fixed);
-    if (a.fits)  // else the per-tier figures above say what is missing
-      out.push_back({fmt::format("{}{}--micro-batch 1 --grad-accum {}",
-                                 all.adam_states != base.adam_states ? "--optimizer-type adamw8bit " : "",
-                                 all.activation_checkpointing != base.activation_checkpointing ? "--activation-checkpointing "
-                                                                                                : "",
-                                 all.grad_accum),
-                     "all of these together: " + outcome(a), true});
-  }
+  const Search a = search_auto_tiles(config, all, h, all_fixed);
+  const std::string change =
+      joined({all.adam_states != base.adam_states ? "--optimizer-type adamw8bit" : "",
+              all.activation_checkpointing != base.activation_checkpointing ? "--activation-checkpointing" : "",
+              tiling_flags(a.chosen.model, base), all.micro_batch != base.micro_batch ? micro_batch_flags(all) : ""});
+  if (a.fits && !change.empty())  // else the per-tier figures above say what is missing
+    out.push_back(found(change, "all of these together: " + outcome(a), a));
   return out;
 }
+
+// A plan that auto tiled: the untiled plans that fit too (Plan::untiled_alternatives).
+std::vector<PlanSuggestion> untiled_alternatives(const ModelConfig& config, const TrainOptions& base,
+                                                 const Hardware& h, const PlanFixed& fixed,
+                                                 const PlanCandidate& tiled) {
+  const bool mlp = base.mlp_tiles < 0 && tiled.model.mlp_tiles > 1;
+  const bool vocab = base.vocab_tile < 0 && tiled.model.vocab_tile > 0;
+  if (!mlp && !vocab) return {};
+  TrainOptions whole = base;
+  whole.vocab_tile = std::max<int64_t>(base.vocab_tile, 0);
+  whole.mlp_tiles = std::max<int64_t>(base.mlp_tiles, 0);
+  const std::string untile = joined({mlp ? "--mlp-tiles 0" : "", vocab ? "--vocab-tile 0" : ""});
+  std::vector<PlanSuggestion> out;
+  if (const Search u = search(config, whole, h, fixed); u.fits) {
+    // The flags of what changes: the placement's, or only checkpointing.
+    const TrainOptions& a = u.chosen.options;
+    TrainOptions homes = a;  // a's homes with the tiled plan's checkpointing
+    homes.activation_checkpointing = tiled.options.activation_checkpointing;
+    const bool moved = placement_flags(homes) != placement_flags(tiled.options);
+    const bool ckpt = !moved && a.activation_checkpointing != tiled.options.activation_checkpointing;
+    out.push_back(found(joined({untile, moved ? placement_flags(a) : "", ckpt ? "--activation-checkpointing" : ""}),
+                        outcome(u), u));
+  }
+  if (const auto [o, m] = smaller_micro_batch(config, whole, h, fixed); m.fits)
+    out.push_back(found(joined({untile, micro_batch_flags(o)}),
+                        fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
+                                    outcome(m)),
+                        m));
+  fastest_first(out);
+  return out;
+}
+
+// "96MiB": a --gpu-mem that holds `bytes`, rounded up to whole MiB.
+std::string gpu_mem_flag(uint64_t bytes) { return fmt::format("--gpu-mem {}MiB", (bytes + (1ull << 20) - 1) >> 20); }
 
 }  // namespace
 
 StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
                          const PlanFixed& fixed) {
   STRATA_RETURN_IF_ERROR(check_hardware(hardware));
-  STRATA_RETURN_IF_ERROR(with_mlp_tiles(config, base, hardware.gpu_bytes).status());
+  STRATA_RETURN_IF_ERROR(check_tiling(config, base));
   if (base.micro_batch == 0 || base.seq == 0 || base.grad_accum == 0)
     return error(Code::invalid_argument, "micro_batch, seq and grad_accum must be at least 1 (got {}, {}, {})",
                  base.micro_batch, base.seq, base.grad_accum);
@@ -506,9 +587,93 @@ StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, co
   plan.params = parameter_count(config);
   plan.hardware = hardware;
   plan.fits = s.fits;
-  if (!s.fits) plan.suggestions = suggestions(config, base, hardware, fixed, s);
+  if (!s.fits)
+    plan.suggestions = suggestions(config, base, hardware, fixed, s);
+  else
+    plan.untiled_alternatives = untiled_alternatives(config, base, hardware, fixed, s.chosen);
   plan.chosen = std::move(s.chosen);
   return plan;
+}
+
+std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const TrainOptions& o, const Hardware& h) {
+  const uint64_t budget = h.gpu_bytes;
+  // A change: the run with `with`'s options, tiled as given or as with_tiling says for them.
+  const auto change = [&](std::string flags, std::string what, const ModelConfig& tiled, const TrainOptions& with) {
+    const uint64_t need = estimate_device_bytes(tiled, with).total();
+    const double step = plan_step_time(tiled, with, h.rates).step_s;
+    const std::string room = need <= budget ? fmt::format("within the {} budget", format_size(budget))
+                                            : fmt::format("{} over the {} budget", format_size(need - budget),
+                                                          format_size(budget));
+    return PlanSuggestion{std::move(flags),
+                          fmt::format("{}: needs {} of device memory ({}); step about {:.3g} s", what,
+                                      format_size(need), room, step),
+                          need <= budget, step};
+  };
+  const auto retiled = [&](const TrainOptions& with) {
+    const StatusOr<ModelConfig> t = with_tiling(config, with, budget);
+    return t.is_ok() ? *t : config;
+  };
+  const uint64_t now = estimate_device_bytes(config, o).total();
+  std::vector<PlanSuggestion> ways;
+  TrainOptions all = o;
+  const Tiling fewest = fewest_fitting_tiles(config, o, budget);
+  ModelConfig tiled = config;
+  tiled.vocab_tile = fewest.vocab_tile;
+  tiled.mlp_tiles = fewest.mlp_tiles;
+  const std::string tiles = tiling_flags(tiled, o);
+  if (!tiles.empty() && fewest.device_bytes < now)
+    ways.push_back(change(tiles, (fewest.fits ? "" : "the finest tiling, ") + tiling_summary(tiled), tiled, o));
+  if (o.offload_param == TrainOptions::ParamHome::none) {
+    TrainOptions paged = o;
+    paged.offload_param = TrainOptions::ParamHome::cpu;
+    paged.optimizer_device = OptimizerDevice::cpu;
+    ways.push_back(change("--offload-param cpu", "pages the weights through the device (nvme: from disk)",
+                          retiled(paged), paged));
+    all = paged;
+  }
+  if (!o.activation_checkpointing) {
+    TrainOptions ckpt = o;
+    ckpt.activation_checkpointing = true;
+    ways.push_back(change("--activation-checkpointing", "keep only each layer's input for the backward", retiled(ckpt),
+                          ckpt));
+    all.activation_checkpointing = true;
+  }
+  const std::vector<TrainOptions> smaller = smaller_micro_batches(o);
+  for (const TrainOptions& m : smaller) {
+    const PlanSuggestion s = change(micro_batch_flags(m), fmt::format("the same {} tokens per step in smaller "
+                                                                      "micro-batches", m.tokens_per_step()),
+                                    retiled(m), m);
+    if (!s.fits && &m != &smaller.back()) continue;
+    ways.push_back(s);
+    break;
+  }
+  fastest_first(ways);
+  const bool one_fits = std::any_of(ways.begin(), ways.end(), [](const PlanSuggestion& w) { return w.fits; });
+  if (!one_fits) {
+    if (!smaller.empty()) {
+      all.micro_batch = smaller.back().micro_batch;
+      all.grad_accum = smaller.back().grad_accum;
+    }
+    // The run's own tiles when they fit with the rest, else the fewest that do (or the finest).
+    ModelConfig together = config;
+    if (estimate_device_bytes(config, all).total() > budget) {
+      const Tiling t = fewest_fitting_tiles(config, all, budget);
+      together.vocab_tile = t.vocab_tile;
+      together.mlp_tiles = t.mlp_tiles;
+    }
+    const std::string flags =
+        joined({all.offload_param != o.offload_param ? "--offload-param cpu" : "",
+                all.activation_checkpointing != o.activation_checkpointing ? "--activation-checkpointing" : "",
+                all.micro_batch != o.micro_batch ? micro_batch_flags(all) : "", tiling_flags(together, o)});
+    const uint64_t least = estimate_device_bytes(together, all).total();
+    if (!flags.empty() && least < now)
+      ways.push_back(change(flags,
+                            least <= budget ? "all of these together"
+                                            : "all of these together (" + gpu_mem_flag(least) + " would hold it)",
+                            together, all));
+  }
+  ways.push_back(change(gpu_mem_flag(now), "the run as it is", config, o));
+  return ways;
 }
 
 std::string placement_summary(const TrainOptions& o) {
@@ -517,6 +682,12 @@ std::string placement_summary(const TrainOptions& o) {
   const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.offload_grad == GradHome::nvme ? "nvme" : "cpu";
   return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
                      o.activation_checkpointing ? "on" : "off");
+}
+
+std::string candidate_summary(const PlanCandidate& c) {
+  const std::string flags = tiling_flags(c.model, TrainOptions{});
+  return flags.empty() ? placement_summary(c.options)
+                       : fmt::format("{}, {} ({})", placement_summary(c.options), tiling_summary(c.model), flags);
 }
 
 std::string placement_flags(const TrainOptions& o) {

@@ -128,27 +128,32 @@ struct PlanFixed {
 // bytes it needs beyond each budget (0: within).
 struct PlanCandidate {
   TrainOptions options;
+  ModelConfig model;  // the model as the run chunks it: the tiles it takes (with_tiling, tiling.h)
   PlanBytes bytes;
   StepTraffic traffic;
   StepTime time;
   std::array<uint64_t, kPlanTiers> missing{};
   bool fits() const { return missing[0] == 0 && missing[1] == 0 && missing[2] == 0; }
 };
-// With the vocabulary and MLP tiles the placement gives the run (with_tiling, placement.h, on
-// hardware.gpu_bytes), as `strata train` resolves them.
+// With the vocabulary and MLP tiles the placement gives the run (with_tiling, tiling.h, on
+// hardware.gpu_bytes), as `strata train` resolves them: auto tiles a paged run only when its
+// untiled device working set is over hardware.gpu_bytes, the fewest tiles that fit.
 PlanCandidate evaluate_placement(const ModelConfig& config, const TrainOptions& options, const Hardware& hardware);
+// The same for `tiled`, a model whose vocab_tile and mlp_tiles are already the run's.
+PlanCandidate evaluate_tiled(const ModelConfig& tiled, const TrainOptions& options, const Hardware& hardware);
 
 // Every placement of the unfixed choices: weights on gpu / cpu / nvme x optimizer on the device
 // (resident weights, fp32 moments) / cpu / nvme x gradients cpu / nvme, each with activation
 // checkpointing off and on; fixed choices keep base's value.
 std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed);
 
-// A change that would make (or help) a plan fit. `change`: the flags; `effect`: what it gives, in
-// numbers; `fits`: the plan fits with it.
+// A change that would make (or help) a plan fit. `change`: the flags, each within its flag's range;
+// `effect`: what it gives, in numbers; `fits`: the plan fits with it, predicted to take `step_s`.
 struct PlanSuggestion {
   std::string change;
   std::string effect;
   bool fits = false;
+  double step_s = 0;
 };
 
 struct Plan {
@@ -160,16 +165,38 @@ struct Plan {
   // fewest bytes missing on the GPU, then the CPU, then NVMe: the cheapest tier to add).
   PlanCandidate chosen;
   bool fits = false;
-  std::vector<PlanSuggestion> suggestions;  // empty when it fits
+  // Empty when it fits. Else: per tier, the budget some placement fits; then the changes that fit
+  // (tiles, 8-bit moments, checkpointing, a smaller micro-batch), fastest predicted step first,
+  // then those that only help; then all of them together when none fits alone.
+  std::vector<PlanSuggestion> suggestions;
+  // A plan that fits only tiled (auto tiles): the untiled ways that fit too, each with its step
+  // time -- the best untiled placement (checkpointing, where it is not fixed, among its choices)
+  // and a smaller micro-batch of the same tokens -- so the report weighs tiling against them. The
+  // search itself weighs tiling against checkpointing; the batch shape it never changes (a run's
+  // checkpoints and data order are the user's shape's), so a faster smaller micro-batch is shown
+  // here, not chosen.
+  std::vector<PlanSuggestion> untiled_alternatives;
 };
 
-// invalid_argument: check_hardware's, a seq longer than the model's max_seq, micro_batch, seq or
-// grad_accum of 0.
+// invalid_argument: check_hardware's, check_tiling's, a seq longer than the model's max_seq,
+// micro_batch, seq or grad_accum of 0.
 StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
                          const PlanFixed& fixed);
 
 // "weights nvme, optimizer nvme, gradients nvme, activation checkpointing on".
 std::string placement_summary(const TrainOptions& options);
+// placement_summary, and when the candidate is tiled its tiles and their flags: "..., activation
+// checkpointing off, every layer's MLP in 3 tiles per weight (--mlp-tiles 3)".
+std::string candidate_summary(const PlanCandidate& candidate);
+
+// What would make the device working set of a run of `config` (tiled as the run is) with
+// `options`' placement fit `hardware.gpu_bytes`, for `strata train`'s refusal of a placement the
+// user gave: the tiling with the fewest tiles that fits (or the finest, when none does: the tiled
+// minimum), --activation-checkpointing, a smaller micro-batch of the same tokens, paged weights
+// (resident ones), all of these together, and the --gpu-mem the run needs as it is; each with the
+// device bytes it needs and its predicted step time, the ones that fit first, fastest first.
+std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const TrainOptions& options,
+                                               const Hardware& hardware);
 // The placement's flags for `strata train`: "--offload-param nvme --offload-optimizer nvme ...".
 std::string placement_flags(const TrainOptions& options);
 

@@ -89,7 +89,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "16",
               .help = "Sequences per forward/backward pass (B)",
               .min = 1,
-              .max = 65536,
+              .max = kMaxMicroBatch,
               .file_aliases = {"train_micro_batch_size_per_gpu"}});
   // 64: gpt2-tiny's context length.
   schema.add({.name = "seq",
@@ -104,7 +104,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Micro-batches whose gradients are summed into one optimizer step (tokens per step = B x T x "
                       "this)",
               .min = 1,
-              .max = 65536,
+              .max = kMaxGradAccum,
               .file_aliases = {"gradient_accumulation_steps"}});
   // DeepSpeed's global batch; one GPU here, so world size 1.
   schema.add({.name = "train_batch_size",
@@ -206,9 +206,10 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "auto",
               .help = "Memory-centric tiling: the token embedding and an untied head are cut into tiles of this many "
                       "vocabulary rows (a multiple of 1024), each its own chunk fetched, used and released in turn, "
-                      "so the device holds about two tiles of a table; 0: whole tables; auto: tiles of at most 1/16 "
-                      "of --gpu-mem when the weights are paged and a table exceeds 1/8 of it. Same values and bits "
-                      "in fp32; auto on a resume takes the checkpoint's tiles",
+                      "so the device holds about two tiles of a table; 0: whole tables; auto: when the weights are "
+                      "paged and the untiled run does not fit --gpu-mem but a tiled one does, the fewest tiles that "
+                      "fit (with --mlp-tiles auto: the fewest chunks in all). Same values and bits in fp32; auto on a "
+                      "resume takes the checkpoint's tiles",
               .min = 0,
               .max = int64_t(1) << 31,
               .allow_auto = true});
@@ -218,9 +219,10 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "Memory-centric tiling: every layer's MLP is cut into this many tiles per weight (the first "
                       "along its hidden units, the second along its output rows), each its own chunk fetched, used "
                       "and released in turn, so the device holds about two tiles of an MLP; 0 or 1: whole MLPs; "
-                      "auto: tiles of at most 1/16 of --gpu-mem when the weights are paged and a layer exceeds 1/4 "
-                      "of it (so that an untiled run could not fit). The input gradients are then summed tile by tile (within fp32 rounding of untiled, not "
-                      "the same bits); auto on a resume takes the checkpoint's tiles",
+                      "auto: when the weights are paged and the untiled run does not fit --gpu-mem but a tiled one "
+                      "does, the fewest tiles that fit, at most 64 (with --vocab-tile auto: the fewest chunks in all). "
+                      "The input gradients are then summed tile by tile (within fp32 rounding of untiled, not the "
+                      "same bits); auto on a resume takes the checkpoint's tiles",
               .min = 0,
               .max = int64_t(1) << 20,
               .allow_auto = true});

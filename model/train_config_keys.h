@@ -31,6 +31,7 @@
 //                                 nvme_path (offload/config_keys.h).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "runtime/config_schema.h"
@@ -39,6 +40,9 @@ namespace strata::model {
 
 // The preset a run with no model arguments trains (model_config.h defines it).
 inline constexpr std::string_view kDefaultTrainPreset = "gpt2-tiny";
+
+// The largest --micro-batch and --grad-accum the keys take (a suggestion never goes past them).
+inline constexpr int64_t kMaxMicroBatch = 65536, kMaxGradAccum = 65536;
 
 // Adds every key above to `schema` (once; a second call is a duplicate-key logic_error), and the
 // ignored DeepSpeed paths below.

@@ -66,10 +66,10 @@ struct TrainOptions {
   uint64_t sub_group_size = uint64_t(1) << 24;
   // Memory-centric tiling: rows per tile of the (V, C) token table and untied head
   // (ModelConfig::vocab_tile, a multiple of kVocabTileBlock), 0 whole, -1 auto
-  // (with_vocab_tile, placement.h: by the device budget when the weights are paged).
+  // (with_tiling, tiling.h: by the device budget when the weights are paged).
   int64_t vocab_tile = -1;
   // Memory-centric tiling of every layer's MLP into this many tiles per weight
-  // (ModelConfig::mlp_tiles), 0 whole, -1 auto (with_mlp_tiles, placement.h).
+  // (ModelConfig::mlp_tiles), 0 whole, -1 auto (with_tiling, tiling.h).
   int64_t mlp_tiles = -1;
   // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
   // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients

@@ -1,8 +1,8 @@
 // Memory-centric tiling of the MLP (ModelConfig::mlp_tiles): each layer's first MLP weight cut
 // along its hidden units and its second along its output rows, each tile its own chunk. The
-// layout's tiles cover each MLP tensor once, after their layer's chunk; --mlp-tiles auto tiles
-// paged layers larger than 1/4 of the device budget; a model whose single layer is larger than the
-// whole device budget trains with paged weights and the arena's peak under the budget, within
+// layout's tiles cover each MLP tensor once, after their layer's chunk; the planner tiles a layer
+// larger than the device (how auto chooses: tiling_test.cc); a model whose single layer is larger
+// than the whole device budget trains with paged weights and the arena's peak under the budget, within
 // fp32 rounding of the untiled run (the input gradients' sums over the hidden units and over the
 // output rows are grouped by tile), and bit-identically whether the tiled weights are resident
 // or paged.
@@ -16,6 +16,7 @@
 
 #include "model/placement.h"
 #include "model/planner.h"
+#include "model/tiling.h"
 #include "model/transformer.h"
 #include "offload/tier_manager.h"
 #include "model_run.h"
@@ -30,6 +31,7 @@ using tiled_training::train;
 using tiled_training::small_model;
 using tiled_training::expect_tiles_cover;
 using tiled_training::paging_status;
+using tiled_training::relative_l2;
 
 // A model whose MLPs dominate: C = 64 against H = 16000 hidden units, so one layer is 8.2 MB
 // (GPT-2) or 12.3 MB (LLaMA: gate, up and down) in fp32, and its 15 tiles (uneven: 16000 and 64
@@ -77,25 +79,6 @@ TEST(MlpTileLayout, TilesCoverEachMlpTensorOnceAfterTheirLayer) {
   EXPECT_NE(validate(bad).message().find("mlp_tiles 65"), std::string::npos) << validate(bad).message();
 }
 
-TEST(MlpTileLayout, AutoTilesPagedLayersLargerThanAQuarterOfTheBudget) {
-  const ModelConfig c = mlp_heavy(Arch::llama, 0);  // a 12.3 MB layer; gate and up 8.2 MB
-  TrainOptions o;
-  o.offload_param = TrainOptions::ParamHome::cpu;
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 64ull << 20)).mlp_tiles, 0);  // 1/4 of 64 MiB holds it
-  // 32 MiB: 1/16 is 2 MiB, so gate and up take 4 tiles; 16 MiB: 1 MiB, 8.
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 32ull << 20)).mlp_tiles, 4);
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 16ull << 20)).mlp_tiles, 8);
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 64ull << 10)).mlp_tiles, 64);  // at most one row of down each
-  o.offload_param = TrainOptions::ParamHome::none;  // resident weights: all on the device anyway
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 16ull << 20)).mlp_tiles, 0);
-  o.mlp_tiles = 5;  // given: kept
-  EXPECT_EQ(expect_value(with_mlp_tiles(c, o, 1ull << 30)).mlp_tiles, 5);
-  o.mlp_tiles = 100;  // given, but more than the 64 output rows
-  const Status too_many = with_mlp_tiles(c, o, 1ull << 30).status();
-  EXPECT_EQ(too_many.code(), Code::invalid_argument);
-  EXPECT_NE(too_many.message().find("at most 64 tiles"), std::string::npos) << too_many.message();
-}
-
 // The planner takes the run's tiling: a layer over the whole device budget fits once its MLP is
 // tiled (auto), and where whole MLPs were asked for it says tiling would make it fit.
 TEST(MlpTilePlan, ThePlannerTilesALayerLargerThanTheDeviceAndSuggestsItWhenRefused) {
@@ -111,8 +94,13 @@ TEST(MlpTilePlan, ThePlannerTilesALayerLargerThanTheDeviceAndSuggestsItWhenRefus
   o.mlp_tiles = 0;
   const Plan whole = expect_value(make_plan(c, o, h, {}));
   EXPECT_FALSE(whole.fits);
+  // The suggestion names the fewest tiles that fit, with the plan's numbers.
+  const ModelConfig chosen = tiled.chosen.model;
+  ASSERT_GT(chosen.mlp_tiles, 1);
   bool suggested = false;
-  for (const PlanSuggestion& s : whole.suggestions) suggested |= s.change == "--mlp-tiles auto" && s.fits;
+  for (const PlanSuggestion& s : whole.suggestions)
+    suggested |= s.change == "--mlp-tiles " + std::to_string(chosen.mlp_tiles) && s.fits &&
+                 s.effect.find(tiling_summary(chosen)) != std::string::npos;
   EXPECT_TRUE(suggested);
   o.mlp_tiles = 65;
   EXPECT_EQ(make_plan(c, o, h, {}).status().code(), Code::invalid_argument);
@@ -136,16 +124,6 @@ TEST(MlpTilePlan, CheckpointingFetchesTheFirstWeightsTilesTwice) {
   EXPECT_GT(first_layer_in, 8'000'000u);  // gate and up: 2 x 16000 x 64 x 4 B
   EXPECT_EQ(recomputed.h2d - plain.h2d, first_layer_in);
   EXPECT_EQ(recomputed.nvme_read - plain.nvme_read, first_layer_in);
-}
-
-// ||got - want|| / ||want|| over a tensor's values (its relative L2 difference).
-double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
-    norm += double(want[i]) * double(want[i]);
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 class MlpTileTraining : public ::testing::TestWithParam<Arch> {};

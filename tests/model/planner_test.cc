@@ -19,6 +19,7 @@
 #include "model/flops.h"
 #include "model/placement.h"
 #include "model/planner.h"
+#include "model/train_config_keys.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 #include "offload/mem_engine.h"
@@ -307,6 +308,39 @@ TEST(PlannerTest, EightBitMomentsOrASmallerMicroBatchAreSuggestedWithNumbers) {
   bool smaller = false;
   for (const PlanSuggestion& s : b.suggestions) smaller |= s.change.starts_with("--micro-batch") && s.fits;
   EXPECT_TRUE(smaller);
+}
+
+// The numbers after `flag` in every suggestion's change (e.g. each "--grad-accum N").
+std::vector<uint64_t> flag_values(const std::vector<PlanSuggestion>& suggestions, const std::string& flag) {
+  std::vector<uint64_t> values;
+  for (const PlanSuggestion& s : suggestions)
+    for (size_t at = s.change.find(flag + " "); at != std::string::npos; at = s.change.find(flag + " ", at + 1))
+      values.push_back(std::stoull(s.change.substr(at + flag.size() + 1)));
+  return values;
+}
+
+TEST(PlannerTest, NoSuggestionGoesPastItsFlagsRange) {
+  // 1024 micro-batches of 1024 sequences on 4 GiB: no change alone fits, all of them together
+  // do, in micro-batches of 16 x 65536, not of 1 x 1048576 (past --grad-accum's 65536).
+  TrainOptions o = bf16_run();
+  o.micro_batch = 1024;
+  o.grad_accum = 1024;
+  o.seq = 1024;
+  const ModelConfig gpt2 = model_preset("gpt2-124m").value();
+  const Plan p = expect_value(make_plan(gpt2, o, workstation(4, 64, 0), PlanFixed{.checkpointing = true}));
+  ASSERT_FALSE(p.fits);
+  ASSERT_FALSE(p.suggestions.empty());
+  EXPECT_TRUE(p.suggestions.back().change.ends_with("--activation-checkpointing --micro-batch 16 --grad-accum 65536"))
+      << p.suggestions.back().change;
+  EXPECT_TRUE(p.suggestions.back().fits);
+  const std::vector<uint64_t> accum = flag_values(p.suggestions, "--grad-accum");
+  ASSERT_FALSE(accum.empty());
+  for (const uint64_t k : accum) EXPECT_LE(k, uint64_t(kMaxGradAccum));
+  for (const uint64_t b : flag_values(p.suggestions, "--micro-batch")) EXPECT_GE(b, 16u);
+  // The device-only suggestions of a given placement too.
+  const std::vector<PlanSuggestion> device = device_suggestions(gpt2, o, workstation(4, 64, 0));
+  ASSERT_FALSE(flag_values(device, "--grad-accum").empty());
+  for (const uint64_t k : flag_values(device, "--grad-accum")) EXPECT_LE(k, uint64_t(kMaxGradAccum));
 }
 
 TEST(PlannerTest, FixedChoicesAreKept) {

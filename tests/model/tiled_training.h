@@ -1,12 +1,14 @@
-// Training runs for the tiling tests (vocab_tile_test, mlp_tile_test, mlp_tile_checkpoint_test):
-// a few clipped AdamW steps of a small model on the CPU backend, resident or with its weights
-// paged under a device budget, from init or a checkpoint, and what came out of them (losses,
-// norms, whole-tensor masters, the arena's peak). Not used outside tests/model.
+// Training runs for the tiling tests (vocab_tile_test, mlp_tile_test, mlp_tile_checkpoint_test,
+// tiling_test): a few clipped AdamW steps of a small model on the CPU backend, resident or with
+// its weights paged under a device budget, from init or a checkpoint, and what came out of them
+// (losses, norms, whole-tensor masters, the arena's peak), and how far apart two runs' masters
+// are. Not used outside tests/model.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +165,17 @@ inline Code paging_status(const ModelConfig& config, uint64_t budget) {
                              paged_weight_options(layout, Tier::cpu, 2, 0, 2, config.name))
       .status()
       .code();
+}
+
+// ||got - want|| / ||want|| over a tensor's values (its relative L2 difference): how far a tiled
+// run's masters are from the untiled run's (MLP tiles regroup fp32 sums).
+inline double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
+    norm += double(want[i]) * double(want[i]);
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 inline std::vector<char> file_bytes(const std::string& path) {

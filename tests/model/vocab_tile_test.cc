@@ -70,21 +70,6 @@ TEST(VocabTileLayout, TilesCoverEachTableOnceInTheirOwnChunks) {
   EXPECT_NE(validate(bad).message().find("multiple of 1024"), std::string::npos) << validate(bad).message();
 }
 
-TEST(VocabTileLayout, AutoTilesPagedTablesLargerThanAnEighthOfTheBudget) {
-  const ModelConfig c = table_heavy(Arch::llama, 0);  // tables of 33068 x 64 x 4 B = 8.5 MB
-  TrainOptions o;
-  o.offload_param = TrainOptions::ParamHome::cpu;
-  EXPECT_EQ(with_vocab_tile(c, o, 128ull << 20).vocab_tile, 0);  // 1/8 of 128 MiB holds it
-  // 16 MiB: 1/16 is 1 MiB = 4096 rows of 256 B; 4 MiB: 1024 rows.
-  EXPECT_EQ(with_vocab_tile(c, o, 16ull << 20).vocab_tile, 4 * kVocabTileBlock);
-  EXPECT_EQ(with_vocab_tile(c, o, 4ull << 20).vocab_tile, kVocabTileBlock);
-  EXPECT_EQ(with_vocab_tile(c, o, 1ull << 20).vocab_tile, kVocabTileBlock);  // at least one block
-  o.offload_param = TrainOptions::ParamHome::none;  // resident weights: all on the device anyway
-  EXPECT_EQ(with_vocab_tile(c, o, 4ull << 20).vocab_tile, 0);
-  o.vocab_tile = 2048;  // given: kept
-  EXPECT_EQ(with_vocab_tile(c, o, 64ull << 20).vocab_tile, 2048);
-}
-
 // The losses and masters bit for bit. The gradient norm is summed per chunk, then over chunks, in
 // double: a table's sum in tiles is grouped differently, so the norm (and the clip scale, in
 // double) may differ in its last bits; the float scale the update uses did not in these runs, and

@@ -1,5 +1,5 @@
 // `strata train --vocab-tile`: a tiled fp32 run gives the untiled run's losses bit for bit and
-// says how it tiled; `auto` tiles a paged table larger than 1/8 of --gpu-mem; a tile that is not
+// says how it tiled; `auto` tiles a paged table only when the run does not fit --gpu-mem whole; a tile that is not
 // whole 1024-row blocks is refused before any work, naming the flag.
 #include <filesystem>
 #include <string>
@@ -17,19 +17,18 @@ using test::run_cli;
 using test::metric_losses;
 using test::temp_path;
 
-// gpt2-tiny (C = 48) with a 12000-token vocabulary (the built-in corpus uses the first 256).
-const std::vector<std::string> kRun = {"train",         "--device", "cpu",           "--vocab", "12000", "--steps", "3",
-                                       "--micro-batch", "1",        "--seq",         "16",      "--eval-every",
-                                       "0",             "--offload-param", "cpu"};
+// gpt2-tiny (C = 48) with a 12000-token vocabulary, or `vocab` (the built-in corpus uses the first 256).
+const std::vector<std::string> kRun = {"train", "--device",      "cpu", "--steps",      "3", "--micro-batch", "1",
+                                       "--seq", "16",            "--eval-every", "0", "--offload-param", "cpu"};
 
-CliResult train(const std::string& metrics, std::vector<std::string> extra) {
+CliResult train(const std::string& metrics, std::vector<std::string> extra, const std::string& vocab = "12000") {
   std::vector<std::string> args = kRun;
-  args.insert(args.end(), {"--metrics", metrics});
+  args.insert(args.end(), {"--vocab", vocab, "--metrics", metrics});
   args.insert(args.end(), extra.begin(), extra.end());
   return run_cli(args);
 }
 
-TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesATableOverAnEighthOfTheBudget) {
+TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesOnlyATableThatDoesNotFitWhole) {
   const CliResult whole = train(temp_path("strata_tile_whole.jsonl"), {"--vocab-tile", "0"});
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   EXPECT_EQ(whole.err.find("tiles of"), std::string::npos) << whole.err;
@@ -40,12 +39,26 @@ TEST(VocabTileCli, TiledLossesEqualUntiledAndAutoTilesATableOverAnEighthOfTheBud
   const std::vector<double> want = metric_losses(temp_path("strata_tile_whole.jsonl"));
   ASSERT_EQ(want.size(), 3u);
   EXPECT_EQ(metric_losses(temp_path("strata_tile_1024.jsonl")), want);
-  // The table is 12000 x 48 x 4 B = 2.3 MB, over 16 MiB / 8: auto tiles by at most 16 MiB / 16 =
-  // 1 MiB, 5461 rows of 192 B, in whole blocks 5120.
-  const CliResult automatic = train(temp_path("strata_tile_auto.jsonl"), {"--gpu-mem", "16MiB"});
-  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
-  EXPECT_NE(automatic.err.find("in 3 tiles of 5120 rows (--vocab-tile auto)"), std::string::npos) << automatic.err;
-  EXPECT_EQ(metric_losses(temp_path("strata_tile_auto.jsonl")), want);
+  // The 2.3 MB table (12000 x 48 x 4 B) fits 16 MiB whole: auto leaves it whole.
+  const CliResult fits = train(temp_path("strata_tile_auto_fits.jsonl"), {"--gpu-mem", "16MiB"});
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(fits.err.find("tiles of"), std::string::npos) << fits.err;
+  EXPECT_EQ(metric_losses(temp_path("strata_tile_auto_fits.jsonl")), want);
+  // 50000 rows (9.6 MB, a weight and a gradient slot of it: 22 MiB in all) do not: auto cuts the
+  // fewest tiles that fit, 4 (two slots of 3 tiles' 17 blocks would not), as evenly as whole
+  // blocks allow: 13 blocks each (12500 rows rounded up).
+  const CliResult w = train(temp_path("strata_tile_big_whole.jsonl"), {"--vocab-tile", "0"}, "50000");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const CliResult a = train(temp_path("strata_tile_big_auto.jsonl"), {"--gpu-mem", "16MiB"}, "50000");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("in 4 tiles of 13312 rows (--vocab-tile auto)"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("tiling auto: the token table in 4 tiles of 13312 rows (= --vocab-tile 13312): untiled the "
+                       "run needs "),
+            std::string::npos)
+      << a.err;
+  const std::vector<double> want_big = metric_losses(temp_path("strata_tile_big_whole.jsonl"));
+  ASSERT_EQ(want_big.size(), 3u);
+  EXPECT_EQ(metric_losses(temp_path("strata_tile_big_auto.jsonl")), want_big);
 }
 
 // A tied table takes the head's gradient first and the embedding's last, so with the gradient sums

@@ -403,10 +403,9 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
   StatusOr<TrainPlacement> placement = choose_train_placement(config, o, *mc);
   if (!placement.is_ok()) return report_error(placement.status().message(), kExitUsage);
   *parsed = placement->options;
-  // Memory-centric tiling (--vocab-tile, --mlp-tiles): the run's chunking, for every layout from here on.
-  StatusOr<model::ModelConfig> tiled = model::with_tiling(*mc, o, placement->machine.hardware.gpu_bytes);  // as the planner did
-  if (!tiled.is_ok()) return report_error(tiled.status().message(), kExitUsage);
-  *mc = std::move(*tiled);
+  // Memory-centric tiling (--vocab-tile, --mlp-tiles): the run's chunking, the one its placement was
+  // planned with, for every layout from here on.
+  *mc = placement->predicted.model;
   if (mc->mlp_tiles > 1)
     spdlog::info("model: every layer's MLP in {} tiles per weight (--mlp-tiles {})", mc->mlp_tiles,
                  o.mlp_tiles < 0 ? "auto" : std::to_string(o.mlp_tiles));
@@ -437,7 +436,8 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
   if (!data.is_ok()) return fail(data.status());
   StatusOr<std::unique_ptr<Backend>> backend = make_train_backend(config, o);
   if (!backend.is_ok()) return fail(backend.status());
-  if (Status s = check_device_budget(*mc, o, **backend); !s.is_ok()) return report_error(s.message(), kExitUsage);
+  if (Status s = check_device_budget(*mc, o, **backend, placement->machine.hardware.rates); !s.is_ok())
+    return report_error(s.message(), kExitUsage);
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
       {.capacity = config.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = (*backend)->kind() == BackendKind::cuda});
   if (!pinned.is_ok()) return fail(pinned.status());

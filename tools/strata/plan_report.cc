@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/tiling.h"
 #include "runtime/units.h"
 
 namespace strata::cli {
@@ -89,7 +90,7 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
 }  // namespace
 
 std::string plan_shortfall(const model::Plan& p) {
-  std::string out = fmt::format("does not fit: the closest placement ({}) needs", model::placement_summary(p.chosen.options));
+  std::string out = fmt::format("does not fit: the closest placement ({}) needs", model::candidate_summary(p.chosen));
   for (size_t t = 0; t < model::kPlanTiers; ++t)
     if (p.chosen.missing[t] > 0)
       out += fmt::format(" {} more {}", missing_amount(p.chosen.missing[t]), model::plan_tier_name(PlanTier(t)));
@@ -111,7 +112,18 @@ std::string plan_text(const model::Plan& p, const Machine& m) {
   if (!m.calibration.empty()) fmt::format_to(line, "measured rates from {}\n", m.calibration);
   if (p.fits)
     fmt::format_to(line, "\nfits: {}\n  strata train {}\n", model::placement_summary(o), model::placement_flags(o));
-  else
+  if (p.fits && !model::tiling_flags(p.chosen.model, model::TrainOptions{}).empty()) {
+    const std::string flags = model::tiling_flags(p.chosen.model, o);
+    fmt::format_to(line, "tiles: {} ({})\n", model::tiling_summary(p.chosen.model),
+                   flags.empty() ? "as given"
+                                 : "auto = " + flags + ": the fewest with which this placement fits the GPU");
+  }
+  if (!p.untiled_alternatives.empty()) {
+    fmt::format_to(line, "untiled instead (tiled, the step is about {:.3g} s):\n", p.chosen.time.step_s);
+    for (const model::PlanSuggestion& s : p.untiled_alternatives)
+      fmt::format_to(line, "  {}: {}\n", s.change, s.effect);
+  }
+  if (!p.fits)
     fmt::format_to(line, "\n{}\n", plan_shortfall(p));
   append_bytes(out, p);
   append_time(out, p, m);
@@ -146,6 +158,11 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                     {"offload_optimizer", model::optimizer_home_name(c.options)},
                     {"offload_grad", c.options.offload_grad == model::TrainOptions::GradHome::nvme ? "nvme" : "cpu"},
                     {"activation_checkpointing", c.options.activation_checkpointing}};
+  j["tiling"] = {{"summary", model::tiling_summary(c.model)},
+                 {"flags", model::tiling_flags(c.model, model::TrainOptions{})},
+                 {"mlp_tiles", model::mlp_tiles(c.model)},
+                 {"vocab_tile", c.model.vocab_tile},
+                 {"vocab_tiles", model::vocab_tiles(c.model)}};
   for (size_t t = 0; t < model::kPlanTiers; ++t)
     for (size_t s = 0; s < model::kPlanStates; ++s)
       j["bytes"][model::plan_tier_name(PlanTier(t))][model::plan_state_name(PlanState(s))] =
@@ -162,9 +179,12 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
     j["rate_sources"][std::string(model::plan_rate_key(PlanRateKind(k)).substr(5))] = m.rate_source[k];
   j["assumed_rates"] = assumed_rates(m);
   j["calibration"] = m.calibration;
-  j["suggestions"] = nlohmann::json::array();
-  for (const model::PlanSuggestion& s : p.suggestions)
-    j["suggestions"].push_back({{"change", s.change}, {"effect", s.effect}, {"fits", s.fits}});
+  for (const auto& [key, list] : {std::pair{"suggestions", &p.suggestions}, std::pair{"untiled_alternatives",
+                                                                                     &p.untiled_alternatives}}) {
+    j[key] = nlohmann::json::array();
+    for (const model::PlanSuggestion& s : *list)
+      j[key].push_back({{"change", s.change}, {"effect", s.effect}, {"fits", s.fits}, {"step_s", s.step_s}});
+  }
   return j;
 }
 

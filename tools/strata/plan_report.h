@@ -21,8 +21,10 @@ std::string plan_text(const model::Plan& plan, const Machine& machine);
 std::string plan_shortfall(const model::Plan& plan);
 
 // {"fits", "model", "params", "gpu_bytes", "cpu_bytes", "nvme_bytes", "step_s", "bottleneck",
-//  "budgets", "missing", "described", "placement", "bytes", "time", "traffic", "rates",
-//  "rate_sources", "assumed_rates", "calibration", "suggestions"}.
+//  "budgets", "missing", "described", "placement", "tiling" ({"summary", "flags", "mlp_tiles",
+//  "vocab_tile", "vocab_tiles"}: the tiles the run takes), "bytes", "time", "traffic", "rates",
+//  "rate_sources", "assumed_rates", "calibration", "suggestions", "untiled_alternatives" (each
+//  {"change", "effect", "fits", "step_s"})}.
 nlohmann::json plan_json(const model::Plan& plan, const Machine& machine);
 
 }  // namespace strata::cli

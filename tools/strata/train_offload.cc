@@ -8,6 +8,7 @@
 
 #include "model/placement.h"
 #include "model/planner.h"
+#include "model/tiling.h"
 #include "offload/config_keys.h"
 #include "offload/io_engine_factory.h"
 #include "runtime/units.h"
@@ -16,7 +17,8 @@ namespace strata::cli {
 
 using model::TrainOptions;
 
-Status check_device_budget(const model::ModelConfig& config, const TrainOptions& o, const Backend& backend) {
+Status check_device_budget(const model::ModelConfig& config, const TrainOptions& o, const Backend& backend,
+                           const model::PlanRates& rates) {
   const model::DeviceBytes d = model::estimate_device_bytes(config, o);
   const uint64_t budget = backend.memory().capacity;
   const std::string plan = fmt::format("weights {} ({}), gradients {}, activations {}{}, batch {}", format_size(d.weights),
@@ -31,23 +33,12 @@ Status check_device_budget(const model::ModelConfig& config, const TrainOptions&
     spdlog::info("device memory: {} of {} ({})", format_size(d.total()), format_size(budget), plan);
     return Status::ok();
   }
-  std::string fix;
-  if (o.offload_param == TrainOptions::ParamHome::none) {
-    TrainOptions paged = o;
-    paged.offload_param = TrainOptions::ParamHome::cpu;
-    paged.optimizer_device = TrainOptions::OptimizerDevice::cpu;
-    const uint64_t need = model::estimate_device_bytes(config, paged).total();
-    fix = need <= budget ? "; --offload-param cpu (or nvme) pages the weights through the device and fits"
-                         : fmt::format("; with --offload-param cpu it needs {}: raise --gpu-mem to that, or lower "
-                                       "--micro-batch / --seq, or turn on --activation-checkpointing",
-                                       format_size(need));
-  } else {
-    fix = fmt::format("; the minimum with {} layer slots is {}: raise --gpu-mem, or lower --micro-batch / --seq, or "
-                      "turn on --activation-checkpointing",
-                      o.param_slots, format_size(d.total()));
-  }
-  return error(Code::out_of_memory, "{} needs {} of device memory but the budget (--gpu-mem) is {}: {}{}", config.name,
-               format_size(d.total()), format_size(budget), plan, fix);
+  std::string fixes;
+  for (const model::PlanSuggestion& s : model::device_suggestions(config, o, {.gpu_bytes = budget, .rates = rates}))
+    fixes += fmt::format("\n  {}: {}", s.change, s.effect);
+  return error(Code::out_of_memory, "{} needs {} of device memory but the budget (--gpu-mem) is {}: {}; {}. What would "
+               "fit, the fastest first, then what would help:{}",
+               config.name, format_size(d.total()), format_size(budget), plan, model::tiling_summary(config), fixes);
 }
 
 StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& config, const TrainOptions& o,

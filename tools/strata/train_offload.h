@@ -14,6 +14,7 @@
 
 #include "model/metrics_log.h"
 #include "model/model_config.h"
+#include "model/planner.h"
 #include "model/train_options.h"
 #include "model/trainer.h"
 #include "offload/io_engine.h"
@@ -26,10 +27,13 @@
 
 namespace strata::cli {
 
-// out_of_memory before anything is allocated when the run's device bytes (model/placement.h)
-// exceed the arena: the breakdown, the budget, and what would fit (--offload-param cpu, the
-// minimum --gpu-mem). Logs the plan otherwise.
-Status check_device_budget(const model::ModelConfig& config, const model::TrainOptions& o, const Backend& backend);
+// out_of_memory before anything is allocated when the run's device bytes (model/placement.h) of
+// `config` (tiled as the run is) exceed the arena: the breakdown, the budget, its tiling, and what
+// would fit, one change a line with its device bytes and the step time `rates` predict
+// (model::device_suggestions: the tiles that fit, paging, checkpointing, a smaller micro-batch,
+// all together, the --gpu-mem it needs). Logs the plan otherwise.
+Status check_device_budget(const model::ModelConfig& config, const model::TrainOptions& o, const Backend& backend,
+                           const model::PlanRates& rates);
 
 class TrainOffload {
  public:

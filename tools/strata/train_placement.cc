@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "model/placement.h"
+#include "model/tiling.h"
 #include "model/trainer.h"
 #include "runtime/units.h"
 #include "tools/strata/plan_report.h"
@@ -48,6 +50,21 @@ std::string measured_steps(const RunMeasured& r) {
   return fmt::format("mean of steps {}-{}", r.first_step + 1, r.first_step + r.steps - 1);
 }
 
+// Why --vocab-tile / --mlp-tiles auto tiled the run: its untiled working set against the budget.
+void log_auto_tiling(const model::ModelConfig& untiled, const TrainPlacement& p) {
+  const model::ModelConfig& tiled = p.predicted.model;
+  const std::string flags = model::tiling_flags(tiled, p.options);
+  if (flags.empty()) return;  // untiled, or tiled as given
+  model::ModelConfig whole = untiled;
+  whole.vocab_tile = std::max<int64_t>(p.options.vocab_tile, 0);
+  whole.mlp_tiles = std::max<int64_t>(p.options.mlp_tiles, 0);
+  spdlog::info("tiling auto: {} (= {}): untiled the run needs {} of device memory, over the {} budget ({}); tiled "
+               "{}, the fewest tiles that fit",
+               model::tiling_summary(tiled), flags, format_size(model::estimate_device_bytes(whole, p.options).total()),
+               format_size(p.machine.hardware.gpu_bytes), p.machine.gpu_from,
+               format_size(p.predicted.bytes.tier(PlanTier::gpu)));
+}
+
 }  // namespace
 
 model::PlanFixed plan_fixed_choices(const Config& config) {
@@ -63,13 +80,16 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
   TrainPlacement out;
   STRATA_ASSIGN_OR_RETURN(out.machine, describe_machine(config, o, MachineFor::train));
   out.options = o;
-  STRATA_RETURN_IF_ERROR(model::with_mlp_tiles(mc, o, out.machine.hardware.gpu_bytes).status());
+  STRATA_RETURN_IF_ERROR(model::check_tiling(mc, o));
   out.predicted = model::evaluate_placement(mc, o, out.machine.hardware);
   const std::string& mode = config.get_text("offload");
   const bool explicit_auto = mode == "auto" && given(config, "offload");
   bool placement_given = false;
   for (std::string_view key : kPlacementKeys) placement_given |= given(config, key);
-  if (mode == "off" || (!explicit_auto && (placement_given || out.predicted.fits()))) return out;
+  if (mode == "off" || (!explicit_auto && (placement_given || out.predicted.fits()))) {
+    log_auto_tiling(mc, out);
+    return out;
+  }
 
   STRATA_ASSIGN_OR_RETURN(model::Plan plan,
                           model::make_plan(mc, o, out.machine.hardware, plan_fixed_choices(config)));
@@ -91,6 +111,7 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
   out.predicted = c;
   out.planned = true;
   STRATA_RETURN_IF_ERROR(model::check_trainer_options(out.options));
+  log_auto_tiling(mc, out);
   return out;
 }
 

@@ -23,7 +23,9 @@ model::PlanFixed plan_fixed_choices(const Config& config);
 
 struct TrainPlacement {
   model::TrainOptions options;     // the run's options with the placement it trains
-  model::PlanCandidate predicted;  // the planner's bytes and step time for that placement on `machine`
+  // The planner's bytes and step time for that placement on `machine`; predicted.model is the
+  // model as the run chunks it (its --vocab-tile / --mlp-tiles, auto resolved by model::with_tiling).
+  model::PlanCandidate predicted;
   Machine machine;
   bool planned = false;            // the planner chose the placement (it logged one line saying so)
 };
@@ -36,9 +38,10 @@ struct TrainPlacement {
 //   device's memory, --cpu-mem or MemAvailable, the free space of --nvme-path): the planner's.
 // --offload off never plans; a given placement that does not fit is left to train's preflight
 // checks to refuse. Logs one line when the planner chose (the placement, the flags it stands for,
-// why: the bytes against the budgets, the predicted step time and bottleneck). Errors:
-// describe_machine's; out_of_memory carrying the planner's report (`strata plan`'s text) when
-// nothing fits, before anything is allocated.
+// why: the bytes against the budgets, the predicted step time and bottleneck), and one when auto
+// tiled the run (the tiles, their flags, the untiled and tiled device bytes against the budget).
+// Errors: describe_machine's; model::check_tiling's; out_of_memory carrying the planner's report
+// (`strata plan`'s text) when nothing fits, before anything is allocated.
 StatusOr<TrainPlacement> choose_train_placement(const Config& config, const model::TrainOptions& o,
                                                 const model::ModelConfig& model);
 
