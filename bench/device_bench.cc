@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/half.h"
-#include "model/transformer.h"
+#include "model/net/transformer.h"
 #include "runtime/units.h"
 
 namespace strata::bench {

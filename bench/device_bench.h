@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "model/model_config.h"
+#include "model/net/model_config.h"
 #include "runtime/backend.h"
 #include "runtime/device_peak.h"
 #include "runtime/status.h"

@@ -43,7 +43,7 @@ pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
 if(NOT OPENBLAS_FOUND)
   strata_missing("OpenBLAS (CPU BLAS)" "libopenblas-dev")
 endif()
-# Protocol buffers (the lite runtime and protoc): TensorBoard's event records (model/tensorboard_event.proto).
+# Protocol buffers (the lite runtime and protoc): TensorBoard's event records (model/train/tensorboard_event.proto).
 find_package(Protobuf QUIET)
 if(NOT Protobuf_FOUND OR NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf-lite)
   strata_missing("Protocol Buffers (libprotobuf-lite and protoc)" "libprotobuf-dev protobuf-compiler")

@@ -22,7 +22,7 @@ namespace strata {
 inline constexpr uint32_t kResidentStaging = 2;  // update buffers of a ResidentWeights by default
 
 // Pinned bytes create() takes: `staging` buffers of the largest chunk, each rounded up to the
-// pool's 4 KiB blocks (0 for no chunks). For the planner (model/planner.h).
+// pool's 4 KiB blocks (0 for no chunks). For the planner (model/plan/planner.h).
 uint64_t resident_weights_pinned_bytes(const std::vector<uint64_t>& chunk_bytes, uint32_t staging = kResidentStaging);
 
 class ResidentWeights final : public WeightSource {

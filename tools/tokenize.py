@@ -6,7 +6,7 @@ under --text-key, "text" by default). The tokenizer is the tokenizer.json of a m
 (--tokenizer DIR or DIR/tokenizer.json). Each document is encoded and followed by the end-of-text
 token when the tokenizer has one (--eot, or the first of <|endoftext|>, <|end_of_text|>, </s>,
 <|im_end|>, <|eot_id|> it knows). Output: llm.c shards exactly as strata's TokenDataset
-(model/token_dataset.h) and karpathy/llm.c dev/data/data_common.py write them: a header of 256
+(model/data/token_dataset.h) and karpathy/llm.c dev/data/data_common.py write them: a header of 256
 little-endian int32 {magic, version, token count, 0...} then the tokens; magic 20240520 version 1
 with uint16 tokens when the vocabulary has at most 65535 ids, else magic 20240801 version 7 with
 uint32 tokens. --shard-tokens splits the output into OUT_000000.bin, OUT_000001.bin, ...; the first

@@ -6,7 +6,7 @@ GELU-tanh MLP, tied head; or LLaMA: RMSNorm, RoPE, SwiGLU, untied head), trains 
 random tokens with the working weights in --dtype (bf16 autocast over fp32 masters, as strata's
 mixed precision keeps fp32 masters), fused AdamW on the device, causal attention through
 F.scaled_dot_product_attention (flash attention on a GPU), and prints one JSON line with the median
-step time, tokens/s, TFLOP/s by strata's model-FLOPs count (model/flops.h: 6 N_mm + 6 L C T per
+step time, tokens/s, TFLOP/s by strata's model-FLOPs count (model/net/flops.h: 6 N_mm + 6 L C T per
 token) and that over --peak-tflops when given. --compile adds torch.compile. Not a correctness
 check: strata's golden tests do that.
 """

@@ -1,4 +1,4 @@
-// Tests of `strata bench device`'s pieces: the model's GEMM shapes (against model/flops.h's count),
+// Tests of `strata bench device`'s pieces: the model's GEMM shapes (against model/net/flops.h's count),
 // the option checks, and one small real run on the CPU backend (every GEMM checked and timed in
 // fp32, bf16 and fp16, TF32 skipped with the reason, the copy rate) with its JSON shape.
 #include "bench/device_bench.h"
@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "model/flops.h"
+#include "model/net/flops.h"
 
 namespace strata::bench {
 namespace {

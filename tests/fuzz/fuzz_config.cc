@@ -1,5 +1,5 @@
 // Fuzz harness: configuration parsing (runtime/config.h) over strata train's whole schema, then
-// the cross-key checks (model/train_options.h). The first byte picks the source of the rest:
+// the cross-key checks (model/train/train_options.h). The first byte picks the source of the rest:
 // 0 a JSON config file, 1 environment lines ("KEY=VALUE", STRATA_ added), 2 flag lines
 // ("--flag value"), 3 a size and a count with units (runtime/units.h).
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/train_config_keys.h"
-#include "model/train_options.h"
+#include "model/train/train_config_keys.h"
+#include "model/train/train_options.h"
 #include "offload/config_keys.h"
 #include "runtime/config.h"
 #include "runtime/config_keys.h"

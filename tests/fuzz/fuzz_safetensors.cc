@@ -1,5 +1,5 @@
-// Fuzz harness: the safetensors reader and checkpoint verification (model/safetensors.h,
-// model/checkpoint.h). The input is written as both files of a checkpoint directory, then opened
+// Fuzz harness: the safetensors reader and checkpoint verification (model/hf/safetensors.h,
+// model/ckpt/checkpoint.h). The input is written as both files of a checkpoint directory, then opened
 // and verified: header parsing, layout checks, metadata, per-tensor checksums, finite values.
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "model/checkpoint.h"
-#include "model/safetensors.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/hf/safetensors.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace {

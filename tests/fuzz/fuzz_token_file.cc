@@ -1,10 +1,10 @@
-// Fuzz harness: the token-file loaders (model/token_dataset.h). The first byte picks the layout
+// Fuzz harness: the token-file loaders (model/data/token_dataset.h). The first byte picks the layout
 // (llm.c .bin, bare u16, bare u32, text), the next two a vocabulary bound (0: the layout's
 // natural one); the rest is the file. An opened dataset is also split for validation.
 #include <cstddef>
 #include <span>
 
-#include "model/token_dataset.h"
+#include "model/data/token_dataset.h"
 #include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "model/safetensors.h"
+#include "model/hf/safetensors.h"
 #include "runtime/dtype.h"
-#include "model_test_files.h"
+#include "tests/model/model_test_files.h"
 
 namespace strata::model::testing {
 

@@ -22,10 +22,10 @@
 #include "gpu_required.h"
 
 #include "kernels/cpu/half.h"
-#include "model/transformer.h"
+#include "model/net/transformer.h"
 #include "runtime/backend.h"
-#include "golden_file.h"
-#include "model_test_files.h"
+#include "tests/model/golden_file.h"
+#include "tests/model/model_test_files.h"
 
 namespace strata::model::testing {
 

@@ -21,12 +21,12 @@
 
 #include <gtest/gtest.h>
 
-#include "model/checkpoint.h"
-#include "model/placement.h"
-#include "model/trainer.h"
-#include "model/transformer.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/plan/placement.h"
+#include "model/train/trainer.h"
+#include "model/net/transformer.h"
 #include "offload/tier_manager.h"
-#include "model_run.h"
+#include "tests/model/model_run.h"
 
 namespace strata::model::tiled_training {
 

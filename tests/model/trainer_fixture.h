@@ -13,11 +13,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "model/safetensors.h"
-#include "model/trainer.h"
-#include "golden_file.h"
-#include "model_run.h"
-#include "model_test_files.h"
+#include "model/hf/safetensors.h"
+#include "model/train/trainer.h"
+#include "tests/model/golden_file.h"
+#include "tests/model/model_run.h"
+#include "tests/model/model_test_files.h"
 
 namespace strata::model::testing {
 

@@ -1,4 +1,4 @@
-// The calibration cache through the CLI (model/calibration.h, tools/strata/calibration_record.h):
+// The calibration cache through the CLI (model/plan/calibration.h, tools/strata/calibration_record.h):
 // `strata bench adam` and `strata bench io` record their rates for this machine (not with
 // --no-record), and `strata plan` then marks those rates "measured <day> by strata bench ..." and
 // uses them, a --rate-* flag still winning; `strata plan --calibrate` measures and records in one

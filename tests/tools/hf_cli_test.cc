@@ -11,10 +11,10 @@
 #include <string>
 
 #include "kernels/cpu/half.h"
-#include "model/checkpoint.h"
-#include "model/hf_config.h"
-#include "model/hf_weights.h"
-#include "model/safetensors.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/hf/hf_config.h"
+#include "model/hf/hf_weights.h"
+#include "model/hf/safetensors.h"
 #include "tests/model/model_test_files.h"
 #include "tools/run_cli.h"
 

@@ -39,7 +39,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "model/safetensors.h"
+#include "model/hf/safetensors.h"
 #include "tests/model/model_test_files.h"
 #include "tools/run_cli.h"
 

@@ -1,4 +1,4 @@
-// Recording measured rates into the calibration cache (model/calibration.h): the `strata bench`
+// Recording measured rates into the calibration cache (model/plan/calibration.h): the `strata bench`
 // commands' results as the rates the planner uses (--calibration FILE, --no-record), and `strata
 // plan --calibrate`, a measurement of a few seconds (a small io bench on each --nvme-path, a small
 // Adam bench, and the copies and GEMMs of the run's backend: PCIe and the GPU's GEMMs, or memcpy
@@ -15,8 +15,8 @@
 #include "bench/device_bench.h"
 #include "bench/io_bench.h"
 #include "bench/pcie_bench.h"
-#include "model/calibration.h"
-#include "model/train_options.h"
+#include "model/plan/calibration.h"
+#include "model/train/train_options.h"
 #include "runtime/config.h"
 
 namespace strata::cli {

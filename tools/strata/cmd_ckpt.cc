@@ -1,5 +1,5 @@
 // `strata ckpt verify PATH` and `strata ckpt inspect PATH [--json]`: checks and shows the
-// checkpoints `strata train --checkpoint-dir` writes (model/checkpoint_store.h). PATH is a run
+// checkpoints `strata train --checkpoint-dir` writes (model/ckpt/checkpoint_store.h). PATH is a run
 // directory (verify: every complete step-N/ in it; inspect: the latest) or one checkpoint
 // directory. verify exits 0 when every checkpoint verifies (structure, step, CRC-32C per tensor,
 // finite fp32 values), 1 naming the first problem otherwise; inspect prints the step, model,
@@ -12,8 +12,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "model/checkpoint.h"
-#include "model/checkpoint_store.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/ckpt/checkpoint_store.h"
 #include "runtime/units.h"
 #include "tools/strata/command.h"
 

@@ -2,7 +2,7 @@
 // checkpoint of `strata train --checkpoint-dir` (a run directory: its latest; or one step-N/
 // directory) as a Hugging Face model directory that transformers' from_pretrained(OUT) loads:
 // config.json and the weights in F32, BF16 or F16 safetensors, sharded with an index above the
-// shard size (model/hf_export.h). Exit 0 when written, 2 for bad arguments or a missing or
+// shard size (model/hf/hf_export.h). Exit 0 when written, 2 for bad arguments or a missing or
 // unreadable checkpoint, 1 when writing fails. --tokenizer-from DIR copies DIR's tokenizer files
 // (strata has no tokenizer of its own). Not a converter to other formats (GGUF: llama.cpp's tools).
 #include <fmt/core.h>
@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "model/checkpoint.h"
-#include "model/checkpoint_store.h"
-#include "model/hf_export.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/ckpt/checkpoint_store.h"
+#include "model/hf/hf_export.h"
 #include "runtime/units.h"
 #include "tools/strata/command.h"
 

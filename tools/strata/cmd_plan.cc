@@ -1,5 +1,5 @@
 // `strata plan [train flags] [--json] [--calibrate]`: whether a training run fits a machine before
-// anything is allocated (model/planner.h): the bytes of every state on every tier, the placement
+// anything is allocated (model/plan/planner.h): the bytes of every state on every tier, the placement
 // chosen (the fastest that fits the GPU, pinned CPU and NVMe budgets), a step-time estimate with its
 // bottleneck, and, when nothing fits, what would, with numbers. The machine is this one or one
 // described by --gpu-mem, --cpu-mem and --nvme-mem (plan_machine.h); the rates are --rate-*, this
@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "model/model_config.h"
-#include "model/planner.h"
-#include "model/train_options.h"
-#include "model/trainer.h"
+#include "model/net/model_config.h"
+#include "model/plan/planner.h"
+#include "model/train/train_options.h"
+#include "model/train/trainer.h"
 #include "runtime/units.h"
 #include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"

@@ -1,5 +1,5 @@
 // `strata plot METRICS.jsonl [-o run.png] [--title TEXT] [--size WxH]`: a training run in pictures,
-// from its `strata train --metrics` file (model/metrics_log.h's reader: step rows only) -- the
+// from its `strata train --metrics` file (model/train/metrics_log.h's reader: step rows only) -- the
 // training loss per step with the held-out loss as points, tokens/s, and the peak memory of each
 // tier in use -- three panels in one PNG drawn by gnuplot (as `strata bench io --png` does, through
 // bench_util's run_gnuplot). Not a dashboard: for live curves, TensorBoard (--tensorboard-enabled).
@@ -17,7 +17,7 @@
 #include <fmt/core.h>
 
 #include "bench/bench_util.h"
-#include "model/metrics_log.h"
+#include "model/train/metrics_log.h"
 #include "runtime/units.h"
 #include "tools/strata/command.h"
 

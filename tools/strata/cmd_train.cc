@@ -1,11 +1,11 @@
 // `strata train [config flags]`: trains a model preset on token files, a text file or (with no
-// arguments) the built-in corpus (model/trainer.h) in fp32, bf16 or fp16 with fp32 masters and
+// arguments) the built-in corpus (model/train/trainer.h) in fp32, bf16 or fp16 with fp32 masters and
 // fp32 or 8-bit AdamW moments, updated on the CPU or on the device: on a terminal one live
 // progress line and a summary line every tenth of the run, in a pipe a line per log_every steps
-// (model/train_progress.h); the validation loss every eval_every steps, the --metrics JSONL file,
+// (model/train/train_progress.h); the validation loss every eval_every steps, the --metrics JSONL file,
 // TensorBoard event files (--tensorboard-enabled) and an end-of-run summary. Every train key is a
 // flag, a STRATA_* variable or a config-file key (ConfigFlags). Exit 2 for bad flags, config or data arguments; 1 when the run itself fails.
-// --checkpoint-dir keeps rotated step-N/ checkpoints (model/checkpoint_store.h) written every
+// --checkpoint-dir keeps rotated step-N/ checkpoints (model/ckpt/checkpoint_store.h) written every
 // checkpoint_every steps, after the last and on SIGINT/SIGTERM (train_signals.h); --resume DIR
 // continues such a run bit-identically. Paths and disk room are checked before any work
 // (train_preflight.h). --offload-param cpu|nvme homes the working weights in pinned memory or on
@@ -28,21 +28,21 @@
 #include <fmt/core.h>
 #include <spdlog/spdlog.h>
 
-#include "model/batch_loader.h"
-#include "model/builtin_corpus.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_store.h"
-#include "model/hf_config.h"
-#include "model/hf_weights.h"
-#include "model/metrics_log.h"
-#include "model/model_config.h"
-#include "model/placement.h"
-#include "model/tensorboard_writer.h"
-#include "model/token_dataset.h"
-#include "model/train_options.h"
-#include "model/train_progress.h"
-#include "model/trainer.h"
-#include "model/transformer.h"
+#include "model/data/batch_loader.h"
+#include "model/data/builtin_corpus.h"
+#include "model/ckpt/checkpoint.h"
+#include "model/ckpt/checkpoint_store.h"
+#include "model/hf/hf_config.h"
+#include "model/hf/hf_weights.h"
+#include "model/train/metrics_log.h"
+#include "model/net/model_config.h"
+#include "model/plan/placement.h"
+#include "model/train/tensorboard_writer.h"
+#include "model/data/token_dataset.h"
+#include "model/train/train_options.h"
+#include "model/train/train_progress.h"
+#include "model/train/trainer.h"
+#include "model/net/transformer.h"
 #include "runtime/backend.h"
 #include "runtime/dir_lock.h"
 #include "runtime/log.h"

@@ -1,6 +1,6 @@
-// The machine a plan is for (model/planner.h's Hardware) and where each figure came from: this one
+// The machine a plan is for (model/plan/planner.h's Hardware) and where each figure came from: this one
 // -- the GPU's memory (or the CPU backend's arena), MemAvailable, the free space of each
-// --nvme-path, and the rates this machine measured (the calibration cache, model/calibration.h) --
+// --nvme-path, and the rates this machine measured (the calibration cache, model/plan/calibration.h) --
 // or the one --gpu-mem, --cpu-mem and --nvme-mem describe. Rates given as --rate-* (flags, STRATA_*
 // variables, file keys) win over measured ones, and measured ones over the assumed defaults. Shared
 // by `strata plan` and `strata train` (--offload auto and the end-of-run prediction); not the plan
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "model/calibration.h"
-#include "model/planner.h"
-#include "model/train_options.h"
+#include "model/plan/calibration.h"
+#include "model/plan/planner.h"
+#include "model/train/train_options.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
 
@@ -48,7 +48,7 @@ std::vector<std::string> assumed_rates(const Machine& machine);
 enum class MachineFor : uint8_t { plan, train };
 
 // The machine's budgets alone (gpu, cpu, nvme and where each came from), as describe_machine
-// finds them, without its rates: what the closed-form size check (model/size_bounds.h) compares
+// finds them, without its rates: what the closed-form size check (model/net/size_bounds.h) compares
 // with. Errors: describe_machine's for the budgets.
 StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose);
 

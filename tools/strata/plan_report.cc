@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "model/tiling.h"
+#include "model/plan/tiling.h"
 #include "runtime/units.h"
 
 namespace strata::cli {

@@ -1,4 +1,4 @@
-// A plan (model/planner.h) for people and scripts: the text `strata plan` prints -- the model, the
+// A plan (model/plan/planner.h) for people and scripts: the text `strata plan` prints -- the model, the
 // machine, the placement (or how far the closest one is from fitting), the bytes per state and
 // tier, the step time with each rate's source, and what would make it fit -- and its JSON. `strata
 // train` refuses a run that fits nowhere with the same text. Formatting only: no detection.
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/planner.h"
+#include "model/plan/planner.h"
 #include "tools/strata/plan_machine.h"
 
 namespace strata::cli {

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "model/planner.h"
-#include "model/train_config_keys.h"
+#include "model/plan/planner.h"
+#include "model/train/train_config_keys.h"
 #include "offload/config_keys.h"
 #include "runtime/config_keys.h"
 

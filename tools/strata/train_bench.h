@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model/trainer.h"
+#include "model/train/trainer.h"
 #include "offload/trace.h"
 #include "runtime/config.h"
 #include "tools/strata/train_offload.h"

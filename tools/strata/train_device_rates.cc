@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "model/flops.h"
+#include "model/net/flops.h"
 
 namespace strata::cli {
 

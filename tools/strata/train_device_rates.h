@@ -1,5 +1,5 @@
 // TrainDeviceRates: what `strata train` adds to each step's metrics on a GPU -- achieved TFLOP/s
-// and MFU (model FLOPs of the step, model/flops.h, over the step time and the device's dense peak,
+// and MFU (model FLOPs of the step, model/net/flops.h, over the step time and the device's dense peak,
 // runtime/device_peak.h) and the device memory NVML reports (runtime/device_memory_probe.h).
 // Whatever cannot be known (no peak for this GPU, no NVML) is said once at start and then left
 // out of the metrics; never an error. Not used on the CPU backend (no peak, no NVML).
@@ -8,9 +8,9 @@
 #include <memory>
 #include <optional>
 
-#include "model/metrics_log.h"
-#include "model/model_config.h"
-#include "model/train_options.h"
+#include "model/train/metrics_log.h"
+#include "model/net/model_config.h"
+#include "model/train/train_options.h"
 #include "runtime/backend.h"
 #include "runtime/device_memory_probe.h"
 #include "runtime/device_peak.h"
@@ -33,7 +33,7 @@ class TrainDeviceRates {
 
  private:
   bool gpu_ = false;
-  double flops_per_step_ = 0;  // model FLOPs of one optimizer step (model/flops.h)
+  double flops_per_step_ = 0;  // model FLOPs of one optimizer step (model/net/flops.h)
   std::optional<DevicePeak> peak_;
   std::unique_ptr<DeviceMemoryProbe> probe_;
 };

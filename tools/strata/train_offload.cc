@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "model/placement.h"
-#include "model/planner.h"
-#include "model/tiling.h"
+#include "model/plan/placement.h"
+#include "model/plan/planner.h"
+#include "model/plan/tiling.h"
 #include "offload/config_keys.h"
 #include "offload/io_engine_factory.h"
 #include "runtime/units.h"

@@ -12,11 +12,11 @@
 #include <optional>
 #include <string>
 
-#include "model/metrics_log.h"
-#include "model/model_config.h"
-#include "model/planner.h"
-#include "model/train_options.h"
-#include "model/trainer.h"
+#include "model/train/metrics_log.h"
+#include "model/net/model_config.h"
+#include "model/plan/planner.h"
+#include "model/train/train_options.h"
+#include "model/train/trainer.h"
 #include "offload/io_engine.h"
 #include "offload/nvme_store.h"
 #include "offload/tier_manager.h"
@@ -27,7 +27,7 @@
 
 namespace strata::cli {
 
-// out_of_memory before anything is allocated when the run's device bytes (model/placement.h) of
+// out_of_memory before anything is allocated when the run's device bytes (model/plan/placement.h) of
 // `config` (tiled as the run is) exceed the arena: the breakdown, the budget, its tiling, and what
 // would fit, one change a line with its device bytes and the step time `rates` predict
 // (model::device_suggestions: the tiles that fit, paging, checkpointing, a smaller micro-batch,

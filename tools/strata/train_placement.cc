@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "model/placement.h"
-#include "model/tiling.h"
-#include "model/trainer.h"
+#include "model/plan/placement.h"
+#include "model/plan/tiling.h"
+#include "model/train/trainer.h"
 #include "runtime/units.h"
 #include "tools/strata/plan_report.h"
 

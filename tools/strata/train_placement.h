@@ -2,16 +2,16 @@
 // the planner's prediction for that placement with what the run measured. The placement is the
 // flags' unless the planner is asked (choose_train_placement); a placement the user chose is never
 // changed, and placement never changes a bit of the training (the transparency tests). Not the
-// planner (model/planner.h) nor the preflight checks (train_preflight.h, train_offload.h).
+// planner (model/plan/planner.h) nor the preflight checks (train_preflight.h, train_offload.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "model/model_config.h"
-#include "model/planner.h"
-#include "model/train_options.h"
+#include "model/net/model_config.h"
+#include "model/plan/planner.h"
+#include "model/train/train_options.h"
 #include "runtime/config.h"
 #include "tools/strata/plan_machine.h"
 

@@ -15,8 +15,8 @@
 #include <fmt/core.h>
 #include <spdlog/spdlog.h>
 
-#include "model/checkpoint_store.h"
-#include "model/size_bounds.h"
+#include "model/ckpt/checkpoint_store.h"
+#include "model/net/size_bounds.h"
 #include "runtime/fs_probe.h"
 #include "runtime/units.h"
 

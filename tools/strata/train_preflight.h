@@ -1,11 +1,11 @@
 // Checks `strata train` makes before it opens data, allocates memory or trains a step, so a bad
 // path, a full disk or an absurd size is refused at once rather than after hours of training (or
 // after eating the machine): the model's size against the machine in closed form
-// (model/size_bounds.h), the checkpoint directory's writer lock (runtime/dir_lock.h: one run
+// (model/net/size_bounds.h), the checkpoint directory's writer lock (runtime/dir_lock.h: one run
 // writes a directory, and a resume reads no directory a live run is rotating) and room for its
 // rotation of checkpoints (estimated from the model), each --nvme-path is an existing writable
 // directory that takes O_DIRECT, and the host has the memory the optimizer state needs and
-// --cpu-mem promises. Not the checkpoint store itself (model/checkpoint_store.h opens the
+// --cpu-mem promises. Not the checkpoint store itself (model/ckpt/checkpoint_store.h opens the
 // directory and probes that it is writable).
 #pragma once
 
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/model_config.h"
-#include "model/train_options.h"
+#include "model/net/model_config.h"
+#include "model/train/train_options.h"
 #include "offload/cpu_adam.h"
 #include "runtime/config.h"
 #include "runtime/dir_lock.h"
@@ -55,7 +55,7 @@ StatusOr<std::optional<DirLock>> lock_checkpoint_dir(const std::string& dir);
 // flock. unavailable naming the writer when a live run writes it.
 StatusOr<std::optional<DirLock>> lock_resume_source(const std::string& resume, const std::string& resolved);
 
-// The closed-form size check of a run of `model` (model/size_bounds.h) on the machine `config`
+// The closed-form size check of a run of `model` (model/net/size_bounds.h) on the machine `config`
 // describes for `purpose` (its budgets: plan_machine.h), before any layout is built: out_of_memory
 // with the numbers when no placement could hold it and the planner's own sizing of it would be
 // large (model::cheap_to_plan); a smaller model that does not fit is left to the planner, whose

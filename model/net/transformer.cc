@@ -1,0 +1,692 @@
+// Transformer (transformer.h): allocation, then the forward and backward passes, top to bottom.
+// Notation: B batch, T sequence, N = B * T rows, C dim, NH / NKV query / kv heads, HS head size,
+// KV = NKV * HS, H MLP width, FC rows of the first MLP weight (GPT-2 H, LLaMA 2H [gate | up]),
+// V vocabulary (Vp = padded_vocab(V), the logits' row stride), L layers. Every op is queued on the backend's compute stream; backward ops
+// accumulate, so each scratch gradient is zeroed right before use. Loading and init live in
+// transformer_io.cc.
+#include "model/net/transformer.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "offload/resident_weights.h"
+
+namespace strata::model {
+namespace {
+
+constexpr uint64_t kBufferAlign = 256;  // bytes, as the arena aligns blocks
+
+// Hands out consecutive 256-byte aligned ranges of one block: working-precision tensors of
+// `esize`-byte elements and fp32 statistics. With a null base it only counts.
+class Carver {
+ public:
+  Carver(std::byte* base, uint64_t esize) : base_(base), esize_(esize) {}
+  std::byte* tensor(uint64_t elements) { return take(elements * esize_); }
+  float* stats(uint64_t floats) { return reinterpret_cast<float*>(take(floats * sizeof(float))); }
+  std::byte* take(uint64_t bytes) {
+    const uint64_t at = used_;
+    used_ += (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    return base_ != nullptr ? base_ + at : nullptr;
+  }
+  uint64_t used() const { return used_; }
+
+ private:
+  std::byte* base_;
+  uint64_t esize_;
+  uint64_t used_ = 0;
+};
+
+// Carves every activation and scratch gradient for N = B * T rows from `base` (null: count only)
+// and returns the bytes used. Identical order for any N, so the block sized for the largest N
+// holds every smaller one.
+uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B, int64_t T, std::byte* base,
+               Activations& a, ActivationGrads& d) {
+  const uint64_t N = uint64_t(B) * uint64_t(T), C = c.dim, KV = c.kv_dim(), NH = c.n_head;
+  const uint64_t H = c.ffn_hidden, FC = c.fc_rows(), V = c.vocab, L = c.n_layer;
+  const bool gpt2 = c.arch == Arch::gpt2, llama = !gpt2;
+  Carver k(base, esize);
+  a.residual = k.tensor((L + 1) * N * C);
+  a.layers.assign(checkpoint ? 1 : L, {});
+  for (auto& la : a.layers) {
+    la.ln1 = k.tensor(N * C);
+    la.ln1_mean = gpt2 ? k.stats(N) : nullptr;
+    la.ln1_rstd = k.stats(N);
+    la.q = k.tensor(N * C);
+    la.k = k.tensor(N * KV);
+    la.v = k.tensor(N * KV);
+    la.att = k.tensor(N * C);
+    la.att_lse = k.stats(N * NH);
+    la.att_proj = k.tensor(N * C);
+    la.res1 = k.tensor(N * C);
+    la.ln2 = k.tensor(N * C);
+    la.ln2_mean = gpt2 ? k.stats(N) : nullptr;
+    la.ln2_rstd = k.stats(N);
+    la.fc = k.tensor(N * FC);
+    la.fc_act = k.tensor(N * H);
+    la.fc_proj = k.tensor(N * C);
+  }
+  a.lnf = k.tensor(N * C);
+  a.lnf_mean = gpt2 ? k.stats(N) : nullptr;
+  a.lnf_rstd = k.stats(N);
+  a.logits = k.tensor(N * uint64_t(padded_vocab(int64_t(V))));  // (N, Vp): aligned rows, see padded_vocab
+  a.ce_lse = k.stats(N);
+  a.ce_losses = k.stats(N);
+  a.loss = reinterpret_cast<kernels::CrossEntropyResult*>(k.take(sizeof(kernels::CrossEntropyResult)));
+  d.dres = k.tensor(N * C);
+  d.dln = k.tensor(N * C);
+  d.datt = k.tensor(N * C);
+  d.dq = k.tensor(N * C);
+  d.dk = k.tensor(N * KV);
+  d.dv = k.tensor(N * KV);
+  d.dq_rot = llama ? k.tensor(N * C) : nullptr;
+  d.dk_rot = llama ? k.tensor(N * KV) : nullptr;
+  d.dfc = k.tensor(N * FC);
+  d.dfc_act = k.tensor(N * H);
+  return k.used();
+}
+
+}  // namespace
+
+// ---- creation ------------------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, const ModelConfig& config,
+                                                           const TransformerOptions& options, ChunkSources sources) {
+  TransformerOptions o = options;
+  if (o.dtype != DType::f32 && o.dtype != DType::bf16 && o.dtype != DType::f16) {
+    return error(Code::invalid_argument, "transformer '{}': working precision {} is not one of fp32, bf16, fp16",
+                 config.name, dtype_name(o.dtype));
+  }
+  STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(config, dtype_size(o.dtype)));
+  STRATA_ASSIGN_OR_RETURN(ParamLayout master_layout, build_param_layout(config, sizeof(float)));
+  if (o.seq_len == 0) o.seq_len = config.max_seq;
+  if (o.batch < 1 || o.seq_len < 1 || o.seq_len > config.max_seq) {
+    return error(Code::invalid_argument,
+                 "transformer '{}': batch {} and seq_len {} must be >= 1 and seq_len <= max_seq {}", config.name,
+                 o.batch, o.seq_len, config.max_seq);
+  }
+  if (WeightSource* w = sources.weights) {
+    bool same = w->chunk_count() == layout.chunks.size();
+    for (size_t c = 0; same && c < layout.chunks.size(); ++c) same = w->chunk_bytes(c) == layout.chunks[c].bytes;
+    if (!same)
+      return error(Code::invalid_argument, "transformer '{}': the weight source's {} chunks do not match the {} {} "
+                   "chunks of the model's layout", config.name, w->chunk_count(), layout.chunks.size(),
+                   dtype_name(o.dtype));
+  }
+  std::unique_ptr<Transformer> model(
+      new Transformer(backend, config, std::move(layout), std::move(master_layout), o));
+  STRATA_RETURN_IF_ERROR(model->allocate_all(sources));
+  return model;
+}
+
+uint64_t Transformer::activation_bytes(const ModelConfig& config, const TransformerOptions& options) {
+  Activations a;
+  ActivationGrads d;
+  const int64_t T = options.seq_len > 0 ? options.seq_len : config.max_seq;
+  return carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
+}
+
+Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
+                         TransformerOptions options)
+    : backend_(backend),
+      ops_(backend.ops()),
+      config_(std::move(config)),
+      layout_(std::move(layout)),
+      master_layout_(std::move(master_layout)),
+      options_(options),
+      esize_(layout_.element_bytes),
+      embedding_chunks_(layout_.embedding_chunks()),
+      head_chunks_(layout_.head_chunks()),
+      layer_chunks_(layout_.layer_chunks()) {}
+
+Transformer::~Transformer() {
+  Status s = backend_.synchronize_all();
+  if (!s.is_ok()) spdlog::warn("transformer '{}': releasing memory after a failed stream: {}", config_.name, s);
+  for (void* block : blocks_) {
+    s = backend_.release(block);
+    if (!s.is_ok()) spdlog::warn("transformer '{}': {}", config_.name, s);
+  }
+}
+
+// The weight source (the given one, or every chunk resident), the model's own device gradients
+// (options.device_grads), then one block for all activations at (batch, seq_len).
+Status Transformer::allocate_all(ChunkSources sources) {
+  chunk_params_.assign(layout_.chunks.size(), {});
+  for (const ParamSpec& p : layout_.params) chunk_params_[p.chunk].push_back(&p);
+  std::vector<uint64_t> chunk_bytes;
+  std::vector<std::string> chunk_names;
+  for (const ChunkSpec& c : layout_.chunks) {
+    chunk_bytes.push_back(c.bytes);
+    chunk_names.push_back(c.name);
+  }
+  weights_ = sources.weights;
+  if (weights_ == nullptr) {
+    PinnedPool* pinned = sources.pinned;
+    if (pinned == nullptr) {
+      STRATA_ASSIGN_OR_RETURN(own_pinned_, PinnedPool::create({}));
+      pinned = own_pinned_.get();
+    }
+    STRATA_ASSIGN_OR_RETURN(own_weights_,
+                            ResidentWeights::create(backend_, *pinned, chunk_bytes, chunk_names, config_.name));
+    weights_ = own_weights_.get();
+  }
+  if (options_.device_grads) {
+    STRATA_ASSIGN_OR_RETURN(device_grads_, DeviceGrads::create(backend_, options_.dtype, chunk_bytes, chunk_names, config_.name));
+    grad_sink_ = device_grads_.get();
+  }
+  const uint64_t act_bytes = carve(config_, options_.checkpoint_layers, esize_, options_.batch, options_.seq_len,
+                                   nullptr, acts_, dacts_);
+  STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(act_bytes,
+                                                          fmt::format("{} activations (B={}, T={})", config_.name,
+                                                                      options_.batch, options_.seq_len)));
+  blocks_.push_back(block);
+  act_block_ = static_cast<std::byte*>(block);
+  carve_activations(options_.batch, options_.seq_len);
+  return Status::ok();
+}
+
+void Transformer::carve_activations(int64_t B, int64_t T) {
+  carve(config_, options_.checkpoint_layers, esize_, B, T, act_block_, acts_, dacts_);
+  B_ = B;
+  T_ = T;
+}
+
+Status Transformer::set_grad_sink(GradSink* sink) {
+  if (sink == nullptr && device_grads_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': created without device gradients, so it needs a "
+                 "gradient sink", config_.name);
+  grad_sink_ = sink != nullptr ? sink : device_grads_.get();
+  return Status::ok();
+}
+
+Status Transformer::zero_grad() {
+  if (grad_sink_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': no gradient sink (created with device_grads = false "
+                 "and none set)", config_.name);
+  return grad_sink_->begin_step();
+}
+
+LayerParams Transformer::bind_layer_chunk(size_t c, std::byte* base) const {
+  LayerParams out;
+  for (const ParamSpec* p : chunk_params_[c]) slot_field(out, LayerSlot(p->slot)) = base + p->slot_offset;
+  return out;
+}
+
+void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const {
+  for (const ParamSpec* p : chunk_params_[chunk]) slot_field(out, GlobalSlot(p->slot)) = base + p->slot_offset;
+}
+
+StatusOr<std::byte*> Transformer::acquire_chunk(size_t c) {
+  if (acquire_hook_) STRATA_RETURN_IF_ERROR(acquire_hook_(c));
+  return weights_->acquire(c);
+}
+
+Status Transformer::traced(std::string_view what, int64_t index, const std::function<Status()>& work) {
+  if (trace_ == nullptr) return work();
+  return trace_->stream_span(backend_, Stream::compute, "compute",
+                             index >= 0 ? fmt::format("{} {}", what, index) : std::string(what), work);
+}
+
+StatusOr<std::byte*> Transformer::acquire_head_table(size_t k, std::byte* first) {
+  if (!config_.tied_head && k == 0) return first;
+  return acquire_chunk(head_table_chunk(k));
+}
+
+Status Transformer::release_head_table(size_t k) {
+  if (!config_.tied_head && k == 0) return Status::ok();
+  return weights_->release(head_table_chunk(k));
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  if (B < 1 || T < 1 || B > options_.batch || T > options_.seq_len) {
+    return error(Code::invalid_argument,
+                 "transformer '{}': forward on B={} T={} but buffers were sized for B<={} T<={}; create the model "
+                 "with a larger TransformerOptions batch / seq_len",
+                 config_.name, B, T, options_.batch, options_.seq_len);
+  }
+  carve_activations(B, T);
+  inputs_ = inputs;
+  targets_ = targets;
+  const int64_t N = B * T, C = config_.dim, V = config_.vocab;
+
+  // Embedding, one vocabulary tile at a time: GPT-2 adds learned positions (in the first tile,
+  // held while the others pass); LLaMA's positions enter through RoPE.
+  GlobalParams first;
+  STRATA_ASSIGN_OR_RETURN(std::byte* first_chunk, acquire_chunk(embedding_chunk()));
+  bind_globals(first, embedding_chunk(), first_chunk);
+  for (size_t k = 0; k < embedding_chunks_; ++k) {
+    const ChunkSpec& tile = layout_.chunks[k];
+    GlobalParams emb = first;
+    if (k > 0) {
+      STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(k));
+      bind_globals(emb, k, w);
+    }
+    STRATA_RETURN_IF_ERROR(traced("forward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
+      if (config_.arch == Arch::gpt2)
+        return ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, first.wpe, B, T, C, tile.rows,
+                                    tile.row_begin);
+      return ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, tile.rows,
+                                          tile.row_begin);
+    }));
+    if (k > 0) STRATA_RETURN_IF_ERROR(weights_->release(k));
+  }
+  STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
+  for (int l = 0; l < config_.n_layer; ++l) {
+    if (layer_chunks_ > 1) {
+      STRATA_RETURN_IF_ERROR(tiled_layer_forward(l));
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+    STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return layer_forward(bind_layer(l, w), l); }));
+    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  }
+
+  // Final norm, head (tied to wte or lm_head) one table tile at a time into its columns of the
+  // logits, then the fused cross-entropy -> mean loss on the device.
+  GlobalParams g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  bind_globals(g, head_chunk(), head);
+  const size_t tiles = size_t(vocab_tiles(config_));
+  const int64_t Vp = logits_stride();
+  for (size_t k = 0; k < tiles; ++k) {
+    STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
+    GlobalParams t;
+    bind_globals(t, head_table_chunk(k), base);
+    const std::byte* table = config_.tied_head ? t.wte : t.lm_head;
+    STRATA_RETURN_IF_ERROR(traced(k == 0 ? "forward head" : "forward head tile", k == 0 ? -1 : int64_t(k), [&]() -> Status {
+      if (k == 0)
+        STRATA_RETURN_IF_ERROR(
+            norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
+      STRATA_RETURN_IF_ERROR(head_table_forward(head_table_chunk(k), table));
+      if (k + 1 < tiles) return Status::ok();
+      return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits,
+                                       targets, N, V, Vp);
+    }));
+    STRATA_RETURN_IF_ERROR(release_head_table(k));
+  }
+  return weights_->release(head_chunk());
+}
+
+// x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
+// `write_output` false in the backward's recomputation (residual[l + 1] already holds it).
+Status Transformer::layer_forward(const LayerParams& p, int l, bool write_output) {
+  const LayerActivations& a = layer_acts(l);
+  STRATA_RETURN_IF_ERROR(attention_half_forward(p, l));
+  STRATA_RETURN_IF_ERROR(mlp_forward(p, a));
+  if (!write_output) return Status::ok();
+  return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, B_ * T_ * config_.dim);
+}
+
+Status Transformer::attention_half_forward(const LayerParams& p, int l) {
+  const LayerActivations& a = layer_acts(l);
+  const std::byte* x = residual(l);
+  STRATA_RETURN_IF_ERROR(norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b));
+  STRATA_RETURN_IF_ERROR(attention_forward(p, a));
+  STRATA_RETURN_IF_ERROR(ops_.residual_forward(options_.dtype, a.res1, x, a.att_proj, B_ * T_ * config_.dim));
+  return norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, p.ln2_w, p.ln2_b);
+}
+
+// The tiled layer's forward: the attention half, the first weight's tiles into fc, the
+// activation, the second weight's tiles into fc_proj, the residual add.
+Status Transformer::tiled_layer_forward(int l) {
+  const LayerActivations& a = layer_acts(l);
+  STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+  STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return attention_half_forward(bind_layer(l, w), l); }));
+  STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  STRATA_RETURN_IF_ERROR(tiled_mlp_forward(l, "forward", /*second=*/true));
+  return traced("forward layer residual", l, [&] {
+    return ops_.residual_forward(options_.dtype, residual(l + 1), a.res1, a.fc_proj, B_ * T_ * config_.dim);
+  });
+}
+
+// ln1 -> q, k, v (row blocks of the fused weight) -> [RoPE] -> causal attention -> out projection.
+Status Transformer::attention_forward(const LayerParams& p, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
+  const std::byte* qkv_b = p.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.q, a.ln1, p.qkv_w, qkv_b, N, C, C));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_forward(options_.dtype, a.k, a.ln1, at(p.qkv_w, C * C), qkv_b ? at(qkv_b, C) : nullptr, N, C, KV));
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_forward(options_.dtype, a.v, a.ln1, at(p.qkv_w, (C + KV) * C), qkv_b ? at(qkv_b, C + KV) : nullptr, N, C, KV));
+  if (config_.arch == Arch::llama) {
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0));
+  }
+  STRATA_RETURN_IF_ERROR(ops_.attention_forward(options_.dtype, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS));
+  return ops_.matmul_forward(options_.dtype, a.att_proj, a.att, p.attn_proj_w, p.attn_proj_b, N, C, C);
+}
+
+// ln2 -> fc -> GELU (GPT-2) or SwiGLU over [gate | up] (LLaMA) -> projection back to C.
+// The MLP's tiles forward, each acquired, used and released: the first weight's into fc, the
+// activation after its last, then (second) the second weight's into fc_proj. Spans "<what> layer
+// <l> mlp in|out tile <k>".
+Status Transformer::tiled_mlp_forward(int l, std::string_view what, bool second) {
+  const LayerActivations& a = layer_acts(l);
+  const int64_t tiles = mlp_tiles(config_);
+  for (const bool in : {true, false}) {
+    if (!in && !second) break;
+    for (int64_t k = 0; k < tiles; ++k) {
+      const size_t c = in ? mlp_in_chunk(l, k) : mlp_out_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      const LayerParams p = bind_layer_chunk(c, t);
+      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("{} layer {} mlp {} tile", what, l, in ? "in" : "out"), k, [&]() -> Status {
+        if (!in) return mlp_out_forward(p, a, r);
+        STRATA_RETURN_IF_ERROR(mlp_in_forward(p, a, r));
+        return k + 1 < tiles ? Status::ok() : mlp_activation_forward(a);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+    }
+  }
+  return Status::ok();
+}
+
+Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
+  STRATA_RETURN_IF_ERROR(mlp_activation_forward(a));
+  return ops_.matmul_forward(options_.dtype, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
+}
+
+Status Transformer::mlp_activation_forward(const LayerActivations& a) {
+  const int64_t N = B_ * T_, H = config_.ffn_hidden;
+  if (config_.arch == Arch::gpt2) return ops_.gelu_forward(options_.dtype, a.fc_act, a.fc, N * H);
+  return ops_.swiglu_forward(options_.dtype, a.fc_act, a.fc, N, H);
+}
+
+// Hidden units r: GPT-2 fc columns r (row stride H); LLaMA the gate's and the up's columns r of
+// fc = [gate | up] (row stride 2H), from the tile's [gate rows r | up rows r].
+Status Transformer::mlp_in_forward(const LayerParams& p, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows(), h = r.rows();
+  if (config_.arch == Arch::gpt2)
+    return ops_.matmul_forward(options_.dtype, at(a.fc, r.begin), a.ln2, p.fc_w, p.fc_b, N, C, h, FC);
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, at(a.fc, r.begin), a.ln2, p.fc_w, nullptr, N, C, h, FC));
+  return ops_.matmul_forward(options_.dtype, at(a.fc, H + r.begin), a.ln2, at(p.fc_w, h * C), nullptr, N, C, h, FC);
+}
+
+// Output rows r: fc_proj's columns r (row stride C).
+Status Transformer::mlp_out_forward(const LayerParams& p, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  return ops_.matmul_forward(options_.dtype, at(a.fc_proj, r.begin), a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H,
+                             r.rows(), C);
+}
+
+// LayerNorm (GPT-2, mean saved) or RMSNorm (LLaMA) over rows of (N, C).
+Status Transformer::norm_forward(std::byte* out, float* mean, float* rstd, const std::byte* inp,
+                                 const std::byte* w, const std::byte* b) {
+  const int64_t N = B_ * T_, C = config_.dim;
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_forward(options_.dtype, out, mean, rstd, inp, w, b, N, C, config_.norm_eps);
+  return ops_.rmsnorm_forward(options_.dtype, out, rstd, inp, w, N, C, config_.norm_eps);
+}
+
+// ---- backward ------------------------------------------------------------------------------------
+
+Status Transformer::backward(int64_t counted_targets, float grad_scale) {
+  if (inputs_ == nullptr) {
+    return error(Code::failed_precondition, "transformer '{}': backward() before any forward()", config_.name);
+  }
+  const int64_t N = B_ * T_, C = config_.dim, V = config_.vocab, L = config_.n_layer;
+  if (counted_targets < 0 || counted_targets > N) {
+    return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
+                 counted_targets, N);
+  }
+  const float dloss = grad_scale / float(counted_targets > 0 ? counted_targets : N);
+
+  if (grad_sink_ == nullptr)
+    return error(Code::failed_precondition, "transformer '{}': backward() without a gradient sink", config_.name);
+  GradSink& sink = *grad_sink_;
+
+  // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
+  // d loss / d residual stream from here down. The tied embedding's gradient gets two
+  // contributions per backward: this one, and the embedding's at the end.
+  const int64_t Vp = logits_stride();  // dlogits keep the logits' padded rows
+  STRATA_RETURN_IF_ERROR(
+      ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
+  const std::byte* dlogits = acts_.logits;
+  GlobalParams p, g;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  bind_globals(p, head_chunk(), head);
+  STRATA_ASSIGN_OR_RETURN(std::byte* head_grads, sink.acquire(head_chunk()));
+  bind_globals(g, head_chunk(), head_grads);
+  const size_t tiles = size_t(vocab_tiles(config_));
+  for (size_t k = 0; k < tiles; ++k) {
+    const size_t c = head_table_chunk(k);
+    const bool own = !config_.tied_head && k == 0;  // the head's first chunk, held already
+    STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
+    std::byte* grads = head_grads;
+    if (!own) {
+      STRATA_ASSIGN_OR_RETURN(grads, sink.acquire(c));
+    }
+    GlobalParams t, dt;
+    bind_globals(t, c, base);
+    bind_globals(dt, c, grads);
+    const std::byte* table = config_.tied_head ? t.wte : t.lm_head;
+    std::byte* dtable = config_.tied_head ? dt.wte : dt.lm_head;
+    STRATA_RETURN_IF_ERROR(traced(k == 0 ? "backward head" : "backward head tile", k == 0 ? -1 : int64_t(k), [&]() -> Status {
+      if (k == 0) STRATA_RETURN_IF_ERROR(backend_.fill_zero(dacts_.dres, bytes(N * C)));  // the norm adds into it
+      STRATA_RETURN_IF_ERROR(head_table_backward(c, table, dtable, dlogits, /*first=*/k == 0));
+      if (k + 1 < tiles) return Status::ok();
+      return norm_backward(dacts_.dres, g.lnf_w, g.lnf_b, dacts_.dln, residual(L), p.lnf_w, acts_.lnf_mean,
+                           acts_.lnf_rstd);
+    }));
+    STRATA_RETURN_IF_ERROR(release_head_table(k));
+    // The tied embedding's tiles get a second contribution, the embedding's, at the end.
+    if (!own) STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/!config_.tied_head));
+  }
+  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
+  STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
+
+  for (int l = int(L) - 1; l >= 0; --l) {
+    if (layer_chunks_ > 1) {
+      STRATA_RETURN_IF_ERROR(tiled_layer_backward(l, sink));
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+    STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
+    const LayerParams lp = bind_layer(l, w);
+    STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&]() -> Status {
+      // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
+      // still in the shared buffers from the forward).
+      if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
+      return layer_backward(lp, bind_layer(l, gw), l);
+    }));
+    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+    STRATA_RETURN_IF_ERROR(sink.release(layer_chunk(l), /*last=*/true));
+  }
+
+  // The embedding's backward needs no weights, only its gradient chunks, a tile at a time
+  // (GPT-2's positions, in the first, once).
+  for (size_t k = 0; k < embedding_chunks_; ++k) {
+    const ChunkSpec& tile = layout_.chunks[k];
+    GlobalParams ge;
+    STRATA_ASSIGN_OR_RETURN(std::byte* emb_grads, sink.acquire(k));
+    bind_globals(ge, k, emb_grads);
+    STRATA_RETURN_IF_ERROR(traced("backward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
+      if (config_.arch == Arch::gpt2)
+        return ops_.encoder_backward(options_.dtype, ge.wte, k == 0 ? ge.wpe : nullptr, dacts_.dres, inputs_, B_, T_,
+                                     C, tile.rows, tile.row_begin);
+      return ops_.token_embedding_backward(options_.dtype, ge.wte, dacts_.dres, inputs_, N, C, tile.rows,
+                                           tile.row_begin);
+    }));
+    STRATA_RETURN_IF_ERROR(sink.release(k, /*last=*/true));
+  }
+  return Status::ok();
+}
+
+Status Transformer::head_table_forward(size_t c, const std::byte* table) {
+  const ChunkSpec& tile = layout_.chunks[c];
+  const int64_t N = B_ * T_, C = config_.dim;
+  const int64_t block = options_.dtype == DType::f32 ? kVocabTileBlock : tile.rows;
+  for (int64_t r = 0; r < tile.rows; r += block) {
+    STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, at(acts_.logits, tile.row_begin + r), acts_.lnf,
+                                               at(table, r * C), nullptr, N, C, std::min(block, tile.rows - r),
+                                               logits_stride()));
+  }
+  return Status::ok();
+}
+
+Status Transformer::head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits,
+                                        bool first) {
+  const ChunkSpec& tile = layout_.chunks[c];
+  const int64_t N = B_ * T_, C = config_.dim;
+  const int64_t block = options_.dtype == DType::f32 ? kVocabTileBlock : tile.rows;
+  for (int64_t r = 0; r < tile.rows; r += block) {
+    const int64_t rows = std::min(block, tile.rows - r);
+    // dln: the first GEMM of the first tile writes it, the rest add; each block's table rows are
+    // written once into the sink's zeroed chunk.
+    const GradStore dln_store = first && r == 0 ? GradStore::overwrite : GradStore::add;
+    STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, dacts_.dln, at(dtable, r * C), nullptr,
+                                                at(dlogits, tile.row_begin + r), acts_.lnf, at(table, r * C), N, C,
+                                                rows, logits_stride(), dln_store, GradStore::overwrite));
+  }
+  return Status::ok();
+}
+
+// dres = d out on entry, d x on return. The residual adds pass dres through unchanged, so each
+// branch reads dres as its output gradient and its norm accumulates its input gradient into dres.
+Status Transformer::layer_backward(const LayerParams& p, const LayerParams& g, int l) {
+  STRATA_RETURN_IF_ERROR(mlp_backward(p, g, layer_acts(l)));  // dres -> dln = d ln2
+  return attention_half_backward(p, g, l);
+}
+
+// dln = d ln2 on entry (dres = d out); dres = d x on return.
+Status Transformer::attention_half_backward(const LayerParams& p, const LayerParams& g, int l) {
+  const LayerActivations& a = layer_acts(l);
+  STRATA_RETURN_IF_ERROR(
+      norm_backward(dacts_.dres, g.ln2_w, g.ln2_b, dacts_.dln, a.res1, p.ln2_w, a.ln2_mean, a.ln2_rstd));
+  STRATA_RETURN_IF_ERROR(attention_backward(p, g, a));  // dres -> dln = d ln1
+  return norm_backward(dacts_.dres, g.ln1_w, g.ln1_b, dacts_.dln, residual(l), p.ln1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+// The tiled layer's backward: the layer's chunk held throughout (checkpointing: its attention
+// half and the first weight's tiles recompute fc and fc_act), the second weight's tiles last to
+// first into dfc_act, the activation's backward, the first weight's tiles last to first into
+// dln, then the attention half with the layer's own gradient chunk.
+Status Transformer::tiled_layer_backward(int l, GradSink& sink) {
+  const LayerActivations& a = layer_acts(l);
+  const ActivationGrads& d = dacts_;
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  const int64_t tiles = mlp_tiles(config_);
+  const bool recompute = options_.checkpoint_layers && l != config_.n_layer - 1;
+  STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+  const LayerParams lp = bind_layer(l, w);
+  if (recompute) {
+    STRATA_RETURN_IF_ERROR(traced("recompute layer", l, [&] { return attention_half_forward(lp, l); }));
+    STRATA_RETURN_IF_ERROR(tiled_mlp_forward(l, "recompute", /*second=*/false));
+  }
+  for (const bool out : {true, false}) {
+    for (int64_t k = tiles - 1; k >= 0; --k) {
+      const size_t c = out ? mlp_out_chunk(l, k) : mlp_in_chunk(l, k);
+      const ChunkSpec& tile = layout_.chunks[c];
+      STRATA_ASSIGN_OR_RETURN(std::byte* t, acquire_chunk(c));
+      STRATA_ASSIGN_OR_RETURN(std::byte* gt, sink.acquire(c));
+      const LayerParams p = bind_layer_chunk(c, t), g = bind_layer_chunk(c, gt);
+      const TileRows r{tile.row_begin, tile.row_begin + tile.rows};
+      STRATA_RETURN_IF_ERROR(traced(fmt::format("backward layer {} mlp {} tile", l, out ? "out" : "in"), k, [&]() -> Status {
+        if (out) {
+          if (k == tiles - 1) STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dfc_act, bytes(N * H)));
+          STRATA_RETURN_IF_ERROR(mlp_out_backward(p, g, a, r));
+          return k > 0 ? Status::ok() : mlp_activation_backward(a);
+        }
+        if (k == tiles - 1) STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dln, bytes(N * C)));
+        return mlp_in_backward(p, g, a, r);
+      }));
+      STRATA_RETURN_IF_ERROR(weights_->release(c));
+      STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/true));
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
+  STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&] { return attention_half_backward(lp, bind_layer(l, gw), l); }));
+  STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  return sink.release(layer_chunk(l), /*last=*/true);
+}
+
+// Every gradient here gets its first (and only) contribution, so each is overwritten, not added
+// to: dfc_act, dfc and dln need no zero fill, and the weight and bias gradients land in the
+// sink's zeroed chunk (GradSink::acquire) rounded once, with no fp32 pass on the GPU.
+Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
+  const ActivationGrads& d = dacts_;
+  constexpr GradStore kSet = GradStore::overwrite;
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act,
+                                              p.fc_proj_w, N, H, C, 0, kSet, kSet));
+  STRATA_RETURN_IF_ERROR(mlp_activation_backward(a));
+  return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC, 0, kSet, kSet);
+}
+
+// dfc = d fc from dfc_act, written whole (every element of (N, FC) is overwritten).
+Status Transformer::mlp_activation_backward(const LayerActivations& a) {
+  const int64_t N = B_ * T_, H = config_.ffn_hidden;
+  const ActivationGrads& d = dacts_;
+  if (config_.arch == Arch::gpt2)
+    return ops_.gelu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N * H, GradStore::overwrite);
+  return ops_.swiglu_backward(options_.dtype, d.dfc, a.fc, d.dfc_act, N, H, GradStore::overwrite);
+}
+
+// dfc_act (N, H) += d fc_proj's columns r @ the tile; the tile's rows of dW (and db) +=.
+Status Transformer::mlp_out_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
+  return ops_.matmul_backward(options_.dtype, dacts_.dfc_act, g.fc_proj_w, g.fc_proj_b, at(dacts_.dres, r.begin),
+                              a.fc_act, p.fc_proj_w, N, H, r.rows(), C);
+}
+
+// dln (N, C) += d fc's columns r (GPT-2; LLaMA the gate's and the up's) @ the tile's rows.
+Status Transformer::mlp_in_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r) {
+  const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows(), h = r.rows();
+  const ActivationGrads& d = dacts_;
+  if (config_.arch == Arch::gpt2)
+    return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, at(d.dfc, r.begin), a.ln2, p.fc_w, N, C, h, FC);
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, nullptr, at(d.dfc, r.begin), a.ln2, p.fc_w, N, C, h, FC));
+  return ops_.matmul_backward(options_.dtype, d.dln, at(g.fc_w, h * C), nullptr, at(d.dfc, H + r.begin), a.ln2,
+                              at(p.fc_w, h * C), N, C, h, FC);
+}
+
+Status Transformer::attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
+  const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
+  const bool llama = config_.arch == Arch::llama;
+  const ActivationGrads& d = dacts_;
+  constexpr GradStore kSet = GradStore::overwrite, kAdd = GradStore::add;
+  // Attention and RoPE add into their gradients: those start at zero. datt and dln are written by
+  // their first GEMM, and every weight and bias gradient (each written once into the sink's zeroed
+  // chunk) is overwritten.
+  for (auto [buf, elements] : {std::pair{d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV}, {d.dq_rot, N * C},
+                               {d.dk_rot, N * KV}}) {
+    if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, bytes(elements)));
+  }
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att,
+                                              p.attn_proj_w, N, C, C, 0, kSet, kSet));
+  // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward
+  // turns them into the projections' output gradients.
+  std::byte* dq_att = llama ? d.dq_rot : d.dq;
+  std::byte* dk_att = llama ? d.dk_rot : d.dk;
+  STRATA_RETURN_IF_ERROR(
+      ops_.attention_backward(options_.dtype, dq_att, dk_att, d.dv, d.datt, a.q, a.k, a.v, a.att, a.att_lse, B_, T_, NH, NKV, HS));
+  if (llama) {
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
+  }
+  // The three projections share the input: their input gradients all accumulate into dln.
+  std::byte* gb = g.qkv_b;  // GPT-2 only
+  STRATA_RETURN_IF_ERROR(
+      ops_.matmul_backward(options_.dtype, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C, 0, kSet, kSet));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr,
+                                              d.dk, a.ln1, at(p.qkv_w, C * C), N, C, KV, 0, kAdd, kSet));
+  return ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr, d.dv,
+                              a.ln1, at(p.qkv_w, (C + KV) * C), N, C, KV, 0, kAdd, kSet);
+}
+
+Status Transformer::norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout,
+                                  const std::byte* inp, const std::byte* w, const float* mean, const float* rstd) {
+  const int64_t N = B_ * T_, C = config_.dim;
+  if (config_.arch == Arch::gpt2) return ops_.layernorm_backward(options_.dtype, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  return ops_.rmsnorm_backward(options_.dtype, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+}  // namespace strata::model

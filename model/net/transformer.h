@@ -1,0 +1,316 @@
+// Transformer: the GPT-2 / LLaMA decoder (model_config.h) on a Backend, forward and backward
+// written once against ComputeOps, in the manner of llm.c's train_gpt2.c, in one working precision
+// (fp32, bf16 or fp16: weights, activations and gradients; statistics and the loss stay fp32). It
+// owns its parameter and gradient chunks (laid out by param_layout.h at the precision's width) and
+// its activation buffers for up to (B, T), all from the backend's arena, sized up front.
+// Activation checkpointing keeps only each layer's input in the forward and recomputes the layer
+// in the backward. Not an optimizer (fp32 master weights are the trainer's), not an offloader:
+// every chunk stays resident; the offload layers move chunks by ParamLayout.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/ops_loss.h"
+#include "model/net/model_config.h"
+#include "model/net/param_layout.h"
+#include "model/hf/safetensors.h"
+#include "offload/chunk_source.h"
+#include "offload/device_grads.h"
+#include "offload/trace.h"
+#include "runtime/backend.h"
+#include "runtime/pinned_pool.h"
+
+namespace strata::model {
+
+class HfWeights;  // model/hf/hf_weights.h
+
+// The row stride of the logits buffer (and of dlogits, written over it): V rounded up to a multiple
+// of kLogitsRowAlign elements, so every row starts 16-byte aligned (128 bytes at 16-bit) and the
+// head's three GEMMs run cuBLAS's vectorized tensor-core kernels instead of its "align1" ones
+// (GPT-2's odd V = 50257 -> 50304: measured on an H100, 30 ms -> 8.5 ms of an 80 ms step). It is
+// llm.c's padded_vocab without padding the parameters: wte / lm_head stay (V, C) and checkpoints
+// are unchanged. Columns [V, Vp) of a row are never read or written by any op, so no result moves.
+inline constexpr int64_t kLogitsRowAlign = 64;
+constexpr int64_t padded_vocab(int64_t V) { return (V + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign; }
+
+struct TransformerOptions {
+  int64_t batch = 1;              // B: largest batch forward() will see
+  int64_t seq_len = 0;            // T: longest sequence forward() will see; 0 = config.max_seq
+  bool checkpoint_layers = true;  // keep only layer inputs; recompute each layer in backward()
+  DType dtype = DType::f32;       // working precision: f32, bf16 or f16
+  // Keep a gradient buffer per chunk on the device (DeviceGrads) for the model's own use: needed
+  // by an optimizer on the device and by callers that read gradients from the model. A trainer
+  // that streams gradients to the host installs its own sink (set_grad_sink) and needs none.
+  bool device_grads = true;
+};
+
+// Where the model's parameter chunks come from. Not owned; must outlive the model.
+struct ChunkSources {
+  WeightSource* weights = nullptr;  // null: every chunk resident on the device (the model's own)
+  PinnedPool* pinned = nullptr;     // the resident source's staging; null: a small pool of its own
+};
+
+// One layer's internals for (B, T), N = B * T rows. Pointers into the activation block: std::byte*
+// tensors hold working-precision elements, float* ones fp32 statistics.
+struct LayerActivations {
+  std::byte* ln1 = nullptr;        // (N, C) first norm output
+  float* ln1_mean = nullptr;   // (N)    GPT-2 LayerNorm only
+  float* ln1_rstd = nullptr;   // (N)
+  std::byte* q = nullptr;          // (B, T, NH, HS)  LLaMA: after RoPE
+  std::byte* k = nullptr;          // (B, T, NKV, HS) LLaMA: after RoPE
+  std::byte* v = nullptr;          // (B, T, NKV, HS)
+  std::byte* att = nullptr;        // (N, C) attention output, heads side by side
+  float* att_lse = nullptr;    // (B, NH, T)
+  std::byte* att_proj = nullptr;   // (N, C) after c_proj / o_proj
+  std::byte* res1 = nullptr;       // (N, C) layer input + att_proj
+  std::byte* ln2 = nullptr;        // (N, C)
+  float* ln2_mean = nullptr;   // (N)    GPT-2 only
+  float* ln2_rstd = nullptr;   // (N)
+  std::byte* fc = nullptr;         // (N, FC) GPT-2 pre-GELU (H); LLaMA [gate | up] (2H)
+  std::byte* fc_act = nullptr;     // (N, H) gelu(fc) / silu(gate) * up
+  std::byte* fc_proj = nullptr;    // (N, C) MLP output before the residual add
+};
+
+struct Activations {
+  std::byte* residual = nullptr;   // (L + 1, N, C): [l] is layer l's input, [L] the last output
+  std::vector<LayerActivations> layers;  // L of them, or 1 shared when checkpointing
+  std::byte* lnf = nullptr;        // (N, C) final norm output (the head's input)
+  float* lnf_mean = nullptr;   // (N)    GPT-2 only
+  float* lnf_rstd = nullptr;   // (N)
+  std::byte* logits = nullptr;     // (N, Vp), Vp = padded_vocab(V): row n's V logits at n * Vp;
+                                   // overwritten by dlogits in backward()
+  float* ce_lse = nullptr;     // (N)
+  float* ce_losses = nullptr;  // (N)
+  kernels::CrossEntropyResult* loss = nullptr;  // one, in device memory
+};
+
+// Gradient scratch for one layer at a time (zeroed before each use).
+struct ActivationGrads {
+  std::byte* dres = nullptr;   // (N, C) d loss / d residual stream, carried down through the layers
+  std::byte* dln = nullptr;    // (N, C) d norm output
+  std::byte* datt = nullptr;   // (N, C)
+  std::byte* dq = nullptr;     // (N, C) LLaMA: before RoPE
+  std::byte* dk = nullptr;     // (N, NKV*HS)
+  std::byte* dv = nullptr;     // (N, NKV*HS)
+  std::byte* dq_rot = nullptr; // (N, C) LLaMA only: after RoPE
+  std::byte* dk_rot = nullptr; // (N, NKV*HS) LLaMA only
+  std::byte* dfc = nullptr;    // (N, FC)
+  std::byte* dfc_act = nullptr;  // (N, H)
+};
+
+// Which copy of a parameter copy_parameter_to_host reads.
+enum class ParamState : uint8_t { weights, gradients };
+
+// Thread-safety: one thread drives a Transformer (its work goes to the backend's compute and h2d
+// streams). Lifetime: must not outlive the backend; the destructor waits for all streams and
+// returns every block it allocated.
+class Transformer {
+ public:
+  // Validates the config and options, builds the layout and allocates every chunk and the
+  // activations. Over budget: the arena's out_of_memory, its tag naming the chunk or buffer.
+  // Device bytes of the activation block create() allocates for `options` (seq_len 0 = max_seq).
+  static uint64_t activation_bytes(const ModelConfig& config, const TransformerOptions& options);
+  // A given weight source must have the layout's chunks at its sizes (invalid_argument otherwise).
+  static StatusOr<std::unique_ptr<Transformer>> create(Backend& backend, const ModelConfig& config,
+                                                       const TransformerOptions& options = {},
+                                                       ChunkSources sources = {});
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  // Load and init write one chunk at a time through the weight source (update_buffer, then
+  // commit_update; flush at the end): host memory is one chunk's fp32 values plus, for a load,
+  // one tensor converted at a time, never a copy of the model. Every tensor is checked (name,
+  // shape, dtype) before the first chunk is written.
+  //
+  // Reads every parameter by its HF name (GPT-2 Conv1D weights transposed into (out, in); GPT-2
+  // names also found without the "transformer." prefix; F32, BF16 or F16 converted to fp32, then
+  // rounded to the working precision on the device).
+  // not_found naming the first missing tensor; invalid_argument for a shape or dtype mismatch.
+  // Tensors the layout does not use (HF mask buffers) are ignored. Returns once copied.
+  Status load_hf_safetensors(const SafetensorsFile& file);
+  Status load_hf_safetensors(const std::string& path);
+  // The same from a Hugging Face model's files, sharded or not (check_layout's errors first).
+  Status load_hf_weights(const HfWeights& weights);
+  // GPT-2 initialisation, deterministic in `seed`: matrices normal(0, 0.02), residual projections
+  // normal(0, 0.02 / sqrt(2L)), norm gains 1, biases 0. Each tensor is its own stream (by its
+  // index), so the values do not depend on the chunking; large tensors are generated in parallel
+  // (oneTBB), bit-identical to one sequential loop. Returns once copied.
+  Status init(uint64_t seed);
+  // Writes chunk c's exact fp32 values in master_layout() (chunk bytes / 4 floats, padding zero)
+  // to `out`. Keeps no mutable state (calls may run concurrently); must not outlive the model.
+  using Fp32ChunkSource = std::function<Status(size_t chunk, float* out)>;
+  // With a 16-bit working precision, the exact fp32 values of the last load or init, so a
+  // trainer's fp32 master weights start exact rather than rounded: nothing is stored, each call
+  // produces a chunk again. After init(seed) it regenerates the chunk from the seed; after a load
+  // it converts the chunk's tensors from the files again, so it holds the files (their mappings)
+  // open until the source is taken and dropped (load_hf_safetensors(path) too, which otherwise
+  // closes its file on return). Moves it out; empty for fp32 (the device weights are exact: read
+  // them) or once taken.
+  Fp32ChunkSource take_fp32_source();
+
+  // inputs, targets: device int32 (B, T) the caller filled (ordered before this call, e.g.
+  // copy_to_device then synchronize); targets in [0, V) or -1 (ignored). Queues the forward and
+  // the mean loss over counted targets into loss_result(). invalid_argument if B or T exceed
+  // the options or T > max_seq.
+  Status forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // Queues the backward of the last forward, ACCUMULATING into the gradient sink's chunks. Each counted
+  // row's loss gets gradient grad_scale / counted_targets (counted_targets 0 means B * T: no -1
+  // targets). Micro-batch accumulation: pass grad_scale = 1 / micro_batches. Destroys logits().
+  Status backward(int64_t counted_targets = 0, float grad_scale = 1.0f);
+  // Starts a new accumulation: the gradient sink's begin_step (DeviceGrads: zeroes every chunk).
+  Status zero_grad();
+
+  // The source the weights come from; the sink gradients go to (set_grad_sink replaces it: null
+  // returns to the model's own DeviceGrads, failed_precondition if it was created without).
+  WeightSource& weights() { return *weights_; }
+  // With a recorder, every chunk's compute (forward, recomputation + backward) is a span on its
+  // "compute" track, stamped on the compute stream. Null: none (the default; costs nothing).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  // Called with a chunk's index just before every acquire of it (forward, backward, evaluation),
+  // on the driving thread: a trainer that updates weights lazily applies chunk c's pending update
+  // there, so the compute of the chunks before c overlaps it. An error stops the pass and is
+  // returned. Empty: none (the default).
+  using AcquireHook = std::function<Status(size_t chunk)>;
+  void set_acquire_hook(AcquireHook hook) { acquire_hook_ = std::move(hook); }
+  GradSink* grad_sink() { return grad_sink_; }
+  Status set_grad_sink(GradSink* sink);
+  // The model's own device gradients (null when created with device_grads = false).
+  DeviceGrads* device_grads() { return device_grads_.get(); }
+
+  // The loss of the last forward: sum, counted rows, mean (synchronizes the compute stream).
+  StatusOr<kernels::CrossEntropyResult> read_loss();
+  // A parameter (or its gradient: the fp32 sum of the backward passes since zero_grad) by HF name
+  // in the HF layout, widened to fp32, for tests (synchronizes). not_found for an unknown name;
+  // gradients only from the model's own DeviceGrads while they are the sink (failed_precondition
+  // otherwise).
+  StatusOr<std::vector<float>> copy_parameter_to_host(std::string_view hf_name, ParamState state);
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  // Device chunks: element_bytes = the working precision's width. The master layout is the same
+  // parameters at fp32 (identical to layout() for fp32): where fp32 host copies live.
+  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& master_layout() const { return master_layout_; }
+  const TransformerOptions& options() const { return options_; }
+  // Chunk indices in layout(): the embedding, transformer layer l, the head (final norm, lm_head).
+  // With vocabulary tiles (ModelConfig::vocab_tile) these are each table's first tile, which also
+  // holds GPT-2's positions / the final norm; the other tiles follow it.
+  // With MLP tiles (ModelConfig::mlp_tiles) layer l's chunk holds its attention half and its
+  // MLP's tiles follow it: mlp_in_chunk(l, k) of the first weight, then mlp_out_chunk(l, k).
+  size_t embedding_chunk() const { return 0; }
+  size_t layer_chunk(int l) const { return embedding_chunks_ + size_t(l) * layer_chunks_; }
+  size_t mlp_in_chunk(int l, int64_t k) const { return layer_chunk(l) + 1 + size_t(k); }
+  size_t mlp_out_chunk(int l, int64_t k) const { return layer_chunk(l) + 1 + size_t(mlp_tiles(config_) + k); }
+  size_t head_chunk() const { return layout_.chunks.size() - head_chunks_; }
+  // The tensors of layer l / of the global chunks at device chunk base `base` (any slot).
+  // bind_layer_chunk: those of one chunk of a layer (its own, or an MLP tile), the rest null.
+  LayerParams bind_layer(int l, std::byte* base) const { return bind_layer_chunk(layer_chunk(l), base); }
+  LayerParams bind_layer_chunk(size_t c, std::byte* base) const;
+  void bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const;
+  // Device buffers of the last forward (B, T): with checkpointing off every layer's internals
+  // stay valid until the next forward; with it on only the layer inputs (and the last layer).
+  const Activations& activations() const { return acts_; }
+  // The row stride of activations().logits in elements: padded_vocab(V).
+  int64_t logits_stride() const { return padded_vocab(config_.vocab); }
+  const kernels::CrossEntropyResult* loss_result() const { return acts_.loss; }
+
+ private:
+  Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
+              TransformerOptions options);
+  Status allocate_all(ChunkSources sources);
+  void carve_activations(int64_t B, int64_t T);
+  // `p` moved by `elements` working-precision elements.
+  std::byte* at(std::byte* p, int64_t elements) const { return p + elements * esize_; }
+  const std::byte* at(const std::byte* p, int64_t elements) const { return p + elements * esize_; }
+  uint64_t bytes(int64_t elements) const { return uint64_t(elements) * esize_; }
+  std::byte* residual(int l) const { return at(acts_.residual, int64_t(l) * B_ * T_ * config_.dim); }
+  const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
+  Status layer_forward(const LayerParams& p, int l, bool write_output = true);
+  Status layer_backward(const LayerParams& p, const LayerParams& g, int l);
+  // Layer l with its MLP in tiles (mlp_tiles > 1): the attention half from the layer's chunk
+  // (held through the layer's backward), then each MLP tile's chunk in turn. The forward's
+  // output columns of each weight are its tiles' (the first weight's GEMMs write their hidden
+  // units of fc, the second's their output columns of fc_proj); in the backward each tile adds
+  // its part of the input gradients (d fc_act over the output rows, d ln2 over the hidden
+  // units), so those sums are grouped by tile: a tiled run is within fp32 rounding of those
+  // sums of an untiled one, not bit-identical (the weight and bias gradients are per row: same).
+  Status tiled_layer_forward(int l);
+  Status tiled_layer_backward(int l, GradSink& sink);
+  Status tiled_mlp_forward(int l, std::string_view what, bool second);
+  Status attention_half_forward(const LayerParams& p, int l);  // ln1, attention, res1, ln2
+  Status attention_half_backward(const LayerParams& p, const LayerParams& g, int l);  // from dln = d ln2
+  // One tile's part of the MLP, rows `r` of its weight (hidden units / output rows).
+  Status mlp_in_forward(const LayerParams& p, const LayerActivations& a, TileRows r);
+  Status mlp_out_forward(const LayerParams& p, const LayerActivations& a, TileRows r);
+  Status mlp_in_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r);
+  Status mlp_out_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a, TileRows r);
+  Status mlp_activation_forward(const LayerActivations& a);   // fc -> fc_act (GELU / SwiGLU)
+  Status mlp_activation_backward(const LayerActivations& a);  // dfc = d fc from dfc_act
+  // The chunk of the head's table tile k (tied: the embedding's tile k).
+  size_t head_table_chunk(size_t k) const { return config_.tied_head ? k : head_chunk() + k; }
+  // Tile k of the head's table: its weights (acquired, or `first` for the head's own first
+  // chunk), bound: tied wte, else lm_head. release_head_table gives back what it took.
+  StatusOr<std::byte*> acquire_head_table(size_t k, std::byte* first);
+  Status release_head_table(size_t k);
+  // The logits' columns of the table tile in chunk c (forward), and the head's input gradient
+  // dln (N, C) += with the tile's gradient (backward). In fp32 kVocabTileBlock vocabulary rows per
+  // GEMM, tiled or not, so every GEMM has the same shape and operands for any tiling and every bit
+  // is the same (a BLAS may sum an output differently in GEMMs of other widths, and dln's sum over
+  // the vocabulary is grouped by GEMM); in 16-bit precisions one GEMM per tile, since each GEMM
+  // rounds dln to 16 bits (a tiled run is then within those roundings of an untiled one).
+  Status head_table_forward(size_t c, const std::byte* table);
+  // `first`: the head's first tile, whose first GEMM writes dln (the later ones add to it).
+  Status head_table_backward(size_t c, const std::byte* table, std::byte* dtable, const std::byte* dlogits,
+                             bool first);
+  // Queues `work` (compute ops on Stream::compute), as a span "<what> <index>" when tracing.
+  Status traced(std::string_view what, int64_t index, const std::function<Status()>& work);
+  Status attention_forward(const LayerParams& p, const LayerActivations& a);
+  Status attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
+  Status mlp_forward(const LayerParams& p, const LayerActivations& a);
+  Status mlp_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a);
+  Status norm_forward(std::byte* out, float* mean, float* rstd, const std::byte* inp, const std::byte* w,
+                      const std::byte* b);
+  Status norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout, const std::byte* inp,
+                       const std::byte* w, const float* mean, const float* rstd);
+  // Every chunk from `produce` (fp32, master_layout()) -> the device chunks, one at a time through
+  // one buffer of the largest chunk (rounded to the working precision); then `produce` is kept as
+  // take_fp32_source() when that is 16-bit.
+  Status write_chunks(const Fp32ChunkSource& produce);
+  // The acquire hook (if any), then weights().acquire(c).
+  StatusOr<std::byte*> acquire_chunk(size_t c);
+
+  Backend& backend_;
+  ComputeOps& ops_;
+  const ModelConfig config_;
+  const ParamLayout layout_;
+  const ParamLayout master_layout_;
+  const TransformerOptions options_;
+  const uint64_t esize_;              // bytes per working-precision element
+  std::vector<void*> blocks_;         // every arena block this model owns
+  std::vector<std::vector<const ParamSpec*>> chunk_params_;  // per chunk, its tensors (layout_)
+  const size_t embedding_chunks_;     // the embedding's tiles (1 untiled)
+  const size_t head_chunks_;          // the head's chunks (1 untiled or tied)
+  const size_t layer_chunks_;         // per layer: 1, or 1 + 2 * mlp_tiles
+  std::unique_ptr<PinnedPool> own_pinned_;      // the resident source's staging, when not given
+  std::unique_ptr<WeightSource> own_weights_;   // ResidentWeights, when no source was given
+  WeightSource* weights_ = nullptr;
+  std::unique_ptr<DeviceGrads> device_grads_;   // options.device_grads
+  GradSink* grad_sink_ = nullptr;
+  TraceRecorder* trace_ = nullptr;
+  AcquireHook acquire_hook_;
+  Fp32ChunkSource fp32_source_;       // see take_fp32_source()
+  std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
+  Activations acts_;
+  ActivationGrads dacts_;
+  const int32_t* inputs_ = nullptr;   // of the last forward
+  const int32_t* targets_ = nullptr;
+  int64_t B_ = 0, T_ = 0;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,200 @@
+// Placement (placement.h): slot groups of the model's chunks and the device bytes of a run.
+#include "model/plan/placement.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace strata::model {
+namespace {
+
+constexpr uint64_t kArenaAlign = 256;  // the arena's block alignment
+uint64_t aligned(uint64_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+// Slots of the embedding's or head's group: one whole, two tiled (the first tile, holding GPT-2's
+// positions or the final norm, stays while the others pass through the second).
+uint32_t table_slots(size_t chunks) { return chunks > 1 ? 2 : 1; }
+
+bool has_mlp_tiles(const ParamLayout& layout) { return layout.layer_chunks() > 1; }
+
+// Slot counts and names per group: layers, embedding, head, and (MLP tiles) the tiles' group:
+// two slots, one in use while the next arrives.
+template <typename Count>
+void set_groups(const ParamLayout& layout, uint32_t layer_slots, std::vector<Count>& slots,
+                std::vector<std::string>& names) {
+  slots = {layer_slots, table_slots(layout.embedding_chunks()), table_slots(layout.head_chunks())};
+  names = {"layers", "embedding", "head"};
+  if (has_mlp_tiles(layout)) {
+    slots.push_back(2);
+    names.push_back("mlp tiles");
+  }
+}
+
+}  // namespace
+
+std::vector<uint32_t> chunk_groups(const ParamLayout& layout) {
+  std::vector<uint32_t> groups;
+  for (const ChunkSpec& c : layout.chunks)
+    groups.push_back(c.kind == ChunkKind::embedding ? kEmbeddingGroup
+                     : c.kind == ChunkKind::head    ? kHeadGroup
+                     : c.kind == ChunkKind::layer   ? kLayerGroup
+                                                    : kMlpTileGroup);
+  return groups;
+}
+
+TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name) {
+  TierManagerOptions o;
+  for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
+  o.home = home;
+  o.chunk_group = chunk_groups(layout);
+  set_groups(layout, layer_slots, o.group_slots, o.group_names);
+  o.prefetch_bytes = prefetch_bytes;
+  o.nvme_staging = nvme_staging;
+  o.name = name + " weights";
+  return o;
+}
+
+GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name) {
+  GradientOffloaderOptions o;
+  o.format = float_format_of(dtype, "gradients").value();
+  for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
+  for (uint32_t g : chunk_groups(layout)) o.chunk_group.push_back(g);
+  set_groups(layout, 2, o.group_slots, o.group_names);
+  o.name = name + " gradients";
+  return o;
+}
+
+GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
+                                          const std::string& name) {
+  GradientOffloaderOptions o = gradient_slot_options(layout, options.dtype, name);
+  o.home = options.offload_grad == TrainOptions::GradHome::nvme ? Tier::nvme : Tier::cpu;
+  // A tied table's gradient takes the head's contribution first and the embedding's last, so each
+  // of its tiles holds a spill buffer through the whole backward: one each, and two more for the
+  // layers to pass through (3 when the table is one chunk: a chunk's write overlaps the next's
+  // accumulation). An untied table's tiles are each done in turn.
+  const bool tied = layout.head_chunks() == 0 || layout.chunks.back().rows == 0;  // no head rows of its own
+  const size_t held = tied ? layout.embedding_chunks() : 1;
+  o.spill_buffers = uint32_t(std::max<size_t>(3, held + 2));
+  return o;
+}
+
+namespace {
+
+// The pieces of every chunk of `layout` from its specs `spec(0) .. spec(count - 1)`, which must
+// come chunk by chunk, each chunk's by offset; nullopt when they do not (nothing is cut then).
+template <typename Spec>
+std::optional<std::vector<StatePiece>> cut_pieces(const ParamLayout& layout, size_t count, const Spec& spec,
+                                                  uint64_t piece_params) {
+  constexpr uint64_t kBlock = kernels::kAdam8bitBlock;
+  std::vector<StatePiece> pieces;
+  size_t at = 0;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    StatePiece piece{.chunk = c};
+    uint64_t scale_at = 0;  // the first block scale of the tensor below
+    for (uint64_t last_offset = 0; at < count && size_t(spec(at).chunk) == c; ++at) {
+      const ParamSpec& p = spec(at);
+      if (p.offset < last_offset) return std::nullopt;
+      last_offset = p.offset;
+      const uint64_t slot = p.offset / sizeof(float);
+      uint64_t done = 0;  // elements of p in earlier pieces
+      while (p.elements - done > piece_params - std::min(piece_params, slot + done - piece.slot_begin)) {
+        const uint64_t room = piece_params - std::min(piece_params, slot + done - piece.slot_begin);
+        const uint64_t take = room / kBlock * kBlock;  // 0: cut before this tensor's rest
+        piece.slot_end = slot + done + take;
+        piece.scale_end = scale_at + (done + take) / kBlock;
+        if (piece.slot_end > piece.slot_begin) pieces.push_back(piece);
+        piece = StatePiece{.chunk = c, .slot_begin = piece.slot_end, .scale_begin = piece.scale_end};
+        done += take;
+      }
+      scale_at += kernels::adam8bit_blocks(p.elements);
+    }
+    piece.slot_end = layout.chunks[c].bytes / sizeof(float);
+    piece.scale_end = scale_at;
+    pieces.push_back(piece);
+  }
+  if (at != count) return std::nullopt;  // a spec out of chunk order
+  return pieces;
+}
+
+}  // namespace
+
+std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params) {
+  piece_params = std::max<uint64_t>(piece_params, kernels::kAdam8bitBlock);  // the precondition
+  // build_param_layout appends the specs chunk by chunk, each chunk's by offset: then this is one
+  // pass over them (the planner calls it for every candidate placement of models of thousands of
+  // layers). Any other order is grouped and sorted first.
+  const std::vector<ParamSpec>& specs = master_layout.params;
+  if (auto pieces = cut_pieces(master_layout, specs.size(), [&](size_t i) -> const ParamSpec& { return specs[i]; },
+                               piece_params))
+    return std::move(*pieces);
+  std::vector<const ParamSpec*> sorted;
+  for (const ParamSpec& p : specs) sorted.push_back(&p);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const ParamSpec* a, const ParamSpec* b) {
+    return a->chunk != b->chunk ? a->chunk < b->chunk : a->offset < b->offset;
+  });
+  return cut_pieces(master_layout, sorted.size(), [&](size_t i) -> const ParamSpec& { return *sorted[i]; },
+                    piece_params)
+      .value();  // sorted: every spec is cut (a chunk index past the layout's chunks throws)
+}
+
+OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options) {
+  OptimizerPipelineOptions o;
+  o.states = options.adam_states;
+  const bool q8 = o.states == AdamStates::q8;
+  const std::vector<StatePiece> pieces = optimizer_state_pieces(master_layout, options.sub_group_size);
+  std::vector<size_t> per_chunk(master_layout.chunks.size(), 0);
+  for (const StatePiece& p : pieces) per_chunk[p.chunk]++;
+  std::vector<size_t> index(master_layout.chunks.size(), 0);
+  for (const StatePiece& p : pieces) {
+    o.fp32_slots.push_back(p.slots());
+    o.scale_count.push_back(q8 ? p.scales() : 0);
+    const size_t k = ++index[p.chunk];
+    o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)
+                                               : fmt::format("chunk {} piece {}/{}", p.chunk, k, per_chunk[p.chunk]));
+  }
+  const bool nvme = options.optimizer_device == TrainOptions::OptimizerDevice::cpu &&
+                    options.optimizer_home == TrainOptions::OptimizerHome::nvme;
+  o.home = nvme ? Tier::nvme : Tier::cpu;
+  o.staging = options.optimizer_staging;
+  o.name = "optimizer";
+  return o;
+}
+
+DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& o) {
+  DeviceBytes d;
+  const std::shared_ptr<const ParamLayout> working = shared_param_layout(config, dtype_size(o.dtype)).value();
+  const ParamLayout& layout = *working;
+  const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
+  uint64_t all_chunks = 0;
+  for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
+  if (o.offload_param == TrainOptions::ParamHome::none) {
+    d.weights = all_chunks;
+  } else {
+    d.weights = tier_device_bytes(
+        paged_weight_options(layout, o.offload_param == TrainOptions::ParamHome::cpu ? Tier::cpu : Tier::nvme,
+                             o.param_slots, o.prefetch_bytes, o.nvme_staging, config.name));
+  }
+  if (on_device) {
+    // DeviceGrads: each chunk's buffer, its fp32 sums and the norm's block partials.
+    uint64_t partials = 0;
+    for (const ChunkSpec& c : layout.chunks) {
+      const uint64_t elements = c.bytes / layout.element_bytes;
+      d.gradients += aligned(c.bytes) + aligned(elements * sizeof(float));
+      partials += (elements + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
+    }
+    d.gradients += aligned(partials * sizeof(double));
+    const uint64_t masters = shared_param_layout(config, sizeof(float)).value()->total_bytes();
+    d.optimizer = aligned(masters) * (o.dtype == DType::f32 ? 2 : 3);  // m, v (and fp32 masters for 16-bit)
+  } else {
+    d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
+  }
+  const TransformerOptions t{.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
+                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype};
+  d.activations = aligned(Transformer::activation_bytes(config, t));
+  d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
+  return d;
+}
+
+}  // namespace strata::model

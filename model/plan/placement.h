@@ -1,0 +1,74 @@
+// Placement: how the model's parameter chunks map onto the offload layer's device slots, and the
+// device bytes a training run will take before anything is allocated. One place for the slot
+// groups (the transformer layers share one group; the embedding and the head chunk have one each,
+// so a small chunk never takes a large slot), used by the trainer, `strata train` and the tests.
+// Pure arithmetic over a ParamLayout; allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/net/param_layout.h"
+#include "model/train/train_options.h"
+#include "model/net/transformer.h"
+#include "offload/gradient_offloader.h"
+#include "offload/optimizer_pipeline.h"
+#include "offload/tier_manager.h"
+
+namespace strata::model {
+
+// Slot group of each chunk of `layout`: 0 the layers, 1 the embedding, 2 the head, 3 the MLP
+// tiles (ModelConfig::mlp_tiles; the group exists only when the layout has them).
+inline constexpr uint32_t kLayerGroup = 0, kEmbeddingGroup = 1, kHeadGroup = 2, kMlpTileGroup = 3;
+std::vector<uint32_t> chunk_groups(const ParamLayout& layout);
+
+// Weights homed on `home` (cpu or nvme) paged through `layer_slots` layer slots and one slot each
+// for the embedding and the head, two each when their tables are tiled (the first tile is held
+// while the others pass), and two for MLP tiles (the layer's own chunk stays in its layer slot
+// through the layer's backward); `prefetch_bytes` 0 = the TierManager's default.
+TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name);
+// The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
+// one each for the embedding and the head (both held at the tied head's backward), two each when
+// tiled, two for MLP tiles.
+GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
+// The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
+// options.offload_grad says (nvme: three spill buffers).
+GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
+                                          const std::string& name);
+
+// One piece of the optimizer state: chunk `chunk`'s fp32 slots [slot_begin, slot_end) of the
+// master layout and (8-bit moments) its block scales [scale_begin, scale_end), in the chunk's
+// tensor order. The pieces of a chunk are consecutive and cover it exactly.
+struct StatePiece {
+  size_t chunk = 0;
+  uint64_t slot_begin = 0, slot_end = 0;
+  uint64_t scale_begin = 0, scale_end = 0;
+  uint64_t slots() const { return slot_end - slot_begin; }
+  uint64_t scales() const { return scale_end - scale_begin; }
+};
+// The pieces of every chunk of `master_layout`, chunk after chunk: a chunk of at most
+// `piece_params` fp32 slots is one piece; a larger one is cut into pieces of at most piece_params
+// slots (the chunk's end padding may add to its last piece), each cut at a tensor's start or
+// inside a tensor at a multiple of kernels::kAdam8bitBlock elements from its start, so every 8-bit
+// block (and every SIMD vector of the Adam kernels) stays whole: AdamW over the pieces is the same
+// bits as over the chunk. Precondition: piece_params >= kernels::kAdam8bitBlock.
+std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params);
+
+// The trainer's optimizer state: one image per piece (optimizer_state_pieces with
+// options.sub_group_size: fp32 slots, and for 8-bit moments its block scales), homed where
+// options.optimizer_home says (always cpu for the optimizer on the device: the pinned images
+// mirror the device state), labelled "chunk <c>" or "chunk <c> piece <k>/<n>".
+OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options);
+
+// The device arena a run takes, by what: working weights (every chunk, or the slots), gradients
+// (the model's DeviceGrads, or the offloader's slots), activations, the optimizer's state when it
+// lives on the device, and the batch buffers. Aligned as the arena aligns blocks (256 bytes).
+struct DeviceBytes {
+  uint64_t weights = 0, gradients = 0, activations = 0, optimizer = 0, batch = 0;
+  uint64_t total() const { return weights + gradients + activations + optimizer + batch; }
+};
+DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions& options);
+
+}  // namespace strata::model

@@ -1,0 +1,701 @@
+// Planner (planner.h): bytes per state and tier from the allocators' own size functions, the
+// step-time model, the placement search and the suggestions when nothing fits.
+#include "model/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/ops_loss.h"
+#include "model/data/batch_loader.h"
+#include "model/net/flops.h"
+#include "model/net/param_layout.h"
+#include "model/plan/placement.h"
+#include "model/plan/tiling.h"
+#include "model/train/train_config_keys.h"
+#include "offload/gradient_offloader.h"
+#include "offload/nvme_store.h"
+#include "offload/optimizer_pipeline.h"
+#include "offload/resident_weights.h"
+#include "offload/tier_manager.h"
+#include "runtime/units.h"
+
+namespace strata::model {
+namespace {
+
+using ParamHome = TrainOptions::ParamHome;
+using OptimizerDevice = TrainOptions::OptimizerDevice;
+using OptimizerHome = TrainOptions::OptimizerHome;
+using GradHome = TrainOptions::GradHome;
+
+constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+bool cpu_optimizer(const TrainOptions& o) { return o.optimizer_device == OptimizerDevice::cpu; }
+bool optimizer_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.optimizer_home == OptimizerHome::nvme; }
+bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.offload_grad == GradHome::nvme; }
+
+// Shared (param_layout.h): the candidates of one plan size the same few layouts many times.
+std::shared_ptr<const ParamLayout> working_layout(const ModelConfig& c, const TrainOptions& o) {
+  return shared_param_layout(c, dtype_size(o.dtype)).value();
+}
+std::shared_ptr<const ParamLayout> master_layout(const ModelConfig& c) {
+  return shared_param_layout(c, sizeof(float)).value();
+}
+
+std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
+  std::vector<uint64_t> bytes;
+  for (const ChunkSpec& c : layout.chunks) bytes.push_back(c.bytes);
+  return bytes;
+}
+
+TierManagerOptions weight_options(const ParamLayout& layout, const TrainOptions& o, const std::string& name) {
+  return paged_weight_options(layout, o.offload_param == ParamHome::nvme ? Tier::nvme : Tier::cpu, o.param_slots,
+                              o.prefetch_bytes, o.nvme_staging, name);
+}
+
+// fp32 master bytes of the optimizer's images (the rest of an image is moments and padding).
+uint64_t master_bytes(const OptimizerPipelineOptions& po) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < po.fp32_slots.size(); ++i) {
+    const uint64_t scales = po.scale_count.empty() ? 0 : po.scale_count[i];
+    total += optimizer_state_layout(po.states, po.fp32_slots[i], scales).master.bytes;
+  }
+  return total;
+}
+
+void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const DeviceBytes d = estimate_device_bytes(config, o);
+  b.at(PlanTier::gpu, PlanState::weights) = d.weights;
+  b.at(PlanTier::gpu, PlanState::gradients) = d.gradients;
+  b.at(PlanTier::gpu, PlanState::activations) = d.activations;
+  b.at(PlanTier::gpu, PlanState::other) = d.batch;
+  // estimate_device_bytes: m and v, plus the fp32 masters of a 16-bit model, one block each.
+  const uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
+  b.at(PlanTier::gpu, PlanState::masters) = masters;
+  b.at(PlanTier::gpu, PlanState::moments) = d.optimizer - masters;
+}
+
+void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
+  if (o.offload_param == ParamHome::none)
+    b.at(PlanTier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
+  else
+    b.at(PlanTier::cpu, o.offload_param == ParamHome::cpu ? PlanState::weights : PlanState::staging) +=
+        tier_pinned_bytes(weight_options(layout, o, config.name));
+  if (cpu_optimizer(o)) {
+    // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
+    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    GradientOffloaderOptions d2h = go;
+    d2h.home = Tier::nvme;
+    d2h.spill_buffers = 0;
+    const uint64_t staging = gradient_offloader_pinned_bytes(d2h), pinned = gradient_offloader_pinned_bytes(go);
+    b.at(PlanTier::cpu, go.home == Tier::nvme ? PlanState::staging : PlanState::gradients) += pinned - staging;
+    b.at(PlanTier::cpu, PlanState::staging) += staging;
+  }
+  // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
+  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
+  const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
+  if (po.home == Tier::nvme) {
+    b.at(PlanTier::cpu, PlanState::staging) += pinned;
+  } else {
+    const uint64_t masters = master_bytes(po);
+    b.at(PlanTier::cpu, PlanState::masters) += masters;
+    b.at(PlanTier::cpu, PlanState::moments) += pinned - masters;
+  }
+  BatchLoaderOptions lo;
+  lo.sampling.batch_size = uint32_t(o.micro_batch);
+  lo.sampling.seq_len = uint32_t(o.seq);
+  b.at(PlanTier::cpu, PlanState::other) += batch_loader_pinned_bytes(lo) * (o.evaluates() ? 2 : 1) +
+                                           round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kPinnedBlock);
+}
+
+void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+  const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit);
+  b.at(PlanTier::nvme, PlanState::weights) = r.weights;
+  b.at(PlanTier::nvme, PlanState::gradients) = r.gradients;
+  if (r.optimizer > 0) {
+    const uint64_t masters = master_bytes(optimizer_state_options(*master_layout(config), o));
+    b.at(PlanTier::nvme, PlanState::masters) = masters;
+    b.at(PlanTier::nvme, PlanState::moments) = r.optimizer - masters;
+  }
+}
+
+}  // namespace
+
+std::string_view plan_tier_name(PlanTier tier) {
+  switch (tier) {
+    case PlanTier::gpu: return "gpu";
+    case PlanTier::cpu: return "cpu";
+    case PlanTier::nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string_view plan_state_name(PlanState state) {
+  switch (state) {
+    case PlanState::weights: return "weights";
+    case PlanState::gradients: return "gradients";
+    case PlanState::masters: return "masters";
+    case PlanState::moments: return "moments";
+    case PlanState::activations: return "activations";
+    case PlanState::staging: return "staging";
+    case PlanState::other: return "other";
+  }
+  return "?";
+}
+
+uint64_t PlanBytes::tier(PlanTier t) const {
+  uint64_t total = 0;
+  for (uint64_t v : bytes[size_t(t)]) total += v;
+  return total;
+}
+
+NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit) {
+  NvmeReservation r;
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
+  if (o.offload_param == ParamHome::nvme)
+    r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
+  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
+  if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
+  if (grads_on_nvme(o)) {
+    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
+  }
+  return r;
+}
+
+PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options) {
+  PlanBytes b;
+  add_device(b, config, options);
+  add_pinned(b, config, options);
+  add_nvme(b, config, options);
+  return b;
+}
+
+double default_flops(DType dtype) { return dtype == DType::f32 ? 25e12 : 100e12; }
+
+StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
+  StepTraffic t;
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
+  const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
+  const bool paged = o.offload_param != ParamHome::none;
+  if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
+  if (!paged && cpu_optimizer(o)) t.h2d += weights;    // the updated weights, uploaded once
+  if (cpu_optimizer(o)) t.d2h += weights * k;          // each micro-batch's gradients
+  t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
+  // MLP tiles under checkpointing: a layer's backward fetches its first weight's tiles twice, for
+  // the recomputation and for the backward (two tile slots cannot keep them; the last layer is
+  // not recomputed).
+  uint64_t refetched = 0;
+  if (paged && o.activation_checkpointing)
+    for (const ChunkSpec& c : layout.chunks)
+      if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
+  t.h2d += refetched * k;
+  if (o.offload_param == ParamHome::nvme) {
+    t.nvme_read += (2 * weights + refetched) * k;
+    t.nvme_write += weights;
+  }
+  if (grads_on_nvme(o)) {
+    const uint64_t sums = gradient_offloader_nvme_bytes(gradient_options(layout, o, config.name));
+    t.nvme_write += sums * k;
+    t.nvme_read += sums * k;
+  }
+  if (optimizer_on_nvme(o)) {
+    const uint64_t images = optimizer_pipeline_nvme_bytes(optimizer_state_options(*master_layout(config), o));
+    t.nvme_read += images;
+    t.nvme_write += images;
+  }
+  return t;
+}
+
+StepTime plan_step_time(const ModelConfig& config, const TrainOptions& o, const PlanRates& rates) {
+  StepTime s;
+  const StepTraffic t = plan_traffic(config, o);
+  const double flops = rates.flops > 0 ? rates.flops : default_flops(o.dtype);
+  s.compute_s = training_flops_per_step(config, o) * (o.activation_checkpointing ? 4.0 / 3.0 : 1.0) / flops;
+  s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
+  s.nvme_s = double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write;
+  s.adam_s = cpu_optimizer(o) ? double(parameter_count(config)) / rates.adam : 0.0;
+  s.forward_s = s.compute_s / double(o.grad_accum) * (o.activation_checkpointing ? 0.25 : 1.0 / 3.0);
+  if (rates.shared_cores) {
+    s.crc_s = double(t.nvme_read + t.nvme_write) / rates.crc;
+    s.step_s = s.compute_s + s.pcie_s + s.adam_s + s.crc_s + s.nvme_s;
+  } else {
+    const bool overlapped = !cpu_optimizer(o) || o.overlap_optimizer;
+    const double path = overlapped ? std::max(s.forward_s, s.adam_s) + (s.compute_s - s.forward_s) : s.compute_s;
+    s.step_s = std::max({path, s.pcie_s, s.nvme_s}) + (overlapped ? 0.0 : s.adam_s);
+  }
+  const std::pair<double, std::string_view> parts[] = {
+      {s.compute_s, "compute"}, {s.pcie_s, "pcie"}, {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"}, {s.crc_s, "crc32c"}};
+  s.bottleneck = std::max_element(std::begin(parts), std::end(parts), [](const auto& a, const auto& b) {
+                   return a.first < b.first;
+                 })->second;
+  return s;
+}
+
+Status check_hardware(const Hardware& h) {
+  if (h.gpu_bytes == 0)
+    return error(Code::invalid_argument, "the GPU memory budget is 0; pass --gpu-mem SIZE (e.g. 24GiB)");
+  if (h.cpu_bytes == 0)
+    return error(Code::invalid_argument, "the pinned CPU memory budget is 0; pass --cpu-mem SIZE (e.g. 128GiB)");
+  const std::pair<double, const char*> rates[] = {{h.rates.pcie, "--rate-pcie"},
+                                                  {h.rates.nvme_read, "--rate-nvme-read"},
+                                                  {h.rates.nvme_write, "--rate-nvme-write"},
+                                                  {h.rates.adam, "--rate-adam"}};
+  for (const auto& [rate, flag] : rates)
+    if (!(rate > 0) || !std::isfinite(rate))
+      return error(Code::invalid_argument, "{} must be a rate above 0, not {}", flag, rate);
+  if (h.rates.flops < 0 || !std::isfinite(h.rates.flops))
+    return error(Code::invalid_argument, "--rate-flops must be above 0, not {}", h.rates.flops);
+  return Status::ok();
+}
+
+PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions& options, const Hardware& h) {
+  // The tiles the run would take with this placement. A tiling check_tiling refuses was refused
+  // before (make_plan, choose_train_placement); the whole model stands in for it here.
+  const StatusOr<ModelConfig> tiled = with_tiling(untiled, options, h.gpu_bytes);
+  ModelConfig whole = untiled;
+  whole.vocab_tile = whole.mlp_tiles = 0;
+  return evaluate_tiled(tiled.is_ok() ? *tiled : whole, options, h);
+}
+
+PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
+  PlanCandidate c;
+  c.options = options;
+  c.model = config;
+  c.bytes = plan_bytes(config, options);
+  c.traffic = plan_traffic(config, options);
+  c.time = plan_step_time(config, options, h.rates);
+  const uint64_t budgets[kPlanTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
+  for (size_t t = 0; t < kPlanTiers; ++t) {
+    const uint64_t need = c.bytes.tier(PlanTier(t));
+    c.missing[t] = need > budgets[t] ? need - budgets[t] : 0;
+  }
+  return c;
+}
+
+std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed) {
+  enum class Opt { device, cpu, nvme };
+  const Opt base_opt = base.optimizer_device == OptimizerDevice::device ? Opt::device
+                       : base.optimizer_home == OptimizerHome::nvme     ? Opt::nvme
+                                                                        : Opt::cpu;
+  const auto choices = [](bool is_fixed, auto given, std::initializer_list<decltype(given)> all) {
+    return is_fixed ? std::vector<decltype(given)>{given} : std::vector<decltype(given)>(all);
+  };
+  std::vector<TrainOptions> out;
+  for (ParamHome w : choices(fixed.weights, base.offload_param, {ParamHome::none, ParamHome::cpu, ParamHome::nvme}))
+    for (Opt opt : choices(fixed.optimizer, base_opt, {Opt::device, Opt::cpu, Opt::nvme}))
+      for (GradHome g : choices(fixed.gradients, base.offload_grad, {GradHome::cpu, GradHome::nvme}))
+        for (bool ckpt : choices(fixed.checkpointing, base.activation_checkpointing, {false, true})) {
+          // The device optimizer updates resident weights with fp32 moments and keeps the gradients.
+          if (opt == Opt::device && (w != ParamHome::none || base.adam_states == AdamStates::q8)) continue;
+          if (opt == Opt::device && g == GradHome::nvme && !fixed.gradients) continue;
+          TrainOptions o = base;
+          o.offload_param = w;
+          o.optimizer_device = opt == Opt::device ? OptimizerDevice::device : OptimizerDevice::cpu;
+          o.optimizer_home = opt == Opt::nvme ? OptimizerHome::nvme : OptimizerHome::cpu;
+          o.offload_grad = opt == Opt::device ? GradHome::cpu : g;
+          o.activation_checkpointing = ckpt;
+          out.push_back(o);
+        }
+  return out;
+}
+
+namespace {
+
+// How far a placement keeps state from the fastest tier, the most-used state weighing most:
+// weights (fetched twice per micro-batch) 4, gradients (once per micro-batch) 2, optimizer state
+// (once per step) 1; per tier: device 0, cpu 1, nvme 2.
+int placement_rank(const TrainOptions& o) {
+  const int w = o.offload_param == ParamHome::none ? 0 : o.offload_param == ParamHome::cpu ? 1 : 2;
+  const int g = !cpu_optimizer(o) ? 0 : o.offload_grad == GradHome::cpu ? 1 : 2;
+  const int opt = !cpu_optimizer(o) ? 0 : o.optimizer_home == OptimizerHome::cpu ? 1 : 2;
+  return 4 * w + 2 * g + opt;
+}
+
+// a before b: the faster (times within 1e-9 relative are equal), then the lower rank, then
+// checkpointing off.
+bool better_fit(const PlanCandidate& a, const PlanCandidate& b) {
+  const double ta = a.time.step_s, tb = b.time.step_s;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
+  return std::tuple(placement_rank(a.options), a.options.activation_checkpointing) <
+         std::tuple(placement_rank(b.options), b.options.activation_checkpointing);
+}
+
+// a before b when neither fits: fewer bytes missing on the GPU, then the CPU, then NVMe.
+bool closer(const PlanCandidate& a, const PlanCandidate& b) {
+  if (a.missing != b.missing) return a.missing < b.missing;
+  return better_fit(a, b);
+}
+
+struct Search {
+  std::vector<PlanCandidate> all;
+  PlanCandidate chosen;
+  bool fits = false;
+};
+
+// The fastest candidate of `all` that fits, else the closest to fitting.
+Search pick(std::vector<PlanCandidate> all) {
+  Search s;
+  s.all = std::move(all);
+  const PlanCandidate* best = nullptr;
+  for (const PlanCandidate& c : s.all)
+    if (c.fits() && (best == nullptr || better_fit(c, *best))) best = &c;
+  s.fits = best != nullptr;
+  if (!s.fits)
+    for (const PlanCandidate& c : s.all)
+      if (best == nullptr || closer(c, *best)) best = &c;
+  if (best != nullptr) s.chosen = *best;
+  return s;
+}
+
+Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
+  std::vector<PlanCandidate> all;
+  for (const TrainOptions& o : plan_placements(base, fixed)) all.push_back(evaluate_placement(config, o, h));
+  return pick(std::move(all));
+}
+
+// search with the tiles auto would cut, whatever tiling base gives (with_tiling's fewest that fit,
+// as fewest_fitting_tiles): what tiling would do for a run given whole MLPs or too few tiles.
+Search search_auto_tiles(const ModelConfig& config, TrainOptions base, const Hardware& h, const PlanFixed& fixed) {
+  base.vocab_tile = base.mlp_tiles = -1;
+  return search(config, base, h, fixed);
+}
+
+// SI sizes, as drives are sold: "760.3 GB", "12.5 MB".
+std::string gb(uint64_t bytes) {
+  return bytes >= 1000000000 ? fmt::format("{:.1f} GB", double(bytes) / 1e9) : fmt::format("{:.1f} MB", double(bytes) / 1e6);
+}
+// A size for a flag, rounded up: "1261GB", "530MB".
+std::string flag_size(uint64_t bytes) {
+  return bytes >= 10000000000 ? fmt::format("{}GB", (bytes + 999999999) / 1000000000)
+                              : fmt::format("{}MB", (bytes + 999999) / 1000000);
+}
+
+std::string shortfall(const PlanCandidate& c) {
+  std::string out;
+  for (size_t t = 0; t < kPlanTiers; ++t)
+    if (c.missing[t] > 0)
+      out += fmt::format("{}{} short by {}", out.empty() ? "" : ", ", plan_tier_name(PlanTier(t)), gb(c.missing[t]));
+  return out;
+}
+
+// The outcome of a changed input, for a suggestion's effect.
+std::string outcome(const Search& s) {
+  if (s.fits)
+    return fmt::format("fits with {} (gpu {}, cpu {}, nvme {}; step about {:.3g} s)", candidate_summary(s.chosen),
+                       gb(s.chosen.bytes.tier(PlanTier::gpu)), gb(s.chosen.bytes.tier(PlanTier::cpu)),
+                       gb(s.chosen.bytes.tier(PlanTier::nvme)), s.chosen.time.step_s);
+  return "still does not fit: " + shortfall(s.chosen);
+}
+
+// A suggestion whose outcome is `s`.
+PlanSuggestion found(std::string change, std::string effect, const Search& s) {
+  return {std::move(change), std::move(effect), s.fits, s.fits ? s.chosen.time.step_s : 0.0};
+}
+
+// Per tier: the least it must hold for some placement that fits the other two budgets.
+void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSuggestion>& out) {
+  for (size_t t = 0; t < kPlanTiers; ++t) {
+    const PlanCandidate* best = nullptr;
+    for (const PlanCandidate& c : s.all) {
+      const bool others_fit = (t == 0 || c.missing[0] == 0) && (t == 1 || c.missing[1] == 0) && (t == 2 || c.missing[2] == 0);
+      if (others_fit && (best == nullptr || c.bytes.tier(PlanTier(t)) < best->bytes.tier(PlanTier(t)))) best = &c;
+    }
+    if (best == nullptr) continue;
+    const uint64_t need = best->bytes.tier(PlanTier(t)), missing = best->missing[t];
+    const std::string with = candidate_summary(*best);
+    if (t == 0)
+      out.push_back({fmt::format("--gpu-mem {}", flag_size(need)),
+                     fmt::format("a GPU budget of {} ({} more) fits with {}", gb(need), gb(missing), with), true,
+                     best->time.step_s});
+    else if (t == 1)
+      out.push_back({fmt::format("--cpu-mem {}", flag_size(need)),
+                     fmt::format("{} of pinned CPU memory ({} more) fits with {}", gb(need), gb(missing), with), true,
+                     best->time.step_s});
+    else
+      out.push_back({"--nvme-path DIR",
+                     fmt::format("add an NVMe path with {} free: the plan needs {} of NVMe and {} is there (for a "
+                                 "described machine: --nvme-mem {}), with {}",
+                                 gb(missing), gb(need), gb(h.nvme_bytes), flag_size(need), with),
+                     true, best->time.step_s});
+  }
+}
+
+// The smaller micro-batches of the same tokens per step that the flags take: micro_batch / d and
+// grad_accum x d for each divisor d > 1 of micro_batch while grad_accum x d <= kMaxGradAccum, the
+// largest micro-batch first.
+std::vector<TrainOptions> smaller_micro_batches(const TrainOptions& base) {
+  std::vector<TrainOptions> out;
+  for (uint64_t d = 2; d <= base.micro_batch && base.grad_accum * d <= uint64_t(kMaxGradAccum); ++d) {
+    if (base.micro_batch % d != 0) continue;
+    TrainOptions o = base;
+    o.micro_batch = base.micro_batch / d;
+    o.grad_accum = base.grad_accum * d;
+    out.push_back(o);
+  }
+  return out;
+}
+
+// The largest smaller micro-batch that fits and its search; a search that does not fit when none does.
+std::pair<TrainOptions, Search> smaller_micro_batch(const ModelConfig& config, const TrainOptions& base,
+                                                    const Hardware& h, const PlanFixed& fixed) {
+  for (const TrainOptions& o : smaller_micro_batches(base)) {
+    Search s = search(config, o, h, fixed);
+    if (s.fits) return {o, std::move(s)};
+  }
+  return {base, Search{}};
+}
+
+std::string micro_batch_flags(const TrainOptions& o) {
+  return fmt::format("--micro-batch {} --grad-accum {}", o.micro_batch, o.grad_accum);
+}
+
+// Flags joined by spaces, the empty ones left out.
+std::string joined(std::initializer_list<std::string> flags) {
+  std::string out;
+  for (const std::string& f : flags)
+    if (!f.empty()) out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+// Fits first, the fastest predicted step first; the order of equals kept.
+void fastest_first(std::vector<PlanSuggestion>& ways) {
+  std::stable_sort(ways.begin(), ways.end(), [](const PlanSuggestion& a, const PlanSuggestion& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits && a.step_s < b.step_s;
+  });
+}
+
+std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOptions& base, const Hardware& h,
+                                        const PlanFixed& fixed, const Search& s) {
+  std::vector<PlanSuggestion> out;
+  add_tier_suggestions(s, h, out);
+  std::vector<PlanSuggestion> ways;  // each change alone
+  TrainOptions all = base;
+  PlanFixed all_fixed = fixed;
+  // Tiles: the fewest that fit, where the given tiling does not cut them (auto's: s).
+  const Search t = base.vocab_tile < 0 && base.mlp_tiles < 0 ? s : search_auto_tiles(config, base, h, fixed);
+  const std::string tiles = tiling_flags(t.chosen.model, base);
+  if (!tiles.empty() && (t.fits || closer(t.chosen, s.chosen)))
+    ways.push_back(found(tiles, fmt::format("{}, each tile a chunk the device holds two of at a time: {}",
+                                            tiling_summary(t.chosen.model), outcome(t)),
+                         t));
+  if (base.adam_states == AdamStates::f32) {
+    TrainOptions o = base;
+    o.adam_states = AdamStates::q8;
+    o.optimizer = "adamw8bit";
+    PlanFixed f = fixed;
+    if (o.optimizer_device == OptimizerDevice::device) f.optimizer = false;  // 8-bit moments live on the CPU
+    const Search q = search(config, o, h, f);
+    ways.push_back(found("--optimizer-type adamw8bit",
+                         "8-bit moments (6 bytes of optimizer state per parameter, not 12): " + outcome(q), q));
+    all = o;
+    all_fixed = f;
+  }
+  if (fixed.checkpointing && !base.activation_checkpointing) {
+    TrainOptions o = base;
+    o.activation_checkpointing = true;
+    const Search c = search(config, o, h, fixed);
+    ways.push_back(
+        found("--activation-checkpointing", "keep only each layer's input for the backward: " + outcome(c), c));
+    all.activation_checkpointing = true;
+  }
+  const std::vector<TrainOptions> smaller = smaller_micro_batches(base);
+  if (const auto [o, m] = smaller_micro_batch(config, base, h, fixed); m.fits)
+    ways.push_back(found(micro_batch_flags(o),
+                         fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
+                                     outcome(m)),
+                         m));
+  fastest_first(ways);
+  const bool one_fits = std::any_of(ways.begin(), ways.end(), [](const PlanSuggestion& w) { return w.fits; });
+  out.insert(out.end(), ways.begin(), ways.end());
+  if (one_fits) return out;
+  if (!smaller.empty()) {
+    all.micro_batch = smaller.back().micro_batch;
+    all.grad_accum = smaller.back().grad_accum;
+  }
+  const Search a = search_auto_tiles(config, all, h, all_fixed);
+  const std::string change =
+      joined({all.adam_states != base.adam_states ? "--optimizer-type adamw8bit" : "",
+              all.activation_checkpointing != base.activation_checkpointing ? "--activation-checkpointing" : "",
+              tiling_flags(a.chosen.model, base), all.micro_batch != base.micro_batch ? micro_batch_flags(all) : ""});
+  if (a.fits && !change.empty())  // else the per-tier figures above say what is missing
+    out.push_back(found(change, "all of these together: " + outcome(a), a));
+  return out;
+}
+
+// A plan that auto tiled: the untiled plans that fit too (Plan::untiled_alternatives).
+std::vector<PlanSuggestion> untiled_alternatives(const ModelConfig& config, const TrainOptions& base,
+                                                 const Hardware& h, const PlanFixed& fixed,
+                                                 const PlanCandidate& tiled) {
+  const bool mlp = base.mlp_tiles < 0 && tiled.model.mlp_tiles > 1;
+  const bool vocab = base.vocab_tile < 0 && tiled.model.vocab_tile > 0;
+  if (!mlp && !vocab) return {};
+  TrainOptions whole = base;
+  whole.vocab_tile = std::max<int64_t>(base.vocab_tile, 0);
+  whole.mlp_tiles = std::max<int64_t>(base.mlp_tiles, 0);
+  const std::string untile = joined({mlp ? "--mlp-tiles 0" : "", vocab ? "--vocab-tile 0" : ""});
+  std::vector<PlanSuggestion> out;
+  if (const Search u = search(config, whole, h, fixed); u.fits) {
+    // The flags of what changes: the placement's, or only checkpointing.
+    const TrainOptions& a = u.chosen.options;
+    TrainOptions homes = a;  // a's homes with the tiled plan's checkpointing
+    homes.activation_checkpointing = tiled.options.activation_checkpointing;
+    const bool moved = placement_flags(homes) != placement_flags(tiled.options);
+    const bool ckpt = !moved && a.activation_checkpointing != tiled.options.activation_checkpointing;
+    out.push_back(found(joined({untile, moved ? placement_flags(a) : "", ckpt ? "--activation-checkpointing" : ""}),
+                        outcome(u), u));
+  }
+  if (const auto [o, m] = smaller_micro_batch(config, whole, h, fixed); m.fits)
+    out.push_back(found(joined({untile, micro_batch_flags(o)}),
+                        fmt::format("the same {} tokens per step in smaller micro-batches: {}", o.tokens_per_step(),
+                                    outcome(m)),
+                        m));
+  fastest_first(out);
+  return out;
+}
+
+// "96MiB": a --gpu-mem that holds `bytes`, rounded up to whole MiB.
+std::string gpu_mem_flag(uint64_t bytes) { return fmt::format("--gpu-mem {}MiB", (bytes + (1ull << 20) - 1) >> 20); }
+
+}  // namespace
+
+StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
+                         const PlanFixed& fixed) {
+  STRATA_RETURN_IF_ERROR(check_hardware(hardware));
+  STRATA_RETURN_IF_ERROR(check_tiling(config, base));
+  if (base.micro_batch == 0 || base.seq == 0 || base.grad_accum == 0)
+    return error(Code::invalid_argument, "micro_batch, seq and grad_accum must be at least 1 (got {}, {}, {})",
+                 base.micro_batch, base.seq, base.grad_accum);
+  if (int64_t(base.seq) > config.max_seq)
+    return error(Code::invalid_argument, "--seq {} is longer than {}'s {} positions; pass --seq {} or less", base.seq,
+                 config.name, config.max_seq, config.max_seq);
+  Search s = search(config, base, hardware, fixed);
+  if (s.all.empty())
+    return error(Code::invalid_argument, "no placement satisfies the choices given ({}); drop one of --offload-param, "
+                 "--offload-optimizer, --optimizer-device, --offload-grad", placement_summary(base));
+  Plan plan;
+  plan.config = config;
+  plan.params = parameter_count(config);
+  plan.hardware = hardware;
+  plan.fits = s.fits;
+  if (!s.fits)
+    plan.suggestions = suggestions(config, base, hardware, fixed, s);
+  else
+    plan.untiled_alternatives = untiled_alternatives(config, base, hardware, fixed, s.chosen);
+  plan.chosen = std::move(s.chosen);
+  return plan;
+}
+
+std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const TrainOptions& o, const Hardware& h) {
+  const uint64_t budget = h.gpu_bytes;
+  // A change: the run with `with`'s options, tiled as given or as with_tiling says for them.
+  const auto change = [&](std::string flags, std::string what, const ModelConfig& tiled, const TrainOptions& with) {
+    const uint64_t need = estimate_device_bytes(tiled, with).total();
+    const double step = plan_step_time(tiled, with, h.rates).step_s;
+    const std::string room = need <= budget ? fmt::format("within the {} budget", format_size(budget))
+                                            : fmt::format("{} over the {} budget", format_size(need - budget),
+                                                          format_size(budget));
+    return PlanSuggestion{std::move(flags),
+                          fmt::format("{}: needs {} of device memory ({}); step about {:.3g} s", what,
+                                      format_size(need), room, step),
+                          need <= budget, step};
+  };
+  const auto retiled = [&](const TrainOptions& with) {
+    const StatusOr<ModelConfig> t = with_tiling(config, with, budget);
+    return t.is_ok() ? *t : config;
+  };
+  const uint64_t now = estimate_device_bytes(config, o).total();
+  std::vector<PlanSuggestion> ways;
+  TrainOptions all = o;
+  const Tiling fewest = fewest_fitting_tiles(config, o, budget);
+  ModelConfig tiled = config;
+  tiled.vocab_tile = fewest.vocab_tile;
+  tiled.mlp_tiles = fewest.mlp_tiles;
+  const std::string tiles = tiling_flags(tiled, o);
+  if (!tiles.empty() && fewest.device_bytes < now)
+    ways.push_back(change(tiles, (fewest.fits ? "" : "the finest tiling, ") + tiling_summary(tiled), tiled, o));
+  if (o.offload_param == TrainOptions::ParamHome::none) {
+    TrainOptions paged = o;
+    paged.offload_param = TrainOptions::ParamHome::cpu;
+    paged.optimizer_device = OptimizerDevice::cpu;
+    ways.push_back(change("--offload-param cpu", "pages the weights through the device (nvme: from disk)",
+                          retiled(paged), paged));
+    all = paged;
+  }
+  if (!o.activation_checkpointing) {
+    TrainOptions ckpt = o;
+    ckpt.activation_checkpointing = true;
+    ways.push_back(change("--activation-checkpointing", "keep only each layer's input for the backward", retiled(ckpt),
+                          ckpt));
+    all.activation_checkpointing = true;
+  }
+  const std::vector<TrainOptions> smaller = smaller_micro_batches(o);
+  for (const TrainOptions& m : smaller) {
+    const PlanSuggestion s = change(micro_batch_flags(m), fmt::format("the same {} tokens per step in smaller "
+                                                                      "micro-batches", m.tokens_per_step()),
+                                    retiled(m), m);
+    if (!s.fits && &m != &smaller.back()) continue;
+    ways.push_back(s);
+    break;
+  }
+  fastest_first(ways);
+  const bool one_fits = std::any_of(ways.begin(), ways.end(), [](const PlanSuggestion& w) { return w.fits; });
+  if (!one_fits) {
+    if (!smaller.empty()) {
+      all.micro_batch = smaller.back().micro_batch;
+      all.grad_accum = smaller.back().grad_accum;
+    }
+    // The run's own tiles when they fit with the rest, else the fewest that do (or the finest).
+    ModelConfig together = config;
+    if (estimate_device_bytes(config, all).total() > budget) {
+      const Tiling t = fewest_fitting_tiles(config, all, budget);
+      together.vocab_tile = t.vocab_tile;
+      together.mlp_tiles = t.mlp_tiles;
+    }
+    const std::string flags =
+        joined({all.offload_param != o.offload_param ? "--offload-param cpu" : "",
+                all.activation_checkpointing != o.activation_checkpointing ? "--activation-checkpointing" : "",
+                all.micro_batch != o.micro_batch ? micro_batch_flags(all) : "", tiling_flags(together, o)});
+    const uint64_t least = estimate_device_bytes(together, all).total();
+    if (!flags.empty() && least < now)
+      ways.push_back(change(flags,
+                            least <= budget ? "all of these together"
+                                            : "all of these together (" + gpu_mem_flag(least) + " would hold it)",
+                            together, all));
+  }
+  ways.push_back(change(gpu_mem_flag(now), "the run as it is", config, o));
+  return ways;
+}
+
+std::string placement_summary(const TrainOptions& o) {
+  const std::string_view weights = o.offload_param == ParamHome::none ? "gpu" : param_home_name(o.offload_param);
+  const std::string_view optimizer = cpu_optimizer(o) ? optimizer_home_name(o) : "gpu";
+  const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.offload_grad == GradHome::nvme ? "nvme" : "cpu";
+  return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
+                     o.activation_checkpointing ? "on" : "off");
+}
+
+std::string candidate_summary(const PlanCandidate& c) {
+  const std::string flags = tiling_flags(c.model, TrainOptions{});
+  return flags.empty() ? placement_summary(c.options)
+                       : fmt::format("{}, {} ({})", placement_summary(c.options), tiling_summary(c.model), flags);
+}
+
+std::string placement_flags(const TrainOptions& o) {
+  std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", param_home_name(o.offload_param),
+                                  optimizer_home_name(o));
+  if (cpu_optimizer(o)) flags += fmt::format(" --offload-grad {}", o.offload_grad == GradHome::nvme ? "nvme" : "cpu");
+  if (o.activation_checkpointing) flags += " --activation-checkpointing";
+  return flags;
+}
+
+}  // namespace strata::model

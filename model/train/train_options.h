@@ -1,0 +1,157 @@
+// TrainOptions: the typed settings of one `strata train` run, read from a Config that holds the
+// train keys (train_config_keys.h), with the checks that involve more than one key (data vs text,
+// warmup vs steps, fp16 keys vs dtype, ...). Single-key ranges are checked when the Config is
+// loaded. Not the model's dimensions (model_config.h: `preset` is resolved there) and not the
+// trainer; runtime keys such as seed and device stay in the Config.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/adam.h"
+#include "model/train/loss_scaler.h"
+#include "model/net/model_config.h"
+#include "model/train/lr_schedule.h"
+#include "model/data/token_dataset.h"
+#include "offload/cpu_adam.h"
+#include "runtime/config.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace strata::model {
+
+struct TrainOptions {
+  std::string preset;     // model preset name, e.g. "gpt2-tiny"
+  ModelOverrides model;   // explicit dimensions over the preset (model_config_with() resolves both)
+  std::string init_from;  // a Hugging Face model directory or .safetensors file; "" = random init
+
+  // Data. Neither data nor text: the built-in corpus (builtin_corpus.h), one byte per token.
+  std::vector<std::string> data;             // token file specs as given (may hold globs)
+  std::string text;                          // a plain text file, one byte per token ("" = none)
+  uint64_t random_tokens = 0;                // > 0: that many seeded uniform tokens instead of data
+  std::optional<TokenFileKind> data_format;  // of data and val_data; nullopt = auto (data_format_for)
+  std::vector<std::string> val_data;         // held-out token file specs; empty = hold out val_fraction
+  double val_fraction = 0.05;                // in [0, 0.5); 0 when val_data is given
+
+  // Shape: each optimizer step sees grad_accum micro-batches of (micro_batch, seq) tokens.
+  uint64_t steps = 1000;
+  uint64_t micro_batch = 16;  // B
+  uint64_t seq = 64;         // T
+  uint64_t grad_accum = 1;   // K
+  uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
+
+  DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations
+  bool tf32 = false;
+  bool activation_checkpointing = false;
+
+  // Optimizer. adam_hyper.lr is the peak rate (the schedule scales it per step); step and
+  // grad_scale are the trainer's to fill per step.
+  std::string optimizer = "adamw";  // "adamw", "adam" or "adamw8bit", for logs
+  kernels::AdamHyper adam_hyper;    // lr, beta1, beta2, eps, weight_decay, mode
+  AdamStates adam_states = AdamStates::f32;
+  // Where the fp32 masters and moments live and AdamW runs: pinned host memory with the CPU
+  // kernels, or the backend's memory with its adam_update op (fp32 moments only).
+  enum class OptimizerDevice : uint8_t { cpu, device } optimizer_device = OptimizerDevice::cpu;
+  // With the optimizer on the CPU: where its state (fp32 masters + moments, one image per chunk)
+  // is homed: pinned host memory (cpu) or NVMe swap files under nvme_path (nvme), streamed through
+  // optimizer_staging pinned buffers (>= 3: one read ahead, one updated, one written behind).
+  enum class OptimizerHome : uint8_t { cpu, nvme } optimizer_home = OptimizerHome::cpu;
+  uint32_t optimizer_staging = 4;
+  // Parameters per optimizer piece (DeepSpeed's sub_group_size): a chunk's state larger than this
+  // is read, updated and written in pieces of at most this many fp32 slots (model/plan/placement.h), so
+  // a staging buffer holds 12 (fp32 moments) or 6 (8-bit) bytes times this, whatever the chunk.
+  uint64_t sub_group_size = uint64_t(1) << 24;
+  // Memory-centric tiling: rows per tile of the (V, C) token table and untied head
+  // (ModelConfig::vocab_tile, a multiple of kVocabTileBlock), 0 whole, -1 auto
+  // (with_tiling, tiling.h: by the device budget when the weights are paged).
+  int64_t vocab_tile = -1;
+  // Memory-centric tiling of every layer's MLP into this many tiles per weight
+  // (ModelConfig::mlp_tiles), 0 whole, -1 auto (with_tiling, tiling.h).
+  int64_t mlp_tiles = -1;
+  // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
+  // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
+  // larger than RAM spill per chunk, the optimizer reads them back).
+  enum class GradHome : uint8_t { cpu, nvme } offload_grad = GradHome::cpu;
+  // With the optimizer on the CPU: a step's update runs under the next step's forward, chunk c
+  // just before the forward needs it (the same bits; Trainer::step says when weights are final).
+  bool overlap_optimizer = false;
+  double clip_grad_norm = 1.0;      // 0 = no clipping
+  LrScheduleOptions lr_schedule;    // peak_lr, warmup, decay, total_steps (lr_schedule_steps or steps), ...
+
+  // fp16 dynamic loss scaling (used only when dtype is f16).
+  LossScalerOptions loss_scaler;
+
+  // Where the working weights live (Offload I): resident on the device (none), homed in pinned
+  // host memory (cpu) or in NVMe swap files under nvme_path (nvme), paged through device slots.
+  enum class ParamHome : uint8_t { none, cpu, nvme } offload_param = ParamHome::none;
+  uint32_t param_slots = 2;     // device slots for the transformer layers' weights (>= 2)
+  uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
+  uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
+  std::string trace_path;       // Chrome trace-event JSON of the run's transfers and compute ("" = none)
+  bool bench = false;           // print each step's breakdown and lower bound after the run (train_bench.h)
+
+  // Evaluation (0 = never), logging, checkpoints. "" = not set.
+  uint64_t eval_every = 50;
+  uint64_t eval_batches = 8;
+  uint64_t log_every = 0;  // full progress lines every this many steps; 0 = auto (model/train/train_progress.h)
+  std::string metrics_path;
+  // TensorBoard event files (model/train/tensorboard_writer.h): OUTPUT_PATH/JOB_NAME when enabled.
+  bool tensorboard = false;
+  std::string tensorboard_output_path;
+  std::string tensorboard_job_name = "strata";
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;  // 0 = only after the last step (when checkpoint_dir is set)
+  uint64_t keep_checkpoints = 2;  // step-N/ directories kept in checkpoint_dir (model/ckpt/checkpoint_store.h)
+  std::string resume_path;        // a run directory (its latest checkpoint) or one checkpoint directory
+
+  // Non-finite numbers: a step whose gradients are Inf/NaN is skipped (no update); this many
+  // skipped in a row stop the run with an error naming the step (0: never stop).
+  uint64_t max_skipped_steps = 50;
+
+  // Things worth telling the user that are not errors (e.g. fp16 keys set while dtype is bf16).
+  // Returned, not logged: the caller logs each with spdlog::warn.
+  std::vector<std::string> warnings;
+
+  bool uses_builtin_corpus() const { return data.empty() && text.empty() && random_tokens == 0; }
+  bool evaluates() const { return eval_every > 0 && (!val_data.empty() || val_fraction > 0.0); }
+};
+
+// Reads the train keys of `config` (its schema must have them: add_train_config_keys). Errors are
+// invalid_argument naming each key involved and where its value came from:
+//   data and text both given, or random_tokens with either; with text, a data_format other than
+//   auto or text;
+//   val_data and an explicit val_fraction > 0 both given; val_fraction of 0.5;
+//   train_batch_size not micro_batch x grad_accum when all three are given, or, when one of those
+//   two is not given, not a multiple of the other (the missing one is derived as the quotient);
+//   warmup_steps > the schedule's steps (>= for cosine/linear decay: nothing left to decay over);
+//   warmup_min_lr and warmup_min_ratio both given, or warmup_min_lr above lr;
+//   a DeepSpeed scheduler (lr_schedule WarmupLR, WarmupDecayLR, WarmupCosineLR) with a key its
+//   scheduler.params have no counterpart for (e.g. cos_min_ratio with WarmupDecayLR);
+//   bf16_enabled and fp16_enabled both true, or either contradicting an explicit dtype;
+//   loss_scale_min above the initial loss scale; checkpoint_every without checkpoint_dir;
+//   param_slots below 2; offload_param nvme without an nvme_path (or a schema without that key);
+//   offload_param cpu or nvme with optimizer_device device (that optimizer updates resident weights).
+// The schedule spans lr_schedule_steps (DeepSpeed's total_num_steps) when given, else steps; when
+// only lr_schedule_steps is given, steps follows it. Training may stop before the schedule ends or
+// run on past it at the final rate. DeepSpeed schedulers keep DeepSpeed's defaults: log warmup,
+// WarmupDecayLR decays to 0, WarmupCosineLR to cos_min_ratio 0.0001.
+// Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
+// from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does); each group of ignored
+// DeepSpeed settings of the file (Config::ignored_file_warnings); each unknown STRATA_* variable
+// (Config::unknown_env_warnings); param_slots, prefetch_bytes or
+// nvme_staging set while offload_param is none, and nvme_staging set while it is cpu (no effect).
+StatusOr<TrainOptions> train_options_from_config(const Config& config);
+
+// "none", "cpu", "nvme": the offload_param value of `home`.
+std::string_view param_home_name(TrainOptions::ParamHome home);
+// "none" (the optimizer on the device), "cpu", "nvme": the offload_optimizer value of `o`.
+std::string_view optimizer_home_name(const TrainOptions& o);
+
+// The layout of the token file `path`: options.data_format when set, else by extension (".bin":
+// llmc_bin, ".txt": text). Any other name with auto is invalid_argument asking for --data-format.
+StatusOr<TokenFileKind> data_format_for(const TrainOptions& options, std::string_view path);
+
+}  // namespace strata::model

@@ -1,0 +1,463 @@
+// The exactness contract of Offload I (docs/ARCHITECTURE.md, "Exactness"): where the working
+// weights live -- resident on the device, homed in pinned CPU memory, or on NVMe and paged through
+// a few device slots -- changes no bit of training. Tiny GPT-2 and LLaMA models (many small
+// layers, so the layers dominate the bytes) train 20 steps with clipping active in fp32, bf16 and
+// fp16, with 1 and 3 micro-batches; the paged runs get a device budget under a third of the
+// model's weights + gradients, so chunks really are evicted and fetched again. Losses, gradient
+// norms and the final fp32 masters must equal the resident run's exactly; the arena's peak stays
+// under the budget; the prefetcher replays its recorded trace from the second step on. And a
+// failing NVMe read (EIO, or a torn earlier write caught by the CRC) stops the step with an error
+// naming the chunk, never handing bad weights to the compute.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/ckpt/checkpoint.h"
+#include "model/plan/placement.h"
+#include "model/train/trainer.h"
+#include "model/net/transformer.h"
+#include "offload/fault_engine.h"
+#include "offload/io_engine_factory.h"
+#include "offload/nvme_store.h"
+#include "offload/tier_manager.h"
+#include "tests/model/model_run.h"
+
+namespace strata::model {
+namespace {
+
+using testing::expect_value;
+
+std::vector<char> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+constexpr int64_t kB = 2, kT = 16;
+constexpr int kSteps = 20;
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c;
+  c.name = arch == Arch::gpt2 ? "gpt2-paging" : "llama-paging";
+  c.arch = arch;
+  c.vocab = 128;
+  c.max_seq = 32;
+  c.dim = 64;
+  c.n_layer = 12;
+  c.n_head = 4;
+  c.n_kv_head = arch == Arch::gpt2 ? 4 : 2;
+  c.ffn_hidden = arch == Arch::gpt2 ? 256 : 160;
+  c.tied_head = arch == Arch::gpt2;
+  return c;
+}
+
+enum class Home { resident, cpu, nvme };
+const char* home_name(Home h) { return h == Home::resident ? "resident" : h == Home::cpu ? "cpu" : "nvme"; }
+// Where the optimizer state lives: on the device (the backend's AdamW beside resident weights),
+// in pinned host memory, or on NVMe (streamed through the OptimizerPipeline's staging buffers).
+enum class OptHome { device, cpu, nvme };
+const char* opt_name(OptHome h) { return h == OptHome::device ? "device" : h == OptHome::cpu ? "cpu" : "nvme"; }
+
+struct Placement {
+  Home weights = Home::resident;
+  OptHome optimizer = OptHome::cpu;
+  bool grads_on_nvme = false;  // the step's fp32 gradient sums spill to NVMe (the CPU optimizer reads them back)
+  bool overlap = true;         // the CPU optimizer's update runs under the next forward
+  // Parameters per optimizer piece (0: the default, which no chunk of these models exceeds): a
+  // small one cuts every chunk's state into pieces, many tensors among them.
+  uint64_t sub_group = 0;
+};
+std::string placement_name(Placement p) {
+  return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
+         (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap") +
+         (p.sub_group != 0 ? ", pieces of " + std::to_string(p.sub_group) : "");
+}
+
+struct Outcome {
+  std::vector<double> losses, norms, clips;
+  std::vector<float> masters;  // every parameter's fp32 master, layout order
+  uint64_t arena_peak = 0;
+  uint64_t budget = 0;
+  TierStats tiers;
+  uint64_t injected = 0;  // faults (or counted requests) the fault engine injected
+};
+
+// Deterministic token batches: the same for every placement.
+struct Batches {
+  explicit Batches(uint64_t seed, int64_t vocab) : rng(seed), vocab(vocab) {}
+  StatusOr<BatchView> next() {
+    inputs.resize(kB * kT);
+    targets.resize(kB * kT);
+    // Learnable rows (each token is the previous + 3, from a random start) with some ignored targets.
+    for (int64_t b = 0; b < kB; ++b) {
+      const uint64_t start = rng() % uint64_t(vocab);
+      for (int64_t t = 0; t < kT; ++t) {
+        const int64_t i = b * kT + t;
+        inputs[i] = int32_t((start + 3 * uint64_t(t)) % uint64_t(vocab));
+        targets[i] = (i % 7 == 3) ? -1 : int32_t((start + 3 * uint64_t(t + 1)) % uint64_t(vocab));
+      }
+    }
+    BatchView v;
+    v.inputs = inputs.data();
+    v.targets = targets.data();
+    v.batch_size = kB;
+    v.seq_len = kT;
+    return v;
+  }
+  std::mt19937_64 rng;
+  int64_t vocab;
+  std::vector<int32_t> inputs, targets;
+};
+
+// Weights + gradients of the model at the working precision: what a resident run keeps.
+uint64_t resident_param_bytes(const ModelConfig& c, DType dt) {
+  const ParamLayout layout = build_param_layout(c, dtype_size(dt)).value();
+  return 2 * layout.total_bytes();
+}
+
+// What a run does besides training kSteps steps: stop after `stop_after` steps (0: never) and save
+// a checkpoint into `save_dir`, or save one after step `save_at` and go on, or start from the
+// checkpoint in `resume_dir`.
+struct RunControl {
+  int stop_after = 0;
+  int save_at = 0;
+  std::string save_dir;
+  std::string resume_dir;
+};
+
+Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Placement place,
+              AdamStates states = AdamStates::f32, const std::vector<FaultRule>& faults = {},
+              Status* failure = nullptr, const RunControl& control = {}) {
+  const Home home = place.weights;
+  Outcome out;
+  const uint64_t params = resident_param_bytes(config, dtype);
+  // Paged: a third of weights + gradients (the slots and activations must fit under it).
+  out.budget = home == Home::resident ? 64ull << 20 : params / 3;
+  auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = out.budget}));
+  auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
+  auto pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "transparency"}));
+  const ParamLayout layout = build_param_layout(config, dtype_size(dtype)).value();
+
+  // NVMe homes live in swap files on the build's disk (O_DIRECT through io_uring, else posix).
+  const std::string swap_dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/transparency-" + std::to_string(::getpid());
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<NvmeStore> store;
+  std::unique_ptr<TierManager> tiers;
+  FaultEngine* fault_engine = nullptr;
+  if (home == Home::nvme || place.optimizer == OptHome::nvme || place.grads_on_nvme) {
+    std::filesystem::create_directories(swap_dir);
+    engine = expect_value(make_io_engine({}, {swap_dir})).engine;
+    if (!faults.empty()) {
+      auto wrapped = std::make_unique<FaultEngine>(std::move(engine), FaultEngineOptions{.seed = 3, .rules = faults});
+      fault_engine = wrapped.get();
+      engine = std::move(wrapped);
+    }
+    NvmeStoreOptions so;
+    so.paths = {swap_dir};
+    // Weights, the optimizer's images (masters + moments: 3x the fp32 weights at most) and the
+    // gradient sums (fp32).
+    so.capacity = 2 * layout.total_bytes() + 5 * build_param_layout(config, 4).value().total_bytes() + (8ull << 20);
+    so.stripe_unit = 64 << 10;
+    store = expect_value(NvmeStore::create(*engine, so));
+  }
+  if (home != Home::resident) {
+    const TierManagerOptions to = paged_weight_options(layout, home == Home::cpu ? Tier::cpu : Tier::nvme,
+                                                       /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
+                                                       config.name);
+    tiers = expect_value(TierManager::create(*backend, *pinned, home == Home::nvme ? store.get() : nullptr, nullptr, to));
+  }
+  const bool on_device = place.optimizer == OptHome::device;
+  auto model = expect_value(Transformer::create(
+      *backend, config,
+      {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = on_device},
+      {.weights = tiers.get(), .pinned = pinned.get()}));
+  if (control.resume_dir.empty()) {
+    EXPECT_TRUE(model->init(7).is_ok());
+  } else {
+    EXPECT_TRUE(load_checkpoint_weights(control.resume_dir, *model).is_ok());
+  }
+  TrainOptions o;
+  o.dtype = dtype;
+  o.grad_accum = grad_accum;
+  o.clip_grad_norm = 0.05;  // below the norms of this problem: every step clips
+  o.adam_hyper = kernels::AdamHyper{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .decay = LrDecay::constant};
+  o.loss_scaler.initial_scale = 1024.0;
+  o.adam_states = states;
+  o.optimizer_device = on_device ? TrainOptions::OptimizerDevice::device : TrainOptions::OptimizerDevice::cpu;
+  o.optimizer_home = place.optimizer == OptHome::nvme ? TrainOptions::OptimizerHome::nvme
+                                                       : TrainOptions::OptimizerHome::cpu;
+  o.optimizer_staging = 3;
+  o.offload_grad = place.grads_on_nvme ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
+  o.overlap_optimizer = place.overlap;
+  if (place.sub_group != 0) o.sub_group_size = place.sub_group;
+  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
+  Batches batches(11, config.vocab);
+  const NextBatch next = [&]() { return batches.next(); };
+  int first = 0;
+  if (!control.resume_dir.empty()) {
+    EXPECT_TRUE(load_checkpoint_optimizer(control.resume_dir, *trainer).is_ok());
+    first = int(trainer->steps_done());
+    for (int s = 0; s < first * int(grad_accum); ++s) (void)batches.next();  // the data the saved run used
+  }
+  const int last = control.stop_after > 0 ? control.stop_after : kSteps;
+  for (int s = first; s < last; ++s) {
+    StatusOr<StepResult> step = trainer->step(next);
+    if (failure != nullptr && !step.is_ok()) {
+      *failure = step.status();
+      break;
+    }
+    const StepResult r = expect_value(std::move(step));
+    out.losses.push_back(r.loss);
+    out.norms.push_back(r.grad_norm);
+    out.clips.push_back(r.clip_scale);
+    if (control.save_at == s + 1) {
+      CheckpointState saved;
+      saved.step = trainer->steps_done();
+      saved.preset = config.name;
+      EXPECT_TRUE(save_checkpoint(control.save_dir, *model, *trainer, saved).is_ok());
+    }
+  }
+  if (fault_engine != nullptr) out.injected = fault_engine->injected_total();
+  EXPECT_TRUE(backend->synchronize_all().is_ok());
+  if (!control.save_dir.empty() && control.save_at == 0) {
+    CheckpointState saved;
+    saved.step = trainer->steps_done();
+    saved.preset = config.name;
+    EXPECT_TRUE(save_checkpoint(control.save_dir, *model, *trainer, saved).is_ok());
+  }
+  if (failure != nullptr && !failure->is_ok()) return out;
+  EXPECT_TRUE(trainer->sync_host_state().is_ok());  // the device optimizer's masters come down
+  for (const ParamSpec& p : model->master_layout().params) {
+    const std::vector<float> m = expect_value(trainer->master(p));
+    out.masters.insert(out.masters.end(), m.begin(), m.end());
+  }
+  out.arena_peak = backend->memory().peak;
+  if (tiers) out.tiers = tiers->stats();
+  return out;
+}
+
+struct Case {
+  Arch arch;
+  DType dtype;
+  uint64_t grad_accum;
+  AdamStates states = AdamStates::f32;
+};
+
+class Transparency : public ::testing::TestWithParam<Case> {};
+
+void expect_same_training(const Outcome& got, const Outcome& want) {
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.norms, want.norms);
+  ASSERT_EQ(got.masters.size(), want.masters.size());
+  EXPECT_EQ(0, std::memcmp(got.masters.data(), want.masters.data(), got.masters.size() * sizeof(float)))
+      << "final fp32 masters differ";
+}
+
+// The whole placement matrix of one (model, precision, micro-batches, moments) against the run
+// with resident weights and the optimizer state in pinned memory: weights resident / cpu / nvme
+// x optimizer state device (resident weights, fp32 moments: the only combination it runs) / cpu /
+// nvme, the gradient sums spilled to NVMe in two of them, the optimizer state cut into pieces of
+// 1000 parameters (every tensor of a layer cut, pieces spanning tensors) in two; every
+// CPU-optimizer run but the reference overlaps the update with the next forward.
+TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
+  const Case k = GetParam();
+  const ModelConfig config = tiny(k.arch);
+  // The reference: every update applied between the steps.
+  const Outcome resident =
+      train(config, k.dtype, k.grad_accum, {Home::resident, OptHome::cpu, false, /*overlap=*/false}, k.states);
+  ASSERT_EQ(resident.losses.size(), size_t(kSteps));
+  // The problem is real: the loss falls and clipping is active.
+  EXPECT_LT(resident.losses.back(), resident.losses.front());
+  for (double c : resident.clips) EXPECT_LT(c, 1.0);
+  std::vector<Placement> placements = {{Home::resident, OptHome::cpu},       {Home::resident, OptHome::nvme, true},
+                                       {Home::cpu, OptHome::cpu},
+                                       {Home::cpu, OptHome::nvme, false, true, 1000},
+                                       {Home::nvme, OptHome::cpu},
+                                       {Home::nvme, OptHome::nvme, true}};
+  if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device, false, true, 1000});
+  for (Placement place : placements) {
+    SCOPED_TRACE(placement_name(place));
+    const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states);
+    expect_same_training(run, resident);
+    if (place.weights == Home::resident) continue;
+    EXPECT_LE(run.arena_peak, run.budget);
+    EXPECT_LT(run.budget * 3, resident_param_bytes(config, k.dtype) + 3);
+    // Paging happened (more fetches than chunks) and the trace was replayed from step 2 on.
+    EXPECT_GT(run.tiers.h2d_bytes, uint64_t(kSteps) * run.tiers.device_bytes);
+    EXPECT_EQ(run.tiers.sequences_recorded, 1u);
+    EXPECT_EQ(run.tiers.sequences_replayed, uint64_t(kSteps - 1));
+    EXPECT_GT(run.tiers.prefetches, 0u);
+  }
+}
+
+// A checkpoint saved mid-run with weights and optimizer state on NVMe (streamed out piece by
+// piece) resumes into the uninterrupted run bit for bit, into NVMe placement and into resident
+// (whole chunks: the format does not depend on the pieces).
+TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
+  const ModelConfig config = tiny(Arch::llama);
+  const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/nvme-ckpt-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
+    SCOPED_TRACE(adam_states_name(states));
+    const Placement nvme{Home::nvme, OptHome::nvme, true, true, /*sub_group=*/1000};
+    const Outcome straight = train(config, DType::bf16, 3, nvme, states);
+    train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_at = 0, .save_dir = dir, .resume_dir = ""});
+    for (Placement into : {nvme, Placement{Home::resident, OptHome::cpu}}) {
+      SCOPED_TRACE(placement_name(into));
+      const Outcome resumed = train(config, DType::bf16, 3, into, states, {}, nullptr,
+                                    {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
+      const std::vector<double> tail(straight.losses.begin() + kSteps / 2, straight.losses.end());
+      EXPECT_EQ(resumed.losses, tail);
+      ASSERT_EQ(resumed.masters.size(), straight.masters.size());
+      EXPECT_EQ(0, std::memcmp(resumed.masters.data(), straight.masters.data(), resumed.masters.size() * 4));
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// The checkpoint files are the same bytes whether the optimizer state is kept in pieces or whole
+// chunks: GPT-2's transposed weights cut into pieces are gathered before their HF layout is
+// written, the moments of each piece land at their offsets.
+TEST(NvmeCheckpoint, PiecesWriteTheSameFilesAsWholeChunks) {
+  const ModelConfig config = tiny(Arch::gpt2);
+  const std::string base = std::string(STRATA_BINARY_DIR) + "/test-scratch/pieces-ckpt-" + std::to_string(::getpid());
+  for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
+    SCOPED_TRACE(adam_states_name(states));
+    std::filesystem::remove_all(base);
+    for (uint64_t sub_group : {uint64_t(0), uint64_t(1000)})
+      train(config, DType::bf16, 1, {Home::resident, OptHome::nvme, false, true, sub_group}, states, {}, nullptr,
+            {.stop_after = 3, .save_at = 0, .save_dir = base + "/" + std::to_string(sub_group), .resume_dir = ""});
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      SCOPED_TRACE(file);
+      const auto whole = read_file_bytes(base + "/0/" + file), pieces = read_file_bytes(base + "/1000/" + file);
+      ASSERT_FALSE(whole.empty());
+      EXPECT_TRUE(whole == pieces);
+    }
+  }
+  std::filesystem::remove_all(base);
+}
+
+// Faults on the optimizer state's NVMe I/O mid-run (weights resident, so every request is the
+// optimizer's): a persistent EIO or short read, a CRC mismatch after a torn write, and ENOSPC on a
+// write stop the run with an error naming the chunk (and the swap file for read errors); the steps
+// before it trained exactly as the clean run, and the checkpoint saved before the fault verifies
+// and resumes into the clean run's losses bit for bit.
+TEST(OptimizerStateFaults, AFailingStateTransferStopsTheRunAndTheLastCheckpointResumes) {
+  const ModelConfig config = tiny(Arch::llama);
+  const Placement place{Home::resident, OptHome::nvme, false, /*overlap=*/false};
+  // Count the requests of a clean run: a 0 us latency rule matches (and counts) every read, then
+  // every write.
+  const FaultRule count_reads{.kind = FaultKind::latency, .op = IoOp::read};
+  const FaultRule count_writes{.kind = FaultKind::latency, .op = IoOp::write};
+  const Outcome clean = train(config, DType::bf16, 1, place, AdamStates::f32, {count_reads});
+  const Outcome clean_writes = train(config, DType::bf16, 1, place, AdamStates::f32, {count_writes});
+  ASSERT_EQ(clean.losses.size(), size_t(kSteps));
+  EXPECT_EQ(clean_writes.losses, clean.losses);
+  // Each step's update reads and writes every chunk's image once; the init walk writes them too.
+  ASSERT_EQ(clean.injected % kSteps, 0u);
+  const uint32_t reads = uint32_t(clean.injected / kSteps);
+  ASSERT_EQ(clean_writes.injected % (kSteps + 1), 0u);
+  const uint32_t writes = uint32_t(clean_writes.injected / (kSteps + 1));
+  // A checkpoint after step 5 (its save reads every chunk once more); the fault hits step 6's
+  // update (a torn write: step 7's read of it). An ENOSPC rule also sees the store's reservation.
+  constexpr int kSaved = 5;
+  const uint32_t read_skip = (kSaved + 1) * reads + 1, write_skip = (kSaved + 1) * writes;
+  struct Fault {
+    const char* what;
+    FaultRule rule;
+    Code code;
+    int trained;  // steps completed before the failing one
+  };
+  const Fault faults[] = {
+      {"EIO on a read", {.kind = FaultKind::eio, .op = IoOp::read, .skip = read_skip}, Code::io_error, kSaved},
+      {"short read", {.kind = FaultKind::short_transfer, .op = IoOp::read, .skip = read_skip},
+       Code::io_error, kSaved},
+      {"torn write", {.kind = FaultKind::torn_write, .op = IoOp::write, .skip = write_skip, .limit = 1},
+       Code::corruption, kSaved + 1},
+      {"ENOSPC on a write", {.kind = FaultKind::enospc, .op = IoOp::write, .skip = write_skip + 2},
+       Code::no_space, kSaved},
+  };
+  const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/opt-faults-" + std::to_string(::getpid());
+  for (const Fault& f : faults) {
+    SCOPED_TRACE(f.what);
+    std::filesystem::remove_all(dir);
+    Status failure;
+    const Outcome o = train(config, DType::bf16, 1, place, AdamStates::f32, {f.rule}, &failure,
+                            {.stop_after = 0, .save_at = kSaved, .save_dir = dir, .resume_dir = ""});
+    EXPECT_EQ(failure.code(), f.code) << failure.to_string();
+    EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+    if (f.code == Code::io_error || f.code == Code::corruption) {
+      EXPECT_NE(failure.message().find("swap"), std::string::npos) << failure.to_string();
+    }
+    ASSERT_EQ(o.losses.size(), size_t(f.trained));
+    EXPECT_TRUE(std::equal(o.losses.begin(), o.losses.end(), clean.losses.begin()));
+    // The checkpoint taken before the fault verifies and resumes into the clean run.
+    ASSERT_TRUE(verify_checkpoint(dir).is_ok());
+    const Outcome resumed = train(config, DType::bf16, 1, place, AdamStates::f32, {}, nullptr,
+                                  {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
+    EXPECT_EQ(resumed.losses, std::vector<double>(clean.losses.begin() + kSaved, clean.losses.end()));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Every read fails after the first few (more than the store's retries): step 1 stops with the
+// store's error naming the chunk, extent and path.
+TEST(PagedWeightFaults, AFailingNvmeReadStopsTheStepNamingTheChunk) {
+  Status failure;
+  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
+                          {FaultRule{.kind = FaultKind::eio, .op = IoOp::read, .skip = 5}}, &failure);
+  EXPECT_EQ(failure.code(), Code::io_error) << failure.to_string();
+  EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+  EXPECT_TRUE(o.losses.empty()) << "no step completed on bad weights";
+}
+
+// The first optimizer write is torn (only a prefix lands, success reported, as after a power
+// cut): the next read of that chunk fails its CRC on every retry and the step stops with
+// corruption naming it, after exactly one good step.
+TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
+  const ModelConfig config = tiny(Arch::gpt2);
+  const size_t chunks = build_param_layout(config, 2).value().chunks.size();
+  Status failure;
+  const Outcome o = train(config, DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
+                          {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = uint32_t(chunks), .limit = 1}},
+                          &failure);
+  EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();
+  EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+  EXPECT_EQ(o.losses.size(), 1u) << "step 1 trains; step 2 needs the torn chunk";
+}
+
+std::string name_of(const Case& k) {
+  return std::string(k.arch == Arch::gpt2 ? "Gpt2" : "Llama") + "_" + std::string(dtype_name(k.dtype)) + "_K" +
+         std::to_string(k.grad_accum) + (k.states == AdamStates::q8 ? "_8bit" : "");
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return name_of(info.param); }
+
+// GoogleTest names a parameter in the test's listing (CTest's test names) by printing it; without
+// this it prints the struct's bytes, padding included, so the names would change from build to build.
+void PrintTo(const Case& k, std::ostream* out) { *out << name_of(k); }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (Arch arch : {Arch::gpt2, Arch::llama})
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (uint64_t k : {1, 3})
+        for (AdamStates states : {AdamStates::f32, AdamStates::q8}) cases.push_back({arch, dtype, k, states});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, Transparency, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace strata::model
