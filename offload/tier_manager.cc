@@ -141,6 +141,7 @@ struct TierManager::Chunk {
   ExtentId extent = 0;               // nvme home
   int reading = -1;                  // staging buffer with a read of this chunk in flight
   int writing = -1;                  // staging buffer with a write of this chunk in flight
+  int written = -1;                  // staging buffer still holding this chunk's last committed bytes
   Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
 };
 
@@ -150,6 +151,10 @@ struct TierManager::Staging {
   std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
   State state = State::idle;
   size_t chunk = 0;
+  // The chunk whose current weights this buffer still holds since it committed them (while writing
+  // and after, until the buffer is taken for other bytes); -1: none. Such a chunk is copied to the
+  // device from here, not read back from NVMe.
+  int64_t copy_of = -1;
   ExtentIo io;
   double begin_us = 0;
   std::unique_ptr<Event> copied;  // Stream::h2d: the end of the last copy out of this buffer
@@ -372,16 +377,22 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
         ch.read_error = Status();  // a later acquire tries again
         return e;
       }
-      if (ch.reading >= 0) {
+      if (ch.written >= 0) {
         counters_.staged_hits++;
+        counters_.written_hits++;
+        STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[ch.written].data, ch.written));
       } else {
-        counters_.misses++;
-        STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
-        STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
+        if (ch.reading >= 0) {
+          counters_.staged_hits++;
+        } else {
+          counters_.misses++;
+          STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+          STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
+        }
+        const int b = ch.reading;
+        STRATA_RETURN_IF_ERROR(finish_read(b));  // bad bytes never reach a slot
+        STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[b].data, b));
       }
-      const int b = ch.reading;
-      STRATA_RETURN_IF_ERROR(finish_read(b));  // bad bytes never reach a slot
-      STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[b].data, b));
     }
   }
   Slot& sl = slots_[ch.slot];
@@ -412,12 +423,14 @@ void TierManager::prefetch() {
   for (size_t u : device) {
     Chunk& ch = chunks_[u];
     if (ch.slot >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
-    if (options_.home == Tier::nvme && ch.reading < 0) continue;  // its read starts below; H2D at a later point
+    if (options_.home == Tier::nvme && ch.reading < 0 && ch.written < 0) continue;  // read below; H2D later
     const int s = pick_slot(ch.group, /*demand=*/false, prefetcher_.next_use(u));
     if (s < 0) continue;
     Status st;
     if (options_.home == Tier::cpu) {
       st = copy_in(u, s, ch.home.data(), -1);
+    } else if (ch.written >= 0) {
+      st = copy_in(u, s, staging_[ch.written].data, ch.written);
     } else {
       const int b = ch.reading;
       st = finish_read(b);
@@ -436,7 +449,7 @@ void TierManager::prefetch() {
       prefetcher_.upcoming(window_ + staging_bytes_ * staging_.size(), options_.chunk_bytes);
   for (size_t u : reads) {
     Chunk& ch = chunks_[u];
-    if (ch.slot >= 0 || ch.reading >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
+    if (ch.slot >= 0 || ch.reading >= 0 || ch.written >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
     auto b = take_staging(/*may_block=*/false);
     if (!b.is_ok() || *b < 0) break;
     Status st = begin_chunk_read(u, *b);
@@ -455,11 +468,20 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
   auto at = [&](size_t i) { return static_cast<int>((staging_next_ + i) % n); };
   auto take = [&](int b) {
     staging_next_ = static_cast<uint32_t>((b + 1) % n);
+    forget_copy(b);  // its bytes are about to change
     return b;
   };
-  // An idle buffer whose last H2D has completed.
-  for (size_t i = 0; i < n; i++)
-    if (staging_[at(i)].state == Staging::State::idle && backend_.query(*staging_[at(i)].copied)) return take(at(i));
+  // An idle buffer whose last H2D has completed: first one holding no chunk's last written bytes,
+  // then one holding those of a chunk already on the device, then any.
+  for (int pass = 0; pass < 3; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      const Staging& st = staging_[at(i)];
+      if (st.state != Staging::State::idle) continue;
+      if (pass == 0 && st.copy_of >= 0) continue;
+      if (pass == 1 && st.copy_of >= 0 && chunks_[st.copy_of].slot < 0) continue;
+      if (backend_.query(*st.copied)) return take(at(i));
+    }
+  }
   if (!may_block) return -1;
   // An idle buffer whose H2D is still running: wait for it.
   for (size_t i = 0; i < n; i++) {
@@ -467,10 +489,12 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
     STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
     return take(at(i));
   }
-  // A write in flight: finish it (its error, if any, is recorded and sticky).
+  // A write in flight: finish it (its error, if any, is recorded and sticky) and any H2D of its
+  // bytes (the written copy may have fed a slot).
   for (size_t i = 0; i < n; i++) {
     if (staging_[at(i)].state != Staging::State::writing) continue;
     (void)finish_write(at(i));
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
     return take(at(i));
   }
   // A prefetch read: drop it (the chunk is read again when needed).
@@ -522,6 +546,13 @@ Status TierManager::finish_write(int b) {
   trace_io(trace_, "nvme write", c, options_.chunk_bytes[c], st.begin_us);
   counters_.nvme_write_bytes += options_.chunk_bytes[c];
   return Status::ok();
+}
+
+void TierManager::forget_copy(int b) {
+  Staging& st = staging_[b];
+  if (st.copy_of < 0) return;
+  chunks_[st.copy_of].written = -1;
+  st.copy_of = -1;
 }
 
 void TierManager::discard_read(size_t c) {
@@ -591,6 +622,9 @@ Status TierManager::commit_update(size_t c) {
   st.state = Staging::State::writing;
   st.chunk = c;
   ch.writing = b;
+  if (ch.written >= 0) forget_copy(ch.written);  // an older commit's bytes
+  ch.written = b;
+  st.copy_of = static_cast<int64_t>(c);
   return Status::ok();
 }
 
@@ -608,6 +642,10 @@ Status TierManager::read(size_t c, std::byte* host) {
     return Status::ok();
   }
   STRATA_RETURN_IF_ERROR(write_error_);
+  if (chunks_[c].written >= 0) {
+    std::memcpy(host, staging_[chunks_[c].written].data, bytes);
+    return Status::ok();
+  }
   discard_read(c);
   STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
   STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));

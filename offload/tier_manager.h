@@ -71,6 +71,8 @@ struct TierStats {
   uint64_t hits = 0;              // acquires that found the chunk in (or on its way to) a slot
   uint64_t misses = 0;            // acquires that had to start the fetch (nothing was in flight)
   uint64_t staged_hits = 0;       // nvme: acquires whose read was in flight, the H2D started at acquire
+  uint64_t written_hits = 0;      // nvme, of staged_hits: served from the staging buffer of the chunk's
+                                  // last commit (an update just written), no read from NVMe
   uint64_t prefetches = 0;        // H2D copies issued ahead of an acquire
   uint64_t prefetch_reads = 0;    // nvme reads begun ahead of an acquire
   uint64_t evictions = 0;         // slots taken from a cached chunk
@@ -166,6 +168,7 @@ class TierManager final : public WeightSource {
   Status finish_read(int b);         // finishes staging b's read; on error frees b and returns it with context
   Status finish_write(int b);        // finishes staging b's write; records the first error (sticky)
   void discard_read(size_t c);       // finishes and drops a prefetch read of c (its data unused)
+  void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
   void wait_arrival(const Slot& slot);
 

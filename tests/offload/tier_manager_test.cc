@@ -236,6 +236,56 @@ TEST_P(TierHomes, ACommitIsSeenByTheNextAcquireNeverAStaleSlot) {
   ASSERT_TRUE(m.flush().is_ok());
 }
 
+// The optimizer's update under the next forward: chunk c gets new weights just before its acquire.
+// The staging buffer that wrote them still holds them, so the acquire copies them to the device from
+// there, not from NVMe (no read straight after the write); a later commit of the same chunk, or the
+// buffer taken for other bytes, ends that, and the chunk is read back from NVMe, current. (The
+// acquire may still finish reads the prefetcher began for later chunks: written_hits, not the read
+// bytes, says where c came from.)
+TEST(TierManager, AChunkJustUpdatedIsCopiedFromItsWriteNotReadBack) {
+  Rig r(Tier::nvme);
+  constexpr size_t kLayers = 4;
+  TierManagerOptions o = model_options(Tier::nvme, kLayers, 2);
+  o.nvme_staging = 3;
+  auto tm = r.make(o);
+  ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+  TierManager& m = **tm;
+  write_all(m, 1);
+  const std::vector<size_t> order = step_order(kLayers);
+  run_sequence(r, m, order, 1, false);
+  m.reset_stats();
+  ASSERT_TRUE(m.begin_sequence("train").is_ok());
+  for (size_t i = 0; i < order.size(); i++) {
+    const size_t c = order[i];
+    const bool forward = i <= kLayers;  // embedding and layers, first use in the step
+    if (forward) write_chunk(m, c, 2);
+    const uint64_t served_before = m.stats().written_hits;
+    auto p = m.acquire(c);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    if (forward) EXPECT_EQ(m.stats().written_hits, served_before + 1) << "chunk " << c << " was read back after its write";
+    ASSERT_TRUE(holds_version(*r.backend, *p, c, m.chunk_bytes(c), c <= kLayers ? 2 : 1)) << "access " << i;
+    ASSERT_TRUE(m.release(c).is_ok());
+  }
+  ASSERT_TRUE(m.end_sequence().is_ok());
+  EXPECT_EQ(m.stats().written_hits, kLayers + 1);
+  // Two commits of one chunk: the second's bytes, never the first's buffer.
+  write_chunk(m, 2, 3);
+  write_chunk(m, 2, 4);
+  auto p = m.acquire(2);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_TRUE(holds_version(*r.backend, *p, 2, m.chunk_bytes(2), 4));
+  ASSERT_TRUE(m.release(2).is_ok());
+  // Every staging buffer taken for other chunks' writes: chunk 1's copy is gone, its read current.
+  write_chunk(m, 1, 5);
+  for (size_t c = 2; c <= kLayers + 1; c++) write_chunk(m, c, 6);
+  m.reset_stats();
+  std::vector<std::byte> host(m.chunk_bytes(1));
+  ASSERT_TRUE(m.read(1, host.data()).is_ok());
+  for (uint64_t i = 0; i < host.size(); i++) ASSERT_EQ(host[i], pattern(1, 5, i)) << i;
+  EXPECT_EQ(m.stats().nvme_read_bytes, m.chunk_bytes(1));
+  ASSERT_TRUE(m.flush().is_ok());
+}
+
 TEST_P(TierHomes, EvictionNeverReusesAHeldSlot) {
   Rig r(GetParam());
   auto tm = r.make(model_options(GetParam(), 6, 2));
