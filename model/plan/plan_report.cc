@@ -1,5 +1,5 @@
 // The text and JSON of a plan (plan_report.h).
-#include "tools/strata/plan_report.h"
+#include "model/plan/plan_report.h"
 
 #include <iterator>
 
@@ -8,7 +8,7 @@
 #include "model/plan/tiling.h"
 #include "runtime/units.h"
 
-namespace strata::cli {
+namespace strata::model {
 namespace {
 
 using model::PlanRateKind;
@@ -188,4 +188,4 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
   return j;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model
