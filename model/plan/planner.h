@@ -42,7 +42,7 @@ struct PlanBytes {
   uint64_t tier(PlanTier t) const;  // the sum over states
 };
 
-// The NvmeStore capacity `strata train` asks for (tools/strata/train_offload.cc), by what it holds:
+// The NvmeStore capacity `strata train` asks for (model/train/train_offload.cc), by what it holds:
 // every weight chunk's extent with a slack of 1/8 stripe unit each plus one stripe unit (nvme
 // weights), every optimizer state image and every fp32 gradient sum with 4 KiB each for a drive's
 // larger alignment (optimizer or gradients on nvme). 0 for what is not on NVMe.

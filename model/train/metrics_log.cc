@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <cmath>
@@ -247,6 +248,16 @@ StatusOr<uint64_t> truncate_metrics_after(const std::string& path, uint64_t step
     return errno_status(e, fmt::format("rewriting metrics file {} without the steps after {}", path, step));
   }
   return dropped;
+}
+
+Status append_line(const std::string& path, const std::string& line) {
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return errno_status(errno, fmt::format("appending the bench line to {}", path));
+  const bool ok = std::fputs((line + "\n").c_str(), f) >= 0 && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok)
+    return errno_status(ok ? errno : err, fmt::format("appending the bench line to {}", path));
+  return Status::ok();
 }
 
 }  // namespace strata::model

@@ -90,6 +90,10 @@ class MetricsLog {
 // is left missing. Returns the lines dropped; errno errors name the path.
 StatusOr<uint64_t> truncate_metrics_after(const std::string& path, uint64_t step);
 
+// Appends `line` and a newline to `path` (the --metrics file after its last step line: the bench
+// and prediction lines). errno errors name the path.
+Status append_line(const std::string& path, const std::string& line);
+
 // The JSON object of one line, as a string without the newline.
 std::string metrics_json_line(const StepMetrics& metrics);
 

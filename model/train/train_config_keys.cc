@@ -328,7 +328,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .file_aliases = {"gradient_clipping"}});
 
   // --- weight placement (Offload I: offload/tier_manager.h) ---------------------------------------
-  // How the placement is chosen (tools/strata/train_placement.h).
+  // How the placement is chosen (model/plan/train_placement.h).
   schema.add({.name = "offload",
               .type = ValueType::choice,
               .default_text = "auto",

@@ -1,4 +1,4 @@
-// `strata train --init-from` and `strata export --hf` (tools/strata/cmd_train.cc, cmd_export.cc)
+// `strata train --init-from` and `strata export --hf` (model/train/run_model.h, tools/strata/cmd_export.cc)
 // on the built binary: a checkpoint directory holds config.json; export writes the checkpoint's
 // fp32 weights bit for bit (sharded with an index below the shard size) or rounded once to bf16;
 // training starts from the export through the flag, the environment and a config file; flags that

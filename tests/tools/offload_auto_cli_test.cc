@@ -1,10 +1,10 @@
-// `strata train`'s placement by the planner (--offload auto, tools/strata/train_placement.h) on the
+// `strata train`'s placement by the planner (--offload auto, model/plan/train_placement.h) on the
 // CPU backend: a model whose resident run outgrows --gpu-mem trains with the placement `strata
 // plan` picks for the same flags, says so in one line, and loses nothing (the resident run's losses
-// to the bit); an explicit --offload auto plans even when the resident run fits; a placement the
-// user gives is never replaced; a run that fits nowhere is refused before anything is allocated
-// with the planner's report; and every run ends with the planner's predicted step time and peaks
-// beside the measured ones, in the log and as the --metrics file's last line.
+// to the bit); a run that fits nowhere is refused before anything is allocated with the planner's
+// report; and every run ends with the planner's predicted step time and peaks beside the measured
+// ones, in the log and as the --metrics file's last line. The decisions alone (a given placement
+// kept, an explicit auto planning) are tests/model/plan/train_placement_test.cc's.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -129,37 +129,6 @@ TEST(OffloadAutoCli, AModelTooLargeForTheDeviceTrainsWithThePlannersPlacement) {
   EXPECT_EQ(log_line(same.err, "offload auto: "), "") << "the resident run fits: no planning";
   EXPECT_EQ(read_metrics(resident).losses, m.losses);
   EXPECT_FALSE(read_metrics(resident).prediction.at("planned").get<bool>());
-}
-
-TEST(OffloadAutoCli, AnExplicitAutoPlansEvenWhenTheResidentRunFits) {
-  const std::vector<std::string> args = {"--device", "cpu", "--steps", "2", "--eval-every", "0"};
-  const CliResult plan = run_cli(with(with({"plan"}, args), {"--json"}));
-  ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  const std::string placement = nlohmann::json::parse(plan.out).at("placement").at("summary");
-  const CliResult r = run_cli(with(with({"train"}, args), {"--offload", "auto"}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string line = log_line(r.err, "offload auto: ");
-  EXPECT_EQ(line.find("offload auto: " + placement), 0u) << line;
-  EXPECT_NE(line.find("--offload auto: the fastest placement that fits"), std::string::npos) << line;
-  // The environment and a config file say it as the flag does.
-  const CliResult env = run_cli(with({"train"}, args), {"STRATA_OFFLOAD=auto"});
-  ASSERT_EQ(env.exit_code, 0) << env.err;
-  EXPECT_NE(log_line(env.err, "offload auto: "), "") << env.err;
-}
-
-TEST(OffloadAutoCli, AGivenPlacementIsNeverReplaced) {
-  // Resident weights given (as a flag, or as DeepSpeed's key in a file) that do not fit: the
-  // preflight refusal, which suggests paging, not the planner.
-  const std::string file = temp_path("strata_offload_auto_ds.json");
-  std::ofstream(file) << R"({"zero_optimization": {"offload_param": {"device": "none"}}})";
-  for (const std::vector<std::string>& given :
-       {std::vector<std::string>{"--offload-param", "none"}, std::vector<std::string>{"--config", file},
-        std::vector<std::string>{"--offload", "off"}}) {
-    const CliResult r = run_cli(with(with({"train"}, kDeep), with(given, {"--steps", "1", "--gpu-mem", "24MiB"})));
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find("\n  --offload-param cpu: pages the weights through the device"), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("offload auto"), std::string::npos) << r.err;
-  }
 }
 
 TEST(OffloadAutoCli, ARunThatFitsNowhereIsRefusedBeforeAllocatingWithThePlannersReport) {

@@ -1,8 +1,8 @@
 // `strata train --offload-param cpu|nvme` (and --offload-optimizer nvme) end to end on the CPU
 // backend: a model paged through two layer slots trains bit-identically to the resident run (the same losses in --metrics, to the
 // last bit); --trace writes valid trace-event JSON with a span for every chunk on every track the
-// run used (compute per layer, H2D, NVMe read/write, D2H, host accumulate, CPU Adam); a device
-// budget below the minimum working set is refused before anything is allocated, naming it.
+// run used (compute per layer, H2D, NVMe read/write, D2H, host accumulate, CPU Adam). The refusal
+// of a device budget below the working set is tests/model/plan/train_preflight_test.cc's.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -115,28 +115,6 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   const std::vector<double> want = metric_losses(straight);
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(metric_losses(halves), want);
-}
-
-TEST(OffloadCli, ABudgetBelowTheWorkingSetIsRefusedBeforeAllocating) {
-  // 64 x 64 tokens: the activations alone outgrow the smallest budget.
-  const CliResult r = train("cpu", temp_path("strata_offload_small.jsonl"),
-                            {"--gpu-mem", "16MiB", "--micro-batch", "64", "--seq", "64"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("needs"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("(2 slots, home cpu)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("\n  --gpu-mem "), std::string::npos) << r.err;  // the minimum as it is
-  EXPECT_NE(r.err.find(": the run as it is: needs "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("\n  --activation-checkpointing: "), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("step 1/"), std::string::npos) << "nothing trained";
-}
-
-TEST(OffloadCli, TooLittleDeviceMemoryForResidentWeightsSuggestsPaging) {
-  // 24 layers of width 256: resident weights and gradients (~80 MiB fp32) outgrow 24 MiB, two slots (~20 MiB) do not.
-  // Resident weights given explicitly (not given, --offload auto pages them: offload_auto_cli_test.cc).
-  const CliResult r = run_cli({"train", "--device", "cpu", "--n-layer", "24", "--dim", "256", "--steps", "1",
-                               "--micro-batch", "1", "--seq", "16", "--gpu-mem", "24MiB", "--offload-param", "none"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("\n  --offload-param cpu: pages the weights through the device"), std::string::npos) << r.err;
 }
 
 TEST(OffloadCli, NvmeHomeNeedsAnNvmePath) {

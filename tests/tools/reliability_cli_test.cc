@@ -9,7 +9,7 @@
 //  - an --init-from tensor with a NaN is refused naming it; extra tensors are named in a warning;
 //  - a key given twice in a config file or a config.json is refused naming it;
 //  - `strata clean` does not call a directory without a lock file "in use by a live run";
-//  - the --cpu-mem refusal gives the shortfall in bytes and says where a device optimizer's state is;
+//  - (the --cpu-mem refusal's shortfall: tests/model/plan/train_placement_test.cc, no process);
 //  - `strata ckpt verify` fails a checkpoint whose config.json is damaged;
 //  - a corrupt NVMe optimizer chunk stops the run naming the last checkpoint and its resume command.
 #include <fcntl.h>
@@ -426,15 +426,6 @@ TEST(CleanWordingCli, ADirectoryWithoutALockFileIsNotCalledInUseByALiveRun) {
   EXPECT_TRUE(fs::exists(fresh));
   EXPECT_TRUE(has(r.out, old.string() + ": left by a crashed run, removed")) << r.out;  // a minute on: it is no run's
   EXPECT_FALSE(fs::exists(old));
-}
-
-TEST(CpuMemRefusalCli, SaysTheShortfallInBytesAndWhereTheOptimizerStateIs) {
-  const CliResult r = run_cli(tiny_train({"--cpu-mem", "1MiB", "--steps", "2"}));
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_FALSE(has(r.err, "0.0 GB more")) << r.err;
-  EXPECT_TRUE(has(r.err, "(weights gpu, optimizer gpu, gradients gpu, activation checkpointing off) needs ")) << r.err;
-  EXPECT_TRUE(has(r.err, "KiB more cpu")) << r.err;
-  EXPECT_TRUE(has(r.err, "the cpu column's masters and moments are their pinned mirror")) << r.err;
 }
 
 TEST(CorruptSwapCli, ACorruptOptimizerChunkStopsTheRunNamingTheCheckpointToResumeFrom) {

@@ -13,7 +13,7 @@
 #include "runtime/device_peak.h"
 #include "runtime/fs_probe.h"
 #include "runtime/units.h"
-#include "tools/strata/plan_machine.h"
+#include "model/plan/plan_machine.h"
 
 namespace strata::cli {
 namespace {
@@ -221,7 +221,7 @@ Status calibrate(const Config& config, const model::TrainOptions& o, const std::
   // pinned buffers and the "device" arena, and the CPU's GEMMs (the planner adds them to AdamW's
   // time: the same cores).
   std::string why;
-  const BackendKind backend = train_backend_kind(config, &why);
+  const BackendKind backend = model::train_backend_kind(config, &why);
   const bool cuda = backend == BackendKind::cuda;
   spdlog::info("calibrate: host<->device copies and the model's GEMMs on the {} backend ({})", cuda ? "CUDA" : "CPU",
                why);

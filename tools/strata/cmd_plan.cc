@@ -22,11 +22,11 @@
 #include "tools/strata/calibration_record.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
-#include "tools/strata/plan_machine.h"
-#include "tools/strata/plan_report.h"
+#include "model/plan/plan_machine.h"
+#include "model/plan/plan_report.h"
 #include "tools/strata/schema.h"
-#include "tools/strata/train_placement.h"
-#include "tools/strata/train_preflight.h"
+#include "model/plan/train_placement.h"
+#include "model/plan/train_preflight.h"
 
 namespace strata::cli {
 namespace {
@@ -38,13 +38,13 @@ struct PlanFlags {
 
 // --calibrate measures this machine: not with a described one, nor without a cache to record in.
 Status calibrate_first(const Config& config, const model::TrainOptions& o) {
-  StatusOr<Machine> machine = describe_machine(config, o, MachineFor::plan);
+  StatusOr<model::Machine> machine = model::describe_machine(config, o, model::MachineFor::plan);
   if (!machine.is_ok()) return machine.status();
   if (machine->described)
     return error(Code::invalid_argument,
                  "--calibrate measures this machine, but --gpu-mem, --cpu-mem and --nvme-mem describe another; drop "
                  "one of them or --calibrate");
-  const std::string path = calibration_path(config);
+  const std::string path = model::calibration_path(config);
   if (path.empty())
     return error(Code::invalid_argument,
                  "--calibrate records into the calibration cache, but there is none (--calibration none, or neither "
@@ -64,7 +64,7 @@ int plan(const Config& config, const PlanFlags& flags) {
   StatusOr<model::ModelConfig> mc = model::model_config_with(parsed->preset, parsed->model);
   if (!mc.is_ok()) return report_error(mc.status().message(), kExitUsage);
   // A model no placement could hold is answered in closed form, before the planner builds layouts.
-  if (Status s = check_size_fits_machine(config, *parsed, *mc, MachineFor::plan); !s.is_ok()) {
+  if (Status s = model::check_size_fits_machine(config, *parsed, *mc, model::MachineFor::plan); !s.is_ok()) {
     if (s.code() != Code::out_of_memory) return report_error(s.message(), kExitUsage);
     if (flags.json)
       fmt::print("{}\n", nlohmann::json{{"fits", false},
@@ -80,14 +80,14 @@ int plan(const Config& config, const PlanFlags& flags) {
   if (flags.calibrate)
     if (Status s = calibrate_first(config, *parsed); !s.is_ok())
       return report_error(s.message(), s.code() == Code::invalid_argument ? kExitUsage : kExitFailure);
-  StatusOr<Machine> machine = describe_machine(config, *parsed, MachineFor::plan);
+  StatusOr<model::Machine> machine = model::describe_machine(config, *parsed, model::MachineFor::plan);
   if (!machine.is_ok()) return report_error(machine.status().message(), kExitUsage);
-  StatusOr<model::Plan> p = model::make_plan(*mc, *parsed, machine->hardware, plan_fixed_choices(config));
+  StatusOr<model::Plan> p = model::make_plan(*mc, *parsed, machine->hardware, model::plan_fixed_choices(config));
   if (!p.is_ok()) return report_error(p.status().message(), kExitUsage);
   if (flags.json)
-    fmt::print("{}\n", plan_json(*p, *machine).dump(2));
+    fmt::print("{}\n", model::plan_json(*p, *machine).dump(2));
   else
-    fmt::print("{}", plan_text(*p, *machine));
+    fmt::print("{}", model::plan_text(*p, *machine));
   return p->fits ? kExitOk : kExitFailure;
 }
 

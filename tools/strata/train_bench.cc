@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench/io_bench.h"
+#include "model/train/metrics_log.h"
 #include "offload/config_keys.h"
 #include "offload/nvme_store.h"
 #include "runtime/units.h"
@@ -72,7 +73,7 @@ uint64_t disk_measure_bytes_per_path(uint64_t moved_per_step, size_t paths) {
   return std::clamp(per_path, kMinMeasureBytes, kMaxMeasureBytes);
 }
 
-StatusOr<std::optional<DiskBandwidth>> measure_run_disk(const Config& config, const TrainOffload& offload) {
+StatusOr<std::optional<DiskBandwidth>> measure_run_disk(const Config& config, const model::TrainOffload& offload) {
   if (offload.nvme_bytes() == 0) return std::optional<DiskBandwidth>();
   const std::vector<std::string>& paths = config.get_list("nvme_path");
   // Every homed byte read once and written once: the floor of what a step moves.
@@ -172,7 +173,7 @@ std::string bench_json_line(const BenchReport& r) {
   return j.dump();
 }
 
-TrainBench::TrainBench(TrainOffload& offload, std::optional<DiskBandwidth> disk)
+TrainBench::TrainBench(model::TrainOffload& offload, std::optional<DiskBandwidth> disk)
     : offload_(offload), disk_(std::move(disk)), trace_(offload.trace()) {
   if (trace_ == nullptr) {
     own_trace_ = std::make_unique<TraceRecorder>();
@@ -233,7 +234,7 @@ void TrainBench::end_final_update(const model::Trainer& trainer) {
   final_update_ = delta(before_, read(trainer), begin_us_, trace_->now_us());
 }
 
-StatusOr<BenchReport> TrainBench::finish(model::Trainer& trainer) {
+StatusOr<BenchReport> TrainBench::report(model::Trainer& trainer) {
   BenchReport r;
   r.disk = disk_;
   if (!final_update_) {
@@ -253,14 +254,17 @@ StatusOr<BenchReport> TrainBench::finish(model::Trainer& trainer) {
   return r;
 }
 
-Status append_line(const std::string& path, const std::string& line) {
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (f == nullptr) return errno_status(errno, fmt::format("appending the bench line to {}", path));
-  const bool ok = std::fputs((line + "\n").c_str(), f) >= 0 && std::fflush(f) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !ok)
-    return errno_status(ok ? errno : err, fmt::format("appending the bench line to {}", path));
+Status TrainBench::finish(model::Trainer& trainer, const std::string& metrics_path) {
+  STRATA_ASSIGN_OR_RETURN(BenchReport r, report(trainer));
+  fmt::print("{}", bench_table(r));
+  std::fflush(stdout);
+  if (!metrics_path.empty()) STRATA_RETURN_IF_ERROR(model::append_line(metrics_path, bench_json_line(r)));
   return Status::ok();
+}
+
+StatusOr<std::unique_ptr<model::StepObserver>> make_train_bench(const Config& config, model::TrainOffload& offload) {
+  STRATA_ASSIGN_OR_RETURN(std::optional<DiskBandwidth> disk, measure_run_disk(config, offload));
+  return std::unique_ptr<model::StepObserver>(std::make_unique<TrainBench>(offload, std::move(disk)));
 }
 
 }  // namespace strata::cli

@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "model/train/run.h"
 #include "model/train/trainer.h"
 #include "offload/trace.h"
 #include "runtime/config.h"
-#include "tools/strata/train_offload.h"
+#include "model/train/train_offload.h"
 
 namespace strata::cli {
 
@@ -40,7 +41,7 @@ uint64_t disk_measure_bytes_per_path(uint64_t moved_per_step, size_t paths);
 // The disk of a run whose TrainOffload holds an NvmeStore (nullopt when nothing is homed on NVMe):
 // disk_measure_bytes_per_path of 2 x the store's capacity, capped at half the free space of the
 // fullest path. Logs the result. Errors: the engine's, the store's (no_space names the paths).
-StatusOr<std::optional<DiskBandwidth>> measure_run_disk(const Config& config, const TrainOffload& offload);
+StatusOr<std::optional<DiskBandwidth>> measure_run_disk(const Config& config, const model::TrainOffload& offload);
 
 // One step's share of the counters (deltas), or of the final update.
 struct BenchStep {
@@ -81,28 +82,36 @@ std::string bench_table(const BenchReport& report);
 // {"bench":true,"steps":..,"step_s":..,"compute_s":..,...,"bound_s":..,"efficiency":..}: the means.
 std::string bench_json_line(const BenchReport& report);
 
-class TrainBench {
+// The --bench observer of a run (model::TrainingRun's RunHooks::make_observer): measure_run_disk,
+// then a TrainBench over `offload`.
+class TrainBench;
+StatusOr<std::unique_ptr<model::StepObserver>> make_train_bench(const Config& config, model::TrainOffload& offload);
+
+class TrainBench : public model::StepObserver {
  public:
   // `offload` outlives this; `disk` from measure_run_disk. Uses the offload's recorder (--trace),
   // else its own.
-  TrainBench(TrainOffload& offload, std::optional<DiskBandwidth> disk);
+  TrainBench(model::TrainOffload& offload, std::optional<DiskBandwidth> disk);
   TrainBench(const TrainBench&) = delete;
   TrainBench& operator=(const TrainBench&) = delete;
 
   // The recorder the model's compute spans must go to (Transformer::set_trace): create this before
   // the model, destroy it after.
-  TraceRecorder* trace() { return trace_; }
+  TraceRecorder* trace() override { return trace_; }
 
   // Bracket every Trainer::step call (nothing else between them).
-  void begin_step(const model::Trainer& trainer);
-  void end_step(const model::Trainer& trainer, uint64_t step);
+  void begin_step(const model::Trainer& trainer) override;
+  void end_step(const model::Trainer& trainer, uint64_t step) override;
   // Bracket the Trainer::finish_update call after the last step (the last step's update, when the
   // optimizer overlaps the next forward): reported as the final update.
-  void begin_final_update(const model::Trainer& trainer);
-  void end_final_update(const model::Trainer& trainer);
+  void begin_final_update(const model::Trainer& trainer) override;
+  void end_final_update(const model::Trainer& trainer) override;
   // After the run: applies (and measures as the final update) an update still pending when no
   // finish_update was bracketed, sums each step's compute spans, and returns the report.
-  StatusOr<BenchReport> finish(model::Trainer& trainer);
+  StatusOr<BenchReport> report(model::Trainer& trainer);
+  // The run's end (model::StepObserver): report(), its table on stdout, and its JSON line appended
+  // to `metrics_path` when there is one.
+  Status finish(model::Trainer& trainer, const std::string& metrics_path) override;
 
  private:
   struct Counters {
@@ -112,7 +121,7 @@ class TrainBench {
   Counters read(const model::Trainer& trainer) const;
   BenchStep delta(const Counters& before, const Counters& after, double begin_us, double end_us) const;
 
-  const TrainOffload& offload_;
+  const model::TrainOffload& offload_;
   std::optional<DiskBandwidth> disk_;
   std::unique_ptr<TraceRecorder> own_trace_;
   TraceRecorder* trace_ = nullptr;
@@ -121,8 +130,5 @@ class TrainBench {
   std::vector<BenchStep> steps_;
   std::optional<BenchStep> final_update_;
 };
-
-// Appends `line` and a newline to `path` (the --metrics file after its last step line).
-Status append_line(const std::string& path, const std::string& line);
 
 }  // namespace strata::cli

@@ -85,7 +85,7 @@ struct Measured {
   uint64_t gpu = 0, cpu = 0, nvme_used = 0, nvme_capacity = 0;
 };
 
-// Builds what `strata train` builds for `o` (tools/strata/cmd_train.cc, train_offload.cc) and reads
+// Builds what `strata train` builds for `o` (model/train/run_setup.cc, train_offload.cc) and reads
 // what the arena, the pinned pool and the NVMe store hold once everything is allocated.
 Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::string& swap_dir) {
   Measured m;

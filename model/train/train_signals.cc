@@ -1,6 +1,6 @@
 // The stop-signal handlers of `strata train` and the resume command they print (see
 // train_signals.h).
-#include "tools/strata/train_signals.h"
+#include "model/train/train_signals.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/core.h>
 
-namespace strata::cli {
+namespace strata::model {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
@@ -95,4 +95,4 @@ std::string resume_command(const std::string& resume_dir) {
   return out;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model

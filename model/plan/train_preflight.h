@@ -21,9 +21,9 @@
 #include "runtime/config.h"
 #include "runtime/dir_lock.h"
 #include "runtime/status.h"
-#include "tools/strata/plan_machine.h"
+#include "model/plan/plan_machine.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 // Bytes of one checkpoint of `config`: fp32 weights, the Adam moments (fp32: 8 bytes per
 // parameter; 8-bit: 2 plus the block scales) and headroom for padding and headers.
@@ -70,14 +70,27 @@ Status check_nvme_paths(const std::vector<std::string>& paths);
 // MemAvailable of /proc/meminfo in bytes, or nullopt where it cannot be read.
 std::optional<uint64_t> mem_available();
 
+// What the host has, as the host memory check reads it: MemAvailable (nullopt: unreadable, then
+// nothing is checked) and RLIMIT_MEMLOCK (nullopt: unlimited or unreadable).
+struct HostMemory {
+  std::optional<uint64_t> available;
+  std::optional<uint64_t> memlock;
+};
+// This machine's (/proc/meminfo, getrlimit).
+HostMemory this_host_memory();
+
 // The host memory check: the fp32 master weights and Adam moments of `config` (a lower bound of
 // what the run allocates on the host; not counted when `optimizer_on_device`, which keeps them
-// beside the weights, nor when `states_on_nvme`, which streams them through a few buffers) and an explicit `cpu_mem` budget (0: none) must fit in
-// MemAvailable (/proc/meminfo); out_of_memory saying both amounts otherwise. A budget above
-// RLIMIT_MEMLOCK is allowed (the pinned pool falls back to pageable memory) and returned as a
-// warning to print.
+// beside the weights, nor when `states_on_nvme`, which streams them through a few buffers) and an
+// explicit `cpu_mem` budget (0: none) must fit in `host.available`; out_of_memory saying both
+// amounts otherwise. A budget above the memlock limit is allowed (the pinned pool falls back to
+// pageable memory) and returned as a warning to print.
+StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
+                                                     bool optimizer_on_device, bool states_on_nvme,
+                                                     uint64_t cpu_mem, const HostMemory& host);
+// The same against this_host_memory().
 StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
                                                      bool optimizer_on_device, bool states_on_nvme,
                                                      uint64_t cpu_mem);
 
-}  // namespace strata::cli
+}  // namespace strata::model

@@ -1,5 +1,5 @@
 // `strata train`'s placement (--offload auto) and the end-of-run prediction (train_placement.h).
-#include "tools/strata/train_placement.h"
+#include "model/plan/train_placement.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,9 +9,9 @@
 #include "model/plan/tiling.h"
 #include "model/train/trainer.h"
 #include "runtime/units.h"
-#include "tools/strata/plan_report.h"
+#include "model/plan/plan_report.h"
 
-namespace strata::cli {
+namespace strata::model {
 namespace {
 
 using model::PlanTier;
@@ -155,4 +155,4 @@ std::string prediction_json_line(const TrainPlacement& p, const RunMeasured& r) 
   return j.dump();
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model

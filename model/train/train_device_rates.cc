@@ -1,11 +1,11 @@
 // TrainDeviceRates (train_device_rates.h).
-#include "tools/strata/train_device_rates.h"
+#include "model/train/train_device_rates.h"
 
 #include <spdlog/spdlog.h>
 
 #include "model/net/flops.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 TrainDeviceRates::TrainDeviceRates(const Backend& backend, const model::ModelConfig& config,
                                    const model::TrainOptions& options, double peak_tflops_override) {
@@ -47,4 +47,4 @@ std::optional<double> TrainDeviceRates::run_mfu(uint64_t steps, double seconds) 
   return model::step_compute_rates(flops_per_step_ * double(steps), seconds, peak_->tflops).mfu;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model

@@ -18,8 +18,15 @@
 #include "model/train/train_options.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/config_schema.h"
 
-namespace strata::cli {
+namespace strata::model {
+
+// The keys describe_machine reads besides every layer's: the calibration cache (calibration) and
+// the step-time model's rates (rate_flops, rate_pcie, rate_nvme_read, rate_nvme_write, rate_adam).
+// The rate defaults are PlanRates's (a workstation, assumed, not measured); a rate not given is
+// taken from the calibration cache when this machine measured it.
+void add_plan_rate_config_keys(ConfigSchema& schema);
 
 // The backend `strata train` makes for `config` (--device cuda, cpu, or auto: CUDA when a device
 // is visible) and why, in words.
@@ -60,4 +67,4 @@ StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose);
 // (model::check_hardware).
 StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptions& o, MachineFor purpose);
 
-}  // namespace strata::cli
+}  // namespace strata::model

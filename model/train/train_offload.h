@@ -25,7 +25,7 @@
 #include "runtime/config.h"
 #include "runtime/pinned_pool.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 // out_of_memory before anything is allocated when the run's device bytes (model/plan/placement.h) of
 // `config` (tiled as the run is) exceed the arena: the breakdown, the budget, its tiling, and what
@@ -77,4 +77,4 @@ class TrainOffload {
   uint64_t last_state_read_ = 0, last_state_written_ = 0, last_grad_read_ = 0, last_grad_written_ = 0;
 };
 
-}  // namespace strata::cli
+}  // namespace strata::model

@@ -1,5 +1,5 @@
 // TrainOffload (train_offload.h): paged weights, NVMe store and trace of a `strata train` run.
-#include "tools/strata/train_offload.h"
+#include "model/train/train_offload.h"
 
 #include <utility>
 
@@ -13,7 +13,7 @@
 #include "offload/io_engine_factory.h"
 #include "runtime/units.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 using model::TrainOptions;
 
@@ -156,4 +156,4 @@ Status TrainOffload::write_trace(const std::string& path) const {
   return Status::ok();
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model

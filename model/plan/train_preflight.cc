@@ -1,6 +1,6 @@
 // `strata train`'s preflight checks (see train_preflight.h): statvfs for room, fs_probe for the
 // NVMe paths.
-#include "tools/strata/train_preflight.h"
+#include "model/plan/train_preflight.h"
 
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -20,7 +20,7 @@
 #include "runtime/fs_probe.h"
 #include "runtime/units.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 uint64_t estimate_checkpoint_bytes(const model::ModelConfig& config, AdamStates states) {
   const uint64_t params = model::parameter_count(config);
@@ -139,32 +139,43 @@ std::optional<uint64_t> mem_available() {
   return std::nullopt;
 }
 
+HostMemory this_host_memory() {
+  HostMemory host{.available = mem_available(), .memlock = std::nullopt};
+  rlimit memlock{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &memlock) == 0 && memlock.rlim_cur != RLIM_INFINITY) host.memlock = memlock.rlim_cur;
+  return host;
+}
+
 StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
                                                      bool optimizer_on_device, bool states_on_nvme,
-                                                     uint64_t cpu_mem) {
+                                                     uint64_t cpu_mem, const HostMemory& host) {
   std::vector<std::string> warnings;
-  const std::optional<uint64_t> available = mem_available();
-  if (!available) return warnings;
+  if (!host.available) return warnings;
+  const uint64_t available = *host.available;
   const uint64_t params = model::parameter_count(config);
   const uint64_t state_bytes = optimizer_on_device || states_on_nvme ? 0 : params * (states == AdamStates::f32 ? 12 : 6);
-  if (state_bytes > *available)
+  if (state_bytes > available)
     return error(Code::out_of_memory,
                  "{} ({} parameters) needs at least {} of host memory for its fp32 master weights and Adam moments, "
                  "but {} is available: pass --offload-optimizer nvme --nvme-path DIR to stream them from NVMe, or "
                  "train a smaller --preset (or --n-layer / --dim), or free memory",
-                 config.name, params, format_size(state_bytes), format_size(*available));
-  if (cpu_mem > *available)
+                 config.name, params, format_size(state_bytes), format_size(available));
+  if (cpu_mem > available)
     return error(Code::out_of_memory,
                  "--cpu-mem {} is more than the {} of memory available on this machine; pass --cpu-mem {} or less "
                  "(or auto)",
-                 format_size(cpu_mem), format_size(*available), format_size(*available));
-  rlimit memlock{};
-  if (cpu_mem > 0 && ::getrlimit(RLIMIT_MEMLOCK, &memlock) == 0 && memlock.rlim_cur != RLIM_INFINITY &&
-      cpu_mem > memlock.rlim_cur)
+                 format_size(cpu_mem), format_size(available), format_size(available));
+  if (cpu_mem > 0 && host.memlock && cpu_mem > *host.memlock)
     warnings.push_back(fmt::format("--cpu-mem {} is above the locked-memory limit of {} (ulimit -l): memory past it "
                                    "is pageable, not pinned; raise `ulimit -l` for full-speed copies",
-                                   format_size(cpu_mem), format_size(memlock.rlim_cur)));
+                                   format_size(cpu_mem), format_size(*host.memlock)));
   return warnings;
 }
 
-}  // namespace strata::cli
+StatusOr<std::vector<std::string>> check_host_memory(const model::ModelConfig& config, AdamStates states,
+                                                     bool optimizer_on_device, bool states_on_nvme,
+                                                     uint64_t cpu_mem) {
+  return check_host_memory(config, states, optimizer_on_device, states_on_nvme, cpu_mem, this_host_memory());
+}
+
+}  // namespace strata::model

@@ -13,9 +13,9 @@
 #include "model/plan/planner.h"
 #include "model/train/train_options.h"
 #include "runtime/config.h"
-#include "tools/strata/plan_machine.h"
+#include "model/plan/plan_machine.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 // The choices `config` makes about placement (each key given by a flag, variable or file); with
 // --offload off, every one.
@@ -63,4 +63,4 @@ std::vector<std::string> prediction_lines(const TrainPlacement& placement, const
 //  "rate_sources":{..}}: the --metrics file's last line.
 std::string prediction_json_line(const TrainPlacement& placement, const RunMeasured& measured);
 
-}  // namespace strata::cli
+}  // namespace strata::model

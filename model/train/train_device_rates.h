@@ -15,7 +15,7 @@
 #include "runtime/device_memory_probe.h"
 #include "runtime/device_peak.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 // Thread-safety: one thread (the training loop). Lifetime: independent of the backend it read.
 class TrainDeviceRates {
@@ -38,4 +38,4 @@ class TrainDeviceRates {
   std::unique_ptr<DeviceMemoryProbe> probe_;
 };
 
-}  // namespace strata::cli
+}  // namespace strata::model

@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace strata::cli {
+namespace strata::model {
 
 // Installs the handlers (SA_RESTART: system calls in progress resume). Idempotent.
 void install_stop_signals();
@@ -22,4 +22,4 @@ std::string signal_name(int sig);
 // (replacing a --resume already there), quoted for a POSIX shell; the program name as invoked.
 std::string resume_command(const std::string& resume_dir);
 
-}  // namespace strata::cli
+}  // namespace strata::model

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "model/plan/planner.h"
-#include "tools/strata/plan_machine.h"
+#include "model/plan/plan_machine.h"
 
-namespace strata::cli {
+namespace strata::model {
 
 // The whole report, lines ending in '\n'.
 std::string plan_text(const model::Plan& plan, const Machine& machine);
@@ -27,4 +27,4 @@ std::string plan_shortfall(const model::Plan& plan);
 //  {"change", "effect", "fits", "step_s"})}.
 nlohmann::json plan_json(const model::Plan& plan, const Machine& machine);
 
-}  // namespace strata::cli
+}  // namespace strata::model

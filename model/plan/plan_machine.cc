@@ -1,6 +1,6 @@
 // The machine a plan is for (plan_machine.h): budgets detected or described, rates given,
 // measured (the calibration cache) or assumed.
-#include "tools/strata/plan_machine.h"
+#include "model/plan/plan_machine.h"
 
 #include <sys/resource.h>
 
@@ -17,9 +17,9 @@
 #include "runtime/device_memory_probe.h"
 #include "runtime/fs_probe.h"
 #include "runtime/units.h"
-#include "tools/strata/train_preflight.h"
+#include "model/plan/train_preflight.h"
 
-namespace strata::cli {
+namespace strata::model {
 namespace {
 
 using model::PlanRateKind;
@@ -278,4 +278,36 @@ StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptio
   return m;
 }
 
-}  // namespace strata::cli
+void add_plan_rate_config_keys(ConfigSchema& schema) {
+  const PlanRates d;
+  schema.add({.name = "calibration",
+              .type = ValueType::path,
+              .help = "Calibration cache of measured rates (strata bench and strata plan --calibrate record into "
+                      "it; plan and train read this machine's rates from it): default "
+                      "$XDG_CACHE_HOME/strata/calibration.json, else ~/.cache/strata/calibration.json; none: no "
+                      "cache"});
+  schema.add({.name = "rate_flops",
+              .type = ValueType::real,
+              .default_text = "auto",
+              .help = fmt::format("Device TFLOP/s the step-time model takes (auto: measured, else {:g} at bf16/fp16, "
+                                  "{:g} at fp32)",
+                                  default_flops(DType::bf16) / 1e12, default_flops(DType::f32) / 1e12),
+              .min = 1e-6,
+              .allow_auto = true});
+  // A rate in 1e9 per second whose default is PlanRates's.
+  const auto add_rate = [&schema](const char* name, double rate, const char* help) {
+    schema.add({.name = name, .type = ValueType::real, .default_text = fmt::format("{:g}", rate / 1e9), .help = help,
+                .min = 1e-6});
+  };
+  add_rate("rate_pcie", d.pcie,
+           "Host <-> device GB/s, each direction, the step-time model takes (not given: measured, else this)");
+  add_rate("rate_nvme_read", d.nvme_read,
+           "NVMe read GB/s, all paths together, the step-time model takes (not given: measured, else this)");
+  add_rate("rate_nvme_write", d.nvme_write,
+           "NVMe write GB/s, all paths together, the step-time model takes (not given: measured, else this)");
+  add_rate("rate_adam", d.adam,
+           "CPU AdamW billions of parameters per second (every thread) the step-time model takes (not given: "
+           "measured, else this)");
+}
+
+}  // namespace strata::model

@@ -1,5 +1,5 @@
 // The text and JSON of a plan (plan_report.h).
-#include "tools/strata/plan_report.h"
+#include "model/plan/plan_report.h"
 
 #include <iterator>
 
@@ -8,16 +8,16 @@
 #include "model/plan/tiling.h"
 #include "runtime/units.h"
 
-namespace strata::cli {
+namespace strata::model {
 namespace {
 
 using model::PlanRateKind;
 using model::PlanState;
 using model::PlanTier;
 
-std::string gb(uint64_t bytes) { return fmt::format("{:.1f} GB", double(bytes) / 1e9); }
+std::string si_gb(uint64_t bytes) { return fmt::format("{:.1f} GB", double(bytes) / 1e9); }
 // A shortfall: GB from 1 GB on (the suggestions' unit), below it exact ("821 KiB", not "0.0 GB").
-std::string missing_amount(uint64_t bytes) { return bytes >= 1'000'000'000 ? gb(bytes) : format_size(bytes); }
+std::string missing_amount(uint64_t bytes) { return bytes >= 1'000'000'000 ? si_gb(bytes) : format_size(bytes); }
 std::string cell(uint64_t bytes) { return bytes == 0 ? "-" : format_size(bytes); }
 
 const std::string& source(const Machine& m, PlanRateKind kind) { return m.rate_source[size_t(kind)]; }
@@ -65,10 +65,10 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
   fmt::format_to(line, "  compute   {:>9.3g} s  model FLOPs{} at {:.3g} TFLOP/s ({})\n", t.compute_s,
                  p.chosen.options.activation_checkpointing ? " x 4/3 (checkpointing recomputes the forward)" : "",
                  flops / 1e12, source(m, PlanRateKind::flops));
-  fmt::format_to(line, "  pcie      {:>9.3g} s  h2d {}, d2h {} at {:.3g} GB/s each way ({})\n", t.pcie_s, gb(x.h2d),
-                 gb(x.d2h), r.pcie / 1e9, source(m, PlanRateKind::pcie));
+  fmt::format_to(line, "  pcie      {:>9.3g} s  h2d {}, d2h {} at {:.3g} GB/s each way ({})\n", t.pcie_s, si_gb(x.h2d),
+                 si_gb(x.d2h), r.pcie / 1e9, source(m, PlanRateKind::pcie));
   fmt::format_to(line, "  nvme      {:>9.3g} s  read {} at {:.3g} GB/s ({}), write {} at {:.3g} GB/s ({})\n", t.nvme_s,
-                 gb(x.nvme_read), r.nvme_read / 1e9, source(m, PlanRateKind::nvme_read), gb(x.nvme_write),
+                 si_gb(x.nvme_read), r.nvme_read / 1e9, source(m, PlanRateKind::nvme_read), si_gb(x.nvme_write),
                  r.nvme_write / 1e9, source(m, PlanRateKind::nvme_write));
   fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
                  format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
@@ -108,7 +108,7 @@ std::string plan_text(const model::Plan& p, const Machine& m) {
   const model::Hardware& h = p.hardware;
   fmt::format_to(line, "machine{}: gpu {} ({}), cpu {} pinned ({}), nvme {} ({})\n", m.described ? " (described)" : "",
                  format_size(h.gpu_bytes), m.gpu_from, format_size(h.cpu_bytes), m.cpu_from,
-                 h.nvme_bytes ? gb(h.nvme_bytes) : "none", m.nvme_from);
+                 h.nvme_bytes ? si_gb(h.nvme_bytes) : "none", m.nvme_from);
   if (!m.calibration.empty()) fmt::format_to(line, "measured rates from {}\n", m.calibration);
   if (p.fits)
     fmt::format_to(line, "\nfits: {}\n  strata train {}\n", model::placement_summary(o), model::placement_flags(o));
@@ -188,4 +188,4 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
   return j;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::model
