@@ -7,6 +7,8 @@
 // DeviceGrads (a gradient buffer per chunk on the device, accumulated in place) and
 // GradientOffloader (gradients streamed to pinned host memory and accumulated in fp32 there).
 // Chunks are numbered as ParamLayout::chunks; sizes are the working precision's padded bytes.
+// The third chunk interface, the Optimizer (where and when each chunk's update lands), is
+// offload/optimizer.h.
 //
 // Ordering: every device pointer a source hands out is ready for compute work queued after the
 // call returns (the source makes Stream::compute wait for the data's arrival, the host need not

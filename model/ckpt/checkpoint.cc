@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/crc32c.h"
+#include "model/ckpt/optimizer_buffers.h"
 #include "model/hf/hf_config.h"
 #include "model/hf/hf_export.h"
 #include "model/hf/hf_weights.h"

@@ -1,7 +1,7 @@
 // Training checkpoints of the trainer: a directory holding model.safetensors (the fp32
 // master weights under their Hugging Face names and layouts -- GPT-2 Conv1D weights as (in, out) --
 // so HF tools and load_hf_safetensors read it, whatever the working precision) and
-// optimizer.safetensors (the trainer's OptimizerBuffers: fp32 or 8-bit Adam moments per chunk,
+// optimizer.safetensors (OptimizerBuffers, optimizer_buffers.h: fp32 or 8-bit Adam moments per chunk,
 // with the step, the applied updates, the data loader position, the seed, the precision, the
 // moment format, the batch shape and, for fp16, the loss scaler's state in the metadata). Each
 // file records a CRC-32C per tensor in its metadata ("strata_crc32c") that verification checks.

@@ -204,6 +204,9 @@ Status Transformer::zero_grad() {
   if (grad_sink_ == nullptr)
     return error(Code::failed_precondition, "transformer '{}': no gradient sink (created with device_grads = false "
                  "and none set)", config_.name);
+  if (optimizer_ != nullptr && optimizer_->pending())
+    return error(Code::failed_precondition, "transformer '{}': zero_grad while the optimizer's update is pending "
+                 "(it still reads the last step's gradient); finish_update first", config_.name);
   return grad_sink_->begin_step();
 }
 
@@ -218,7 +221,7 @@ void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base)
 }
 
 StatusOr<std::byte*> Transformer::acquire_chunk(size_t c) {
-  if (acquire_hook_) STRATA_RETURN_IF_ERROR(acquire_hook_(c));
+  if (optimizer_ != nullptr) STRATA_RETURN_IF_ERROR(optimizer_->prepare(c));
   return weights_->acquire(c);
 }
 

@@ -1,11 +1,14 @@
 // Transformer: the GPT-2 / LLaMA decoder (model_config.h) on a Backend, forward and backward
 // written once against ComputeOps, in the manner of llm.c's train_gpt2.c, in one working precision
 // (fp32, bf16 or fp16: weights, activations and gradients; statistics and the loss stay fp32). It
-// owns its parameter and gradient chunks (laid out by param_layout.h at the precision's width) and
-// its activation buffers for up to (B, T), all from the backend's arena, sized up front.
-// Activation checkpointing keeps only each layer's input in the forward and recomputes the layer
-// in the backward. Not an optimizer (fp32 master weights are the trainer's), not an offloader:
-// every chunk stays resident; the offload layers move chunks by ParamLayout.
+// owns its activation buffers for up to (B, T), from the backend's arena, sized up front; its
+// parameter chunks (laid out by param_layout.h at the precision's width) come from a WeightSource,
+// its gradients go to a GradSink (offload/chunk_source.h), and a pending optimizer update lands
+// through an Optimizer (offload/optimizer.h): forward and backward acquire each chunk at its layer
+// boundary, after asking the optimizer to prepare it. Activation checkpointing keeps only each
+// layer's input in the forward and recomputes the layer in the backward. Not an optimizer (fp32
+// master weights and the update are the Optimizer's) and not an offloader: where chunks live is the
+// weight source's business (ResidentWeights, the model's own by default, or a paging source).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,8 @@
 #include "model/hf/safetensors.h"
 #include "offload/chunk_source.h"
 #include "offload/device_grads.h"
+#include "offload/optimizer.h"
+#include "offload/resident_weights.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -164,6 +169,8 @@ class Transformer {
   // targets). Micro-batch accumulation: pass grad_scale = 1 / micro_batches. Destroys logits().
   Status backward(int64_t counted_targets = 0, float grad_scale = 1.0f);
   // Starts a new accumulation: the gradient sink's begin_step (DeviceGrads: zeroes every chunk).
+  // failed_precondition, zeroing nothing, while the optimizer's update is pending (it still reads
+  // the last step's gradient): finish_update first.
   Status zero_grad();
 
   // The source the weights come from; the sink gradients go to (set_grad_sink replaces it: null
@@ -172,12 +179,16 @@ class Transformer {
   // With a recorder, every chunk's compute (forward, recomputation + backward) is a span on its
   // "compute" track, stamped on the compute stream. Null: none (the default; costs nothing).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
-  // Called with a chunk's index just before every acquire of it (forward, backward, evaluation),
-  // on the driving thread: a trainer that updates weights lazily applies chunk c's pending update
-  // there, so the compute of the chunks before c overlaps it. An error stops the pass and is
-  // returned. Empty: none (the default).
-  using AcquireHook = std::function<Status(size_t chunk)>;
-  void set_acquire_hook(AcquireHook hook) { acquire_hook_ = std::move(hook); }
+  // The model's own resident weight source (every chunk a device block), or null when it was given
+  // a source: the typed path to the device chunks for an optimizer that updates them in place.
+  ResidentWeights* resident_weights() { return own_weights_.get(); }
+  // The optimizer whose pending update lands chunk by chunk: every pass (forward, backward,
+  // evaluation) calls optimizer->prepare(c) just before each acquire of chunk c, on the driving
+  // thread, so an update applied lazily runs under the compute of the chunks before c. An error
+  // stops the pass and is returned. Null: none (the default). Not owned: it must outlive the model
+  // or be unset (null) first.
+  void set_optimizer(Optimizer* optimizer) { optimizer_ = optimizer; }
+  Optimizer* optimizer() { return optimizer_; }
   GradSink* grad_sink() { return grad_sink_; }
   Status set_grad_sink(GradSink* sink);
   // The model's own device gradients (null when created with device_grads = false).
@@ -282,7 +293,7 @@ class Transformer {
   // one buffer of the largest chunk (rounded to the working precision); then `produce` is kept as
   // take_fp32_source() when that is 16-bit.
   Status write_chunks(const Fp32ChunkSource& produce);
-  // The acquire hook (if any), then weights().acquire(c).
+  // The optimizer's prepare(c) (if any), then weights().acquire(c).
   StatusOr<std::byte*> acquire_chunk(size_t c);
 
   Backend& backend_;
@@ -298,12 +309,12 @@ class Transformer {
   const size_t head_chunks_;          // the head's chunks (1 untiled or tied)
   const size_t layer_chunks_;         // per layer: 1, or 1 + 2 * mlp_tiles
   std::unique_ptr<PinnedPool> own_pinned_;      // the resident source's staging, when not given
-  std::unique_ptr<WeightSource> own_weights_;   // ResidentWeights, when no source was given
+  std::unique_ptr<ResidentWeights> own_weights_;  // when no source was given
   WeightSource* weights_ = nullptr;
   std::unique_ptr<DeviceGrads> device_grads_;   // options.device_grads
   GradSink* grad_sink_ = nullptr;
   TraceRecorder* trace_ = nullptr;
-  AcquireHook acquire_hook_;
+  Optimizer* optimizer_ = nullptr;    // see set_optimizer
   Fp32ChunkSource fp32_source_;       // see take_fp32_source()
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/ckpt/checkpoint.h"
+#include "model/ckpt/optimizer_buffers.h"
 #include "tests/model/trainer_fixture.h"
 
 namespace strata::model {

@@ -1,0 +1,110 @@
+// CpuOptimizer: AdamW on the CPU, walked chunk by chunk (see cpu_optimizer.h).
+#include "model/train/cpu_optimizer.h"
+
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "offload/cpu_adam.h"
+
+namespace strata::model {
+
+// AdamW over the tensors of one piece on the CPU: decaying tensors (>= 2 dims) and the others
+// (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the piece's chunk; for
+// 16-bit training the rounded weights go straight into `copy_out` (the chunk's update buffer,
+// working layout).
+Status CpuOptimizer::adam(size_t p, const ChunkState& state, const float* grads, std::byte* copy_out) {
+  CpuAdamOptions o;
+  o.hyper = options_.adam_hyper;
+  o.hyper.lr = float(pending_->lr);
+  o.hyper.step = pending_->step;  // bias correction counts applied updates only
+  o.hyper.grad_scale = float(pending_->grad_multiplier);
+  o.formats = kernels::AdamFormats{.grad = kernels::FloatFormat::f32, .copy = adam_copy_out(options_.dtype)};
+  o.states = options_.adam_states;
+  const bool q8 = options_.adam_states == AdamStates::q8;
+  std::vector<CpuAdamTensor> group;
+  for (const bool decayed : {true, false}) {
+    group.clear();
+    for (const PieceTensor& r : state_.tensors(p)) {
+      if (r.decay != decayed) continue;
+      CpuAdamTensor t;
+      t.param = state.master + r.master_slot;
+      if (q8) {
+        t.m_code = state.m_code + r.master_slot;
+        t.v_code = state.v_code + r.master_slot;
+        t.m_scale = state.m_scale + r.scale_at;
+        t.v_scale = state.v_scale + r.scale_at;
+      } else {
+        t.m = state.m + r.master_slot;
+        t.v = state.v + r.master_slot;
+      }
+      t.n = r.n;
+      t.grad = grads + r.work_at;
+      t.copy_out = o.formats.copy == kernels::CopyOut::none ? nullptr : copy_out + r.work_at * element_bytes_;
+      group.push_back(t);
+    }
+    if (!decayed) o.hyper.weight_decay = 0.0f;
+    STRATA_RETURN_IF_ERROR(cpu_adam_step(pool_, group, o).status());
+  }
+  return Status::ok();
+}
+
+// The update of one piece, its state visited by the walk. At a chunk's first piece chunk c + 1's
+// spilled gradient read begins (it proceeds while chunk c is updated) and c's is waited for; Adam
+// over each piece writes its new working weights into the weight source's update buffer of the
+// chunk, and after the chunk's last piece the commit sends them home. fp32 training updates the
+// masters in place and copies them out. The same arithmetic per element as one pass over
+// everything, whenever it runs: the order, the pieces and the timing change no bit.
+Status CpuOptimizer::update_piece(size_t p, ChunkState& state) {
+  const StatePiece& piece = state_.pieces()[p];
+  const size_t c = piece.chunk;
+  if (updating_.chunk != c) {
+    // The read ahead is best effort: with no spill buffer for c + 1 free of reads (c holds the
+    // only one large enough), wait_read(c + 1) begins it after end_read(c).
+    if (c + 1 < state_.chunk_count()) {
+      const Status ahead = grads_.begin_read(c + 1);
+      if (!ahead.is_ok() && ahead.code() != Code::failed_precondition) return ahead;
+    }
+    STRATA_ASSIGN_OR_RETURN(const float* grads, grads_.wait_read(c));
+    updating_ = {.chunk = c, .grads = grads};
+    STRATA_ASSIGN_OR_RETURN(updating_.out, weights_.update_buffer(c));
+  }
+  const double t0 = trace_ ? trace_->now_us() : 0;
+  STRATA_RETURN_IF_ERROR(adam(p, state, updating_.grads, updating_.out));
+  if (options_.dtype == DType::f32)
+    std::memcpy(updating_.out + piece.slot_begin * sizeof(float), state.master, piece.slots() * sizeof(float));
+  if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
+  if (!state_.last_of_chunk(p)) return Status::ok();
+  grads_.end_read(c);
+  updating_ = {};
+  return weights_.commit_update(c);
+}
+
+Status CpuOptimizer::begin_update(const UpdateStep& update) {
+  if (pending_) return error(Code::failed_precondition, "an optimizer update begun while the last one is pending");
+  STRATA_RETURN_IF_ERROR(grads_.begin_read(0));
+  STRATA_RETURN_IF_ERROR(state_.pipeline().begin_walk(state_.order(), /*write_back=*/true));
+  pending_ = update;
+  return Status::ok();
+}
+
+Status CpuOptimizer::apply(size_t through) {
+  if (!pending_) return Status::ok();
+  OptimizerPipeline& walk = state_.pipeline();
+  const auto visit = [this](size_t p, ChunkState& state) { return update_piece(p, state); };
+  while (walk.walk_remaining() > 0 && state_.pieces()[walk.walk_next_chunk()].chunk <= through) {
+    if (Status s = walk.visit_next(visit); !s.is_ok()) {
+      // The walk has ended; the chunks before the failing one are updated.
+      pending_.reset();
+      if (updating_.chunk != SIZE_MAX) grads_.end_read(updating_.chunk);
+      updating_ = {};
+      return s;
+    }
+  }
+  if (walk.walk_remaining() > 0) return Status::ok();
+  pending_.reset();
+  return walk.end_walk();
+}
+
+}  // namespace strata::model

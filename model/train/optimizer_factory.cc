@@ -1,0 +1,54 @@
+// The choice of a run's optimizer (see optimizer_factory.h).
+#include "model/train/optimizer_factory.h"
+
+#include "model/plan/placement.h"
+#include "model/train/cpu_optimizer.h"
+#include "model/train/device_optimizer.h"
+
+namespace strata::model {
+
+StatusOr<std::unique_ptr<GradientOffloader>> make_gradient_offloader(Backend& backend, PinnedPool& pinned,
+                                                                     const ParamLayout& layout,
+                                                                     const TrainOptions& options,
+                                                                     std::string_view model_name, ThreadPool* pool,
+                                                                     TraceRecorder* trace, NvmeStore* store,
+                                                                     uint64_t* host_bytes) {
+  const GradientOffloaderOptions go = gradient_options(layout, options, std::string(model_name));
+  if (go.home == Tier::nvme && store == nullptr)
+    return error(Code::invalid_argument, "the gradients spill to NVMe but the trainer got no NVMe store; pass "
+                 "--nvme-path DIR");
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<GradientOffloader> g,
+                          GradientOffloader::create(backend, pinned, go, pool, trace,
+                                                    go.home == Tier::nvme ? store : nullptr));
+  if (host_bytes != nullptr) *host_bytes = gradient_offloader_pinned_bytes(go);
+  return g;
+}
+
+StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
+                                        const TrainOptions& options, TraceRecorder* trace, NvmeStore* store) {
+  OptimizerParts parts;
+  const ParamLayout& layout = model.layout();
+  const ParamLayout& masters = model.master_layout();
+  if (options.optimizer_device == TrainOptions::OptimizerDevice::device) {
+    ResidentWeights* resident = model.resident_weights();
+    if (resident == nullptr)
+      return error(Code::invalid_argument, "the optimizer on the device updates resident weights in place, but the "
+                   "model's weights are paged (offloaded); pass --optimizer-device cpu, or keep the weights resident");
+    if (model.device_grads() == nullptr)
+      return error(Code::invalid_argument, "the optimizer on the device needs the model's device gradients (create "
+                   "the model with device_grads = true)");
+    STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, masters, options, pinned, store, trace));
+    STRATA_ASSIGN_OR_RETURN(parts.optimizer, DeviceOptimizer::create(backend, *resident, *model.device_grads(),
+                                                                     *parts.state, layout, masters, options));
+    return parts;
+  }
+  STRATA_ASSIGN_OR_RETURN(parts.gradients, make_gradient_offloader(backend, pinned, layout, options,
+                                                                   model.config().name, pool, trace, store,
+                                                                   &parts.gradient_host_bytes));
+  STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, masters, options, pinned, store, trace));
+  parts.optimizer = std::make_unique<CpuOptimizer>(*parts.state, *parts.gradients, model.weights(), pool, options,
+                                                   layout.element_bytes, trace);
+  return parts;
+}
+
+}  // namespace strata::model

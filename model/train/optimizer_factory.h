@@ -1,0 +1,55 @@
+// The one place a run chooses its optimizer (offload/optimizer.h): options.optimizer_device cpu
+// builds a GradientOffloader (the model's gradients streamed to host memory), the OptimizerState
+// (pinned or NVMe) and a CpuOptimizer over them; device builds the OptimizerState (the host
+// mirrors) and a DeviceOptimizer over the model's resident weights and DeviceGrads. Built apart
+// from the Trainer, so a run can build, size and own them itself (Trainer::create takes them).
+// Nothing here is wired into the model: the trainer sets the model's gradient sink and optimizer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "model/net/transformer.h"
+#include "model/train/optimizer_state.h"
+#include "model/train/train_options.h"
+#include "offload/gradient_offloader.h"
+#include "offload/nvme_store.h"
+#include "offload/optimizer.h"
+#include "offload/trace.h"
+#include "runtime/backend.h"
+#include "runtime/pinned_pool.h"
+#include "runtime/thread_pool.h"
+
+namespace strata::model {
+
+// The gradient sink of an optimizer on the CPU: gradient slots on the device (two for the layers,
+// one each for the embedding and the head chunks) and fp32 accumulators in pinned memory, spilled
+// to NVMe where options say so (gradient_options, model/plan/placement.h). `host_bytes`: the pinned
+// bytes it took. Errors: invalid_argument for an NVMe spill without a store; GradientOffloader::
+// create's.
+StatusOr<std::unique_ptr<GradientOffloader>> make_gradient_offloader(Backend& backend, PinnedPool& pinned,
+                                                                     const ParamLayout& layout,
+                                                                     const TrainOptions& options,
+                                                                     std::string_view model_name, ThreadPool* pool,
+                                                                     TraceRecorder* trace, NvmeStore* store,
+                                                                     uint64_t* host_bytes = nullptr);
+
+// A run's optimizer and what it owns. Members are destroyed bottom up: the optimizer before the
+// state and the gradients it borrows.
+struct OptimizerParts {
+  std::unique_ptr<GradientOffloader> gradients;  // optimizer on the CPU; null on the device
+  uint64_t gradient_host_bytes = 0;              // pinned bytes of `gradients`
+  std::unique_ptr<OptimizerState> state;         // the state (CPU) or its host mirrors (device)
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+// Builds the optimizer options.optimizer_device names for `model` (borrowed, with the backend,
+// pool, thread pool, trace and store: all outlive the parts). The state's masters are not set
+// (Trainer::create fills them). Errors: invalid_argument for the device optimizer over paged
+// weights (model.resident_weights() null) or without the model's device gradients, for an NVMe
+// home or spill without a store; the builders' out_of_memory and no_space.
+StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
+                                        const TrainOptions& options, TraceRecorder* trace, NvmeStore* store);
+
+}  // namespace strata::model

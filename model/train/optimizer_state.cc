@@ -1,0 +1,98 @@
+// OptimizerState: the pieces of the optimizer state, their images and their tensors (see
+// optimizer_state.h).
+#include "model/train/optimizer_state.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/adam8bit.h"
+
+namespace strata::model {
+
+StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::create(const ParamLayout& layout, const ParamLayout& masters,
+                                                                 const TrainOptions& options, PinnedPool& pinned,
+                                                                 NvmeStore* store, TraceRecorder* trace) {
+  const OptimizerPipelineOptions po = optimizer_state_options(masters, options);
+  if (po.home == Tier::nvme && store == nullptr)
+    return error(Code::invalid_argument, "the optimizer state is homed on NVMe but the trainer got no NVMe store; "
+                 "pass --nvme-path DIR");
+  std::unique_ptr<OptimizerState> s(new OptimizerState());
+  STRATA_ASSIGN_OR_RETURN(s->pipeline_, OptimizerPipeline::create(pinned, po.home == Tier::nvme ? store : nullptr,
+                                                                  trace, po));
+  s->pieces_ = optimizer_state_pieces(masters, options.sub_group_size);
+  s->order_.resize(s->pieces_.size());
+  for (size_t i = 0; i < s->pieces_.size(); ++i) s->order_[i] = i;
+  s->first_piece_.assign(masters.chunks.size() + 1, s->pieces_.size());
+  for (size_t i = s->pieces_.size(); i-- > 0;) s->first_piece_[s->pieces_[i].chunk] = i;
+  for (size_t c = 0; c < masters.chunks.size(); ++c) {
+    uint64_t scales = 0;
+    for (size_t i : s->pieces_of(c)) scales += s->pieces_[i].scales();
+    s->chunk_layouts_.push_back(optimizer_state_layout(options.adam_states, masters.chunks[c].bytes / sizeof(float),
+                                                       options.adam_states == AdamStates::q8 ? scales : 0));
+  }
+  s->build_tensors(layout, masters);
+  return s;
+}
+
+std::span<const size_t> OptimizerState::pieces_of(size_t chunk) const {
+  return std::span(order_).subspan(first_piece_[chunk], first_piece_[chunk + 1] - first_piece_[chunk]);
+}
+
+// Each tensor's share of each piece: its place in the piece's state image and in the working
+// layout. The images move (NVMe-homed state is visited in whichever staging buffer its read used),
+// so the CPU optimizer's tensors are bound per visit from these offsets.
+void OptimizerState::build_tensors(const ParamLayout& layout, const ParamLayout& masters) {
+  tensors_.assign(pieces_.size(), {});
+  std::vector<uint64_t> scales(layout.chunks.size(), 0);  // per chunk: the next tensor's first scale
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamSpec& p = layout.params[i];
+    const uint64_t slot = masters.params[i].offset / sizeof(float);
+    for (size_t k : pieces_of(p.chunk)) {
+      const StatePiece& piece = pieces_[k];
+      const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + p.elements, piece.slot_end);
+      if (lo >= hi) continue;
+      // A cut inside a tensor is a whole number of 8-bit blocks from its start (placement.h).
+      tensors_[k].push_back(PieceTensor{.master_slot = lo - piece.slot_begin,
+                                        .scale_at = scales[p.chunk] + (lo - slot) / kernels::kAdam8bitBlock -
+                                                    piece.scale_begin,
+                                        .work_at = p.offset / layout.element_bytes + (lo - slot),
+                                        .n = hi - lo,
+                                        .decay = p.weight_decay});
+    }
+    scales[p.chunk] += kernels::adam8bit_blocks(p.elements);
+  }
+}
+
+Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back) {
+  std::vector<float> values;  // the chunk being cut into pieces
+  size_t have = SIZE_MAX;
+  const auto fill = [&](size_t i, ChunkState& state) -> Status {
+    const StatePiece& piece = pieces_[i];
+    const size_t c = piece.chunk;
+    if (first_piece_[c + 1] - first_piece_[c] == 1) return produce(c, state.master);
+    if (have != c) {
+      values.assign(chunk_layouts_[c].fp32_slots, 0.0f);
+      STRATA_RETURN_IF_ERROR(produce(c, values.data()));
+      have = c;
+    }
+    std::copy_n(values.data() + piece.slot_begin, piece.slots(), state.master);
+    return Status::ok();
+  };
+  return pipeline_->for_each_chunk(order_, fill, write_back);
+}
+
+StatusOr<std::vector<float>> OptimizerState::master(const ParamSpec& spec) {
+  std::vector<float> out(spec.elements);
+  const uint64_t slot = spec.offset / sizeof(float);
+  STRATA_RETURN_IF_ERROR(pipeline_->for_each_chunk(
+      pieces_of(spec.chunk),
+      [&](size_t i, ChunkState& state) {
+        const StatePiece& piece = pieces_[i];
+        const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + spec.elements, piece.slot_end);
+        if (lo < hi) std::copy_n(state.master + (lo - piece.slot_begin), hi - lo, out.begin() + (lo - slot));
+        return Status::ok();
+      },
+      /*write_back=*/false));
+  return out;
+}
+
+}  // namespace strata::model
