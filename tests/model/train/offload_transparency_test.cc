@@ -422,19 +422,27 @@ TEST(PagedWeightFaults, AFailingNvmeReadStopsTheStepNamingTheChunk) {
   EXPECT_TRUE(o.losses.empty()) << "no step completed on bad weights";
 }
 
-// The first optimizer write is torn (only a prefix lands, success reported, as after a power
-// cut): the next read of that chunk fails its CRC on every retry and the step stops with
-// corruption naming it, after exactly one good step.
+// An optimizer write is torn (only a prefix lands, success reported, as after a power cut): the
+// next read of that chunk from NVMe fails its CRC on every retry and the step stops with corruption
+// naming it, after exactly one good step. A chunk just updated is served from the staging buffer
+// that wrote it (offload/tier_manager.h), so the read that finds the tear is the first one after
+// that buffer moved on: without overlap, step 2's forward reads the embedding (the first write);
+// with overlap, the forward uses the first layer's fresh bytes and step 2's backward reads it back
+// (12 layers through 2 slots), the second write of the update.
 TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
   const ModelConfig config = tiny(Arch::gpt2);
   const size_t chunks = build_param_layout(config, 2).value().chunks.size();
-  Status failure;
-  const Outcome o = train(config, DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
-                          {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = uint32_t(chunks), .limit = 1}},
-                          &failure);
-  EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();
-  EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
-  EXPECT_EQ(o.losses.size(), 1u) << "step 1 trains; step 2 needs the torn chunk";
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped update" : "update between steps");
+    Status failure;
+    const uint32_t torn = uint32_t(chunks) + (overlap ? 1 : 0);  // writes before it: the initial weights
+    const Outcome o = train(config, DType::bf16, 1, {Home::nvme, OptHome::cpu, false, overlap}, AdamStates::f32,
+                            {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = torn, .limit = 1}},
+                            &failure);
+    EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();
+    EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
+    EXPECT_EQ(o.losses.size(), 1u) << "step 1 trains; step 2 needs the torn chunk";
+  }
 }
 
 std::string name_of(const Case& k) {
