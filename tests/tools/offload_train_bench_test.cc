@@ -26,12 +26,6 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 class OffloadTrainBench : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OffloadTrainBench, PassesWithThePlansLeastBudget) {
@@ -52,13 +46,13 @@ TEST_P(OffloadTrainBench, PassesWithThePlansLeastBudget) {
   EXPECT_NE(out.find("paged runs get --gpu-mem 16MiB (cpu home), 16MiB (nvme home): the plan's least"),
             std::string::npos)
       << out;
-  EXPECT_EQ(count(out, " identical ("), 3u) << out;
+  EXPECT_EQ(test::occurrences(out, " identical ("), 3u) << out;
   EXPECT_EQ(out.find("DIFFER"), std::string::npos) << out;
   // Each metrics file holds three step rows and the prediction row the summary skipped.
   for (const char* run : {"resident", "cpu", "nvme"}) {
     const std::string metrics = read_all((dir / "out" / (std::string(run) + ".jsonl")).string());
-    EXPECT_EQ(count(metrics, "\"tokens_per_s\""), 3u) << run << ":\n" << metrics;
-    EXPECT_EQ(count(metrics, "\n"), 4u) << run << ":\n" << metrics;
+    EXPECT_EQ(test::occurrences(metrics, "\"tokens_per_s\""), 3u) << run << ":\n" << metrics;
+    EXPECT_EQ(test::occurrences(metrics, "\n"), 4u) << run << ":\n" << metrics;
   }
   EXPECT_TRUE(fs::exists(dir / "out" / "nvme-trace.json"));
   fs::remove_all(dir);

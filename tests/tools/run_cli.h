@@ -52,6 +52,13 @@ inline std::string temp_path(const std::string& name) {
 
 inline std::string strata_binary() { return std::string(STRATA_BINARY_DIR) + "/bin/strata"; }
 
+// How many times `needle` occurs in `text`, not overlapping.
+inline size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
 // argv and envp for posix_spawn of `strata args...`: this process's environment without STRATA_*
 // variables and those `env` sets, STRATA_CALIBRATION=none unless `env` sets it, plus `env`
 // ("NAME=VALUE"). The pointers stay valid while the object lives.

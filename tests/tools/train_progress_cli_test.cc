@@ -72,12 +72,6 @@ CliResult run_cli_on_terminal(const std::vector<std::string>& args, int columns)
   return result;
 }
 
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 // The live line's drawings: the text after each "\r\x1b[K" (to column 0, erase the line) up to
 // the next carriage return or newline, when it is a progress bar of a 40-step run.
 std::vector<std::string> live_drawings(const std::string& out) {
@@ -99,7 +93,7 @@ TEST(TrainProgressCli, TerminalGetsOneLiveLineAndATenthOfTheSteps) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   // Summaries at steps 4, 8, ..., 40: ten full lines, whatever the evaluations (the live line
   // carries the held-out loss).
-  EXPECT_EQ(count(r.out, "[info]\x1b[m step "), 10u) << r.out;
+  EXPECT_EQ(test::occurrences(r.out, "[info]\x1b[m step "), 10u) << r.out;
   EXPECT_NE(r.out.find(" step  4/40 | loss "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" step 40/40 | loss "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(" step  5/40 | loss "), std::string::npos) << r.out;
@@ -113,7 +107,7 @@ TEST(TrainProgressCli, TerminalGetsOneLiveLineAndATenthOfTheSteps) {
   // Never wider than the terminal (a wrapped line cannot be redrawn): at most 99 columns.
   for (const std::string& d : drawings) EXPECT_LE(d.size(), 99u) << d;
   // The whole run fits one screen: setup, ten summaries, the end-of-run lines.
-  EXPECT_LE(count(r.out, "\n"), 30u) << r.out;
+  EXPECT_LE(test::occurrences(r.out, "\n"), 30u) << r.out;
   // The live line is gone before the end: no drawing after the last step's line.
   const size_t last_step = r.out.find(" step 40/40 | loss ");
   ASSERT_NE(last_step, std::string::npos) << r.out;
@@ -129,7 +123,7 @@ TEST(TrainProgressCli, LogEveryIsKeptOnATerminal) {
   args.insert(args.end(), {"--log-every", "8"});
   CliResult r = run_cli_on_terminal(args, 60);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_EQ(count(r.out, "[info]\x1b[m step "), 5u) << r.out;  // 8, 16, 24, 32, 40
+  EXPECT_EQ(test::occurrences(r.out, "[info]\x1b[m step "), 5u) << r.out;  // 8, 16, 24, 32, 40
   const std::vector<std::string> drawings = live_drawings(r.out);
   EXPECT_GE(drawings.size(), 39u) << r.out;
   for (const std::string& d : drawings) EXPECT_LE(d.size(), 59u) << d;  // cut to the 60 columns
@@ -140,14 +134,14 @@ TEST(TrainProgressCli, PipeGetsPlainLinesAtLogEvery) {
   ASSERT_EQ(every.exit_code, 0) << every.err;
   EXPECT_EQ(every.err.find('\r'), std::string::npos) << every.err;
   EXPECT_EQ(every.err.find('\x1b'), std::string::npos) << every.err;
-  EXPECT_EQ(count(every.err, "[info] step "), 40u) << every.err;  // auto in a pipe: every step
+  EXPECT_EQ(test::occurrences(every.err, "[info] step "), 40u) << every.err;  // auto in a pipe: every step
 
   std::vector<std::string> args = kRun;
   args.insert(args.end(), {"--log-every", "15"});
   CliResult sparse = run_cli(args);
   ASSERT_EQ(sparse.exit_code, 0) << sparse.err;
   // Steps 15 and 30, the evaluations at 10, 20 (and 30, 40), and the last: 10, 15, 20, 30, 40.
-  EXPECT_EQ(count(sparse.err, "[info] step "), 5u) << sparse.err;
+  EXPECT_EQ(test::occurrences(sparse.err, "[info] step "), 5u) << sparse.err;
   EXPECT_NE(sparse.err.find("step 15/40 | loss "), std::string::npos) << sparse.err;
   EXPECT_NE(sparse.err.find("step 10/40 | loss "), std::string::npos) << sparse.err;
   EXPECT_EQ(sparse.err.find("step 16/40 | loss "), std::string::npos) << sparse.err;
