@@ -79,7 +79,8 @@ TEST_F(InfoCli, NumaRowsSayWhatTheirFiguresAre) {
   ASSERT_EQ(json.exit_code, 0) << json.err;
   auto human = run_cli({"info"});
   ASSERT_EQ(human.exit_code, 0) << human.err;
-  for (const nlohmann::json& n : nlohmann::json::parse(json.out)["numa_nodes"]) {
+  const nlohmann::json info = nlohmann::json::parse(json.out);  // outlives the loop over its nodes
+  for (const nlohmann::json& n : info["numa_nodes"]) {
     const uint64_t ram = n["memory_bytes"].get<uint64_t>(), usable = n["meminfo_total_bytes"].get<uint64_t>();
     const size_t row = human.out.find("NUMA node " + std::to_string(n["index"].get<int>()) + " ");
     ASSERT_NE(row, std::string::npos) << human.out;
