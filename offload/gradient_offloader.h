@@ -48,7 +48,7 @@
 #include "kernels/cpu/half.h"
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
-#include "offload/tier_manager.h"  // Tier
+#include "offload/tier.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/status.h"

@@ -18,7 +18,7 @@
 
 #include "offload/cpu_adam.h"
 #include "offload/nvme_store.h"
-#include "offload/tier_manager.h"  // Tier
+#include "offload/tier.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/status.h"
 

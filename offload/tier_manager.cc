@@ -59,15 +59,6 @@ Status traced_h2d(Backend& b, TraceRecorder* t, size_t c, uint64_t bytes, const 
 
 }  // namespace
 
-std::string_view tier_name(Tier tier) {
-  switch (tier) {
-    case Tier::device: return "device";
-    case Tier::cpu: return "cpu";
-    case Tier::nvme: return "nvme";
-  }
-  return "?";
-}
-
 Status check_tier_options(const TierManagerOptions& o, bool have_store) {
   const std::string& n = o.name;
   if (o.chunk_bytes.empty()) return error(Code::invalid_argument, "{}: no chunks to page", n);

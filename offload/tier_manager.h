@@ -19,15 +19,13 @@
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
+#include "offload/tier.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 
 namespace strata {
 
 class TraceRecorder;  // offload/trace.h
-
-enum class Tier : uint8_t { device, cpu, nvme };
-std::string_view tier_name(Tier tier);  // "device", "cpu", "nvme"
 
 struct TierManagerOptions {
   // Per chunk (indexed as ParamLayout::chunks): bytes of its working weights, padded to 4 KiB by the

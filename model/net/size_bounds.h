@@ -46,7 +46,7 @@ inline constexpr uint64_t kMaxPlannedPieces = uint64_t(1) << 16;
 bool cheap_to_plan(const SizeFloor& floor, const TrainOptions& options);
 
 // Where each budget of a machine came from ("--gpu-mem", "MemAvailable", ...), gpu, cpu, nvme.
-using BudgetSources = std::array<std::string, kPlanTiers>;
+using BudgetSources = std::array<std::string, kTiers>;
 
 // ok when size_floor fits `hardware`: the state bytes within the three tiers together and the
 // device bytes within the GPU. Otherwise out_of_memory, "<model> fits no placement on <machine>"

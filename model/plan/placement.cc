@@ -69,7 +69,7 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
 GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
                                           const std::string& name) {
   GradientOffloaderOptions o = gradient_slot_options(layout, options.dtype, name);
-  o.home = options.offload_grad == TrainOptions::GradHome::nvme ? Tier::nvme : Tier::cpu;
+  o.home = options.grad_home == Tier::nvme ? Tier::nvme : Tier::cpu;
   // A tied table's gradient takes the head's contribution first and the embedding's last, so each
   // of its tiles holds a spill buffer through the whole backward: one each, and two more for the
   // layers to pass through (3 when the table is one chunk: a chunk's write overlaps the next's
@@ -154,9 +154,7 @@ OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layou
     o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)
                                                : fmt::format("chunk {} piece {}/{}", p.chunk, k, per_chunk[p.chunk]));
   }
-  const bool nvme = options.optimizer_device == TrainOptions::OptimizerDevice::cpu &&
-                    options.optimizer_home == TrainOptions::OptimizerHome::nvme;
-  o.home = nvme ? Tier::nvme : Tier::cpu;
+  o.home = options.optimizer_home == Tier::nvme ? Tier::nvme : Tier::cpu;
   o.staging = options.optimizer_staging;
   o.name = "optimizer";
   return o;
@@ -166,15 +164,14 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   DeviceBytes d;
   const std::shared_ptr<const ParamLayout> working = shared_param_layout(config, dtype_size(o.dtype)).value();
   const ParamLayout& layout = *working;
-  const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
+  const bool on_device = o.optimizer_home == Tier::device;
   uint64_t all_chunks = 0;
   for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
-  if (o.offload_param == TrainOptions::ParamHome::none) {
+  if (o.weight_home == Tier::device) {
     d.weights = all_chunks;
   } else {
     d.weights = tier_device_bytes(
-        paged_weight_options(layout, o.offload_param == TrainOptions::ParamHome::cpu ? Tier::cpu : Tier::nvme,
-                             o.param_slots, o.prefetch_bytes, o.nvme_staging, config.name));
+        paged_weight_options(layout, o.weight_home, o.param_slots, o.prefetch_bytes, o.nvme_staging, config.name));
   }
   if (on_device) {
     // DeviceGrads: each chunk's buffer, its fp32 sums and the norm's block partials.

@@ -34,7 +34,7 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
 // tiled, two for MLP tiles.
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
 // The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
-// options.offload_grad says (nvme: three spill buffers).
+// options.grad_home says (nvme: three spill buffers).
 GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
                                           const std::string& name);
 

@@ -13,7 +13,6 @@ namespace {
 
 using model::PlanRateKind;
 using model::PlanState;
-using model::PlanTier;
 
 std::string si_gb(uint64_t bytes) { return fmt::format("{:.1f} GB", double(bytes) / 1e9); }
 // A shortfall: GB from 1 GB on (the suggestions' unit), below it exact ("821 KiB", not "0.0 GB").
@@ -28,14 +27,14 @@ void append_bytes(std::string& out, const model::Plan& p) {
   fmt::format_to(row, "\n{:<13}{:>14}{:>14}{:>14}\n", "bytes", "gpu", "cpu (pinned)", "nvme");
   for (size_t s = 0; s < model::kPlanStates; ++s)
     fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", model::plan_state_name(PlanState(s)),
-                   cell(b.at(PlanTier::gpu, PlanState(s))), cell(b.at(PlanTier::cpu, PlanState(s))),
-                   cell(b.at(PlanTier::nvme, PlanState(s))));
-  fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "total", format_size(b.tier(PlanTier::gpu)),
-                 format_size(b.tier(PlanTier::cpu)), cell(b.tier(PlanTier::nvme)));
+                   cell(b.at(Tier::device, PlanState(s))), cell(b.at(Tier::cpu, PlanState(s))),
+                   cell(b.at(Tier::nvme, PlanState(s))));
+  fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "total", format_size(b.tier(Tier::device)),
+                 format_size(b.tier(Tier::cpu)), cell(b.tier(Tier::nvme)));
   const model::Hardware& h = p.hardware;
   fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "budget", format_size(h.gpu_bytes), format_size(h.cpu_bytes),
                  h.nvme_bytes ? format_size(h.nvme_bytes) : "none");
-  if (p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::device)
+  if (p.chosen.options.optimizer_home == Tier::device)
     out += p.chosen.options.dtype == DType::f32
                ? "(optimizer gpu: AdamW runs on the device, whose fp32 weights are the masters and which holds the "
                  "moments; the cpu column's masters and moments are their pinned mirror, for checkpoints)\n"
@@ -49,7 +48,7 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
   const model::PlanRates& r = p.hardware.rates;
   const double flops = r.flops > 0 ? r.flops : model::default_flops(p.chosen.options.dtype);
   auto line = std::back_inserter(out);
-  const bool cpu_adam = p.chosen.options.optimizer_device == model::TrainOptions::OptimizerDevice::cpu;
+  const bool cpu_adam = p.chosen.options.optimizer_home != Tier::device;
   if (r.shared_cores)
     out += "\nstep time (the CPU backend: compute, copies, cpu adam and checksums share the cores, and the nvme time "
            "adds to them: the step is the sum):\n";
@@ -91,9 +90,9 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
 
 std::string plan_shortfall(const model::Plan& p) {
   std::string out = fmt::format("does not fit: the closest placement ({}) needs", model::candidate_summary(p.chosen));
-  for (size_t t = 0; t < model::kPlanTiers; ++t)
+  for (size_t t = 0; t < kTiers; ++t)
     if (p.chosen.missing[t] > 0)
-      out += fmt::format(" {} more {}", missing_amount(p.chosen.missing[t]), model::plan_tier_name(PlanTier(t)));
+      out += fmt::format(" {} more {}", missing_amount(p.chosen.missing[t]), model::plan_tier_name(Tier(t)));
   return out;
 }
 
@@ -127,11 +126,11 @@ std::string plan_text(const model::Plan& p, const Machine& m) {
     fmt::format_to(line, "\n{}\n", plan_shortfall(p));
   append_bytes(out, p);
   append_time(out, p, m);
-  if (m.memlock && p.chosen.bytes.tier(PlanTier::cpu) > *m.memlock)
+  if (m.memlock && p.chosen.bytes.tier(Tier::cpu) > *m.memlock)
     fmt::format_to(line,
                    "\nwarning: the plan pins {} but the locked-memory limit is {} (ulimit -l): memory past it is "
                    "pageable, so copies run slower; raise `ulimit -l`\n",
-                   format_size(p.chosen.bytes.tier(PlanTier::cpu)), format_size(*m.memlock));
+                   format_size(p.chosen.bytes.tier(Tier::cpu)), format_size(*m.memlock));
   if (p.fits) return out;
   out += "\nwhat would make it fit:\n";
   for (const model::PlanSuggestion& s : p.suggestions) fmt::format_to(line, "  {}: {}\n", s.change, s.effect);
@@ -144,9 +143,9 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
   j["fits"] = p.fits;
   j["model"] = p.config.name;
   j["params"] = p.params;
-  j["gpu_bytes"] = c.bytes.tier(PlanTier::gpu);
-  j["cpu_bytes"] = c.bytes.tier(PlanTier::cpu);
-  j["nvme_bytes"] = c.bytes.tier(PlanTier::nvme);
+  j["gpu_bytes"] = c.bytes.tier(Tier::device);
+  j["cpu_bytes"] = c.bytes.tier(Tier::cpu);
+  j["nvme_bytes"] = c.bytes.tier(Tier::nvme);
   j["step_s"] = c.time.step_s;
   j["bottleneck"] = c.time.bottleneck;
   j["budgets"] = {{"gpu", p.hardware.gpu_bytes}, {"cpu", p.hardware.cpu_bytes}, {"nvme", p.hardware.nvme_bytes}};
@@ -154,19 +153,19 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
   j["described"] = m.described;
   j["placement"] = {{"summary", model::placement_summary(c.options)},
                     {"flags", model::placement_flags(c.options)},
-                    {"offload_param", model::param_home_name(c.options.offload_param)},
-                    {"offload_optimizer", model::optimizer_home_name(c.options)},
-                    {"offload_grad", c.options.offload_grad == model::TrainOptions::GradHome::nvme ? "nvme" : "cpu"},
+                    {"offload_param", model::offload_value(c.options.weight_home)},
+                    {"offload_optimizer", model::offload_value(c.options.optimizer_home)},
+                    {"offload_grad", c.options.grad_home == Tier::nvme ? "nvme" : "cpu"},
                     {"activation_checkpointing", c.options.activation_checkpointing}};
   j["tiling"] = {{"summary", model::tiling_summary(c.model)},
                  {"flags", model::tiling_flags(c.model, model::TrainOptions{})},
                  {"mlp_tiles", model::mlp_tiles(c.model)},
                  {"vocab_tile", c.model.vocab_tile},
                  {"vocab_tiles", model::vocab_tiles(c.model)}};
-  for (size_t t = 0; t < model::kPlanTiers; ++t)
+  for (size_t t = 0; t < kTiers; ++t)
     for (size_t s = 0; s < model::kPlanStates; ++s)
-      j["bytes"][model::plan_tier_name(PlanTier(t))][model::plan_state_name(PlanState(s))] =
-          c.bytes.at(PlanTier(t), PlanState(s));
+      j["bytes"][model::plan_tier_name(Tier(t))][model::plan_state_name(PlanState(s))] =
+          c.bytes.at(Tier(t), PlanState(s));
   j["time"] = {{"compute_s", c.time.compute_s}, {"pcie_s", c.time.pcie_s}, {"nvme_s", c.time.nvme_s},
                {"cpu_adam_s", c.time.adam_s}, {"crc32c_s", c.time.crc_s}, {"forward_s", c.time.forward_s},
                {"shared_cores", p.hardware.rates.shared_cores}};

@@ -25,18 +25,12 @@
 
 namespace strata::model {
 namespace {
-
-using ParamHome = TrainOptions::ParamHome;
-using OptimizerDevice = TrainOptions::OptimizerDevice;
-using OptimizerHome = TrainOptions::OptimizerHome;
-using GradHome = TrainOptions::GradHome;
-
 constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-bool cpu_optimizer(const TrainOptions& o) { return o.optimizer_device == OptimizerDevice::cpu; }
-bool optimizer_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.optimizer_home == OptimizerHome::nvme; }
-bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.offload_grad == GradHome::nvme; }
+bool cpu_optimizer(const TrainOptions& o) { return o.cpu_optimizer(); }
+bool optimizer_on_nvme(const TrainOptions& o) { return o.optimizer_home == Tier::nvme; }
+bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.grad_home == Tier::nvme; }
 
 // Shared (param_layout.h): the candidates of one plan size the same few layouts many times.
 std::shared_ptr<const ParamLayout> working_layout(const ModelConfig& c, const TrainOptions& o) {
@@ -53,7 +47,7 @@ std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
 }
 
 TierManagerOptions weight_options(const ParamLayout& layout, const TrainOptions& o, const std::string& name) {
-  return paged_weight_options(layout, o.offload_param == ParamHome::nvme ? Tier::nvme : Tier::cpu, o.param_slots,
+  return paged_weight_options(layout, o.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, o.param_slots,
                               o.prefetch_bytes, o.nvme_staging, name);
 }
 
@@ -69,23 +63,23 @@ uint64_t master_bytes(const OptimizerPipelineOptions& po) {
 
 void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
   const DeviceBytes d = estimate_device_bytes(config, o);
-  b.at(PlanTier::gpu, PlanState::weights) = d.weights;
-  b.at(PlanTier::gpu, PlanState::gradients) = d.gradients;
-  b.at(PlanTier::gpu, PlanState::activations) = d.activations;
-  b.at(PlanTier::gpu, PlanState::other) = d.batch;
+  b.at(Tier::device, PlanState::weights) = d.weights;
+  b.at(Tier::device, PlanState::gradients) = d.gradients;
+  b.at(Tier::device, PlanState::activations) = d.activations;
+  b.at(Tier::device, PlanState::other) = d.batch;
   // estimate_device_bytes: m and v, plus the fp32 masters of a 16-bit model, one block each.
   const uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
-  b.at(PlanTier::gpu, PlanState::masters) = masters;
-  b.at(PlanTier::gpu, PlanState::moments) = d.optimizer - masters;
+  b.at(Tier::device, PlanState::masters) = masters;
+  b.at(Tier::device, PlanState::moments) = d.optimizer - masters;
 }
 
 void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
-  if (o.offload_param == ParamHome::none)
-    b.at(PlanTier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
+  if (o.weight_home == Tier::device)
+    b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
   else
-    b.at(PlanTier::cpu, o.offload_param == ParamHome::cpu ? PlanState::weights : PlanState::staging) +=
+    b.at(Tier::cpu, o.weight_home == Tier::cpu ? PlanState::weights : PlanState::staging) +=
         tier_pinned_bytes(weight_options(layout, o, config.name));
   if (cpu_optimizer(o)) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
@@ -94,44 +88,44 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
     d2h.home = Tier::nvme;
     d2h.spill_buffers = 0;
     const uint64_t staging = gradient_offloader_pinned_bytes(d2h), pinned = gradient_offloader_pinned_bytes(go);
-    b.at(PlanTier::cpu, go.home == Tier::nvme ? PlanState::staging : PlanState::gradients) += pinned - staging;
-    b.at(PlanTier::cpu, PlanState::staging) += staging;
+    b.at(Tier::cpu, go.home == Tier::nvme ? PlanState::staging : PlanState::gradients) += pinned - staging;
+    b.at(Tier::cpu, PlanState::staging) += staging;
   }
   // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
   const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
   if (po.home == Tier::nvme) {
-    b.at(PlanTier::cpu, PlanState::staging) += pinned;
+    b.at(Tier::cpu, PlanState::staging) += pinned;
   } else {
     const uint64_t masters = master_bytes(po);
-    b.at(PlanTier::cpu, PlanState::masters) += masters;
-    b.at(PlanTier::cpu, PlanState::moments) += pinned - masters;
+    b.at(Tier::cpu, PlanState::masters) += masters;
+    b.at(Tier::cpu, PlanState::moments) += pinned - masters;
   }
   BatchLoaderOptions lo;
   lo.sampling.batch_size = uint32_t(o.micro_batch);
   lo.sampling.seq_len = uint32_t(o.seq);
-  b.at(PlanTier::cpu, PlanState::other) += batch_loader_pinned_bytes(lo) * (o.evaluates() ? 2 : 1) +
+  b.at(Tier::cpu, PlanState::other) += batch_loader_pinned_bytes(lo) * (o.evaluates() ? 2 : 1) +
                                            round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kPinnedBlock);
 }
 
 void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
   const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit);
-  b.at(PlanTier::nvme, PlanState::weights) = r.weights;
-  b.at(PlanTier::nvme, PlanState::gradients) = r.gradients;
+  b.at(Tier::nvme, PlanState::weights) = r.weights;
+  b.at(Tier::nvme, PlanState::gradients) = r.gradients;
   if (r.optimizer > 0) {
     const uint64_t masters = master_bytes(optimizer_state_options(*master_layout(config), o));
-    b.at(PlanTier::nvme, PlanState::masters) = masters;
-    b.at(PlanTier::nvme, PlanState::moments) = r.optimizer - masters;
+    b.at(Tier::nvme, PlanState::masters) = masters;
+    b.at(Tier::nvme, PlanState::moments) = r.optimizer - masters;
   }
 }
 
 }  // namespace
 
-std::string_view plan_tier_name(PlanTier tier) {
+std::string_view plan_tier_name(Tier tier) {
   switch (tier) {
-    case PlanTier::gpu: return "gpu";
-    case PlanTier::cpu: return "cpu";
-    case PlanTier::nvme: return "nvme";
+    case Tier::device: return "gpu";
+    case Tier::cpu: return "cpu";
+    case Tier::nvme: return "nvme";
   }
   return "?";
 }
@@ -149,7 +143,7 @@ std::string_view plan_state_name(PlanState state) {
   return "?";
 }
 
-uint64_t PlanBytes::tier(PlanTier t) const {
+uint64_t PlanBytes::tier(Tier t) const {
   uint64_t total = 0;
   for (uint64_t v : bytes[size_t(t)]) total += v;
   return total;
@@ -159,7 +153,7 @@ NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& 
   NvmeReservation r;
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
-  if (o.offload_param == ParamHome::nvme)
+  if (o.weight_home == Tier::nvme)
     r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
   const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
   if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
@@ -185,7 +179,7 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
-  const bool paged = o.offload_param != ParamHome::none;
+  const bool paged = o.weight_home != Tier::device;
   if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
   if (!paged && cpu_optimizer(o)) t.h2d += weights;    // the updated weights, uploaded once
   if (cpu_optimizer(o)) t.d2h += weights * k;          // each micro-batch's gradients
@@ -198,7 +192,7 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
     for (const ChunkSpec& c : layout.chunks)
       if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
   t.h2d += refetched * k;
-  if (o.offload_param == ParamHome::nvme) {
+  if (o.weight_home == Tier::nvme) {
     t.nvme_read += (2 * weights + refetched) * k;
     t.nvme_write += weights;
   }
@@ -273,35 +267,30 @@ PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& opti
   c.bytes = plan_bytes(config, options);
   c.traffic = plan_traffic(config, options);
   c.time = plan_step_time(config, options, h.rates);
-  const uint64_t budgets[kPlanTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
-  for (size_t t = 0; t < kPlanTiers; ++t) {
-    const uint64_t need = c.bytes.tier(PlanTier(t));
+  const uint64_t budgets[kTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
+  for (size_t t = 0; t < kTiers; ++t) {
+    const uint64_t need = c.bytes.tier(Tier(t));
     c.missing[t] = need > budgets[t] ? need - budgets[t] : 0;
   }
   return c;
 }
 
 std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed) {
-  enum class Opt { device, cpu, nvme };
-  const Opt base_opt = base.optimizer_device == OptimizerDevice::device ? Opt::device
-                       : base.optimizer_home == OptimizerHome::nvme     ? Opt::nvme
-                                                                        : Opt::cpu;
   const auto choices = [](bool is_fixed, auto given, std::initializer_list<decltype(given)> all) {
     return is_fixed ? std::vector<decltype(given)>{given} : std::vector<decltype(given)>(all);
   };
   std::vector<TrainOptions> out;
-  for (ParamHome w : choices(fixed.weights, base.offload_param, {ParamHome::none, ParamHome::cpu, ParamHome::nvme}))
-    for (Opt opt : choices(fixed.optimizer, base_opt, {Opt::device, Opt::cpu, Opt::nvme}))
-      for (GradHome g : choices(fixed.gradients, base.offload_grad, {GradHome::cpu, GradHome::nvme}))
+  for (Tier w : choices(fixed.weights, base.weight_home, {Tier::device, Tier::cpu, Tier::nvme}))
+    for (Tier opt : choices(fixed.optimizer, base.optimizer_home, {Tier::device, Tier::cpu, Tier::nvme}))
+      for (Tier g : choices(fixed.gradients, base.grad_home, {Tier::cpu, Tier::nvme}))
         for (bool ckpt : choices(fixed.checkpointing, base.activation_checkpointing, {false, true})) {
           // The device optimizer updates resident weights with fp32 moments and keeps the gradients.
-          if (opt == Opt::device && (w != ParamHome::none || base.adam_states == AdamStates::q8)) continue;
-          if (opt == Opt::device && g == GradHome::nvme && !fixed.gradients) continue;
+          if (opt == Tier::device && (w != Tier::device || base.adam_states == AdamStates::q8)) continue;
+          if (opt == Tier::device && g == Tier::nvme && !fixed.gradients) continue;
           TrainOptions o = base;
-          o.offload_param = w;
-          o.optimizer_device = opt == Opt::device ? OptimizerDevice::device : OptimizerDevice::cpu;
-          o.optimizer_home = opt == Opt::nvme ? OptimizerHome::nvme : OptimizerHome::cpu;
-          o.offload_grad = opt == Opt::device ? GradHome::cpu : g;
+          o.weight_home = w;
+          o.optimizer_home = opt;
+          o.grad_home = opt == Tier::device ? Tier::cpu : g;
           o.activation_checkpointing = ckpt;
           out.push_back(o);
         }
@@ -314,9 +303,9 @@ namespace {
 // weights (fetched twice per micro-batch) 4, gradients (once per micro-batch) 2, optimizer state
 // (once per step) 1; per tier: device 0, cpu 1, nvme 2.
 int placement_rank(const TrainOptions& o) {
-  const int w = o.offload_param == ParamHome::none ? 0 : o.offload_param == ParamHome::cpu ? 1 : 2;
-  const int g = !cpu_optimizer(o) ? 0 : o.offload_grad == GradHome::cpu ? 1 : 2;
-  const int opt = !cpu_optimizer(o) ? 0 : o.optimizer_home == OptimizerHome::cpu ? 1 : 2;
+  const int w = o.weight_home == Tier::device ? 0 : o.weight_home == Tier::cpu ? 1 : 2;
+  const int g = !cpu_optimizer(o) ? 0 : o.grad_home == Tier::cpu ? 1 : 2;
+  const int opt = !cpu_optimizer(o) ? 0 : o.optimizer_home == Tier::cpu ? 1 : 2;
   return 4 * w + 2 * g + opt;
 }
 
@@ -381,9 +370,9 @@ std::string flag_size(uint64_t bytes) {
 
 std::string shortfall(const PlanCandidate& c) {
   std::string out;
-  for (size_t t = 0; t < kPlanTiers; ++t)
+  for (size_t t = 0; t < kTiers; ++t)
     if (c.missing[t] > 0)
-      out += fmt::format("{}{} short by {}", out.empty() ? "" : ", ", plan_tier_name(PlanTier(t)), gb(c.missing[t]));
+      out += fmt::format("{}{} short by {}", out.empty() ? "" : ", ", plan_tier_name(Tier(t)), gb(c.missing[t]));
   return out;
 }
 
@@ -391,8 +380,8 @@ std::string shortfall(const PlanCandidate& c) {
 std::string outcome(const Search& s) {
   if (s.fits)
     return fmt::format("fits with {} (gpu {}, cpu {}, nvme {}; step about {:.3g} s)", candidate_summary(s.chosen),
-                       gb(s.chosen.bytes.tier(PlanTier::gpu)), gb(s.chosen.bytes.tier(PlanTier::cpu)),
-                       gb(s.chosen.bytes.tier(PlanTier::nvme)), s.chosen.time.step_s);
+                       gb(s.chosen.bytes.tier(Tier::device)), gb(s.chosen.bytes.tier(Tier::cpu)),
+                       gb(s.chosen.bytes.tier(Tier::nvme)), s.chosen.time.step_s);
   return "still does not fit: " + shortfall(s.chosen);
 }
 
@@ -403,14 +392,14 @@ PlanSuggestion found(std::string change, std::string effect, const Search& s) {
 
 // Per tier: the least it must hold for some placement that fits the other two budgets.
 void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSuggestion>& out) {
-  for (size_t t = 0; t < kPlanTiers; ++t) {
+  for (size_t t = 0; t < kTiers; ++t) {
     const PlanCandidate* best = nullptr;
     for (const PlanCandidate& c : s.all) {
       const bool others_fit = (t == 0 || c.missing[0] == 0) && (t == 1 || c.missing[1] == 0) && (t == 2 || c.missing[2] == 0);
-      if (others_fit && (best == nullptr || c.bytes.tier(PlanTier(t)) < best->bytes.tier(PlanTier(t)))) best = &c;
+      if (others_fit && (best == nullptr || c.bytes.tier(Tier(t)) < best->bytes.tier(Tier(t)))) best = &c;
     }
     if (best == nullptr) continue;
-    const uint64_t need = best->bytes.tier(PlanTier(t)), missing = best->missing[t];
+    const uint64_t need = best->bytes.tier(Tier(t)), missing = best->missing[t];
     const std::string with = candidate_summary(*best);
     if (t == 0)
       out.push_back({fmt::format("--gpu-mem {}", flag_size(need)),
@@ -493,7 +482,7 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
     o.adam_states = AdamStates::q8;
     o.optimizer = "adamw8bit";
     PlanFixed f = fixed;
-    if (o.optimizer_device == OptimizerDevice::device) f.optimizer = false;  // 8-bit moments live on the CPU
+    if (o.optimizer_home == Tier::device) f.optimizer = false;  // 8-bit moments live on the CPU
     const Search q = search(config, o, h, f);
     ways.push_back(found("--optimizer-type adamw8bit",
                          "8-bit moments (6 bytes of optimizer state per parameter, not 12): " + outcome(q), q));
@@ -623,10 +612,10 @@ std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const 
   const std::string tiles = tiling_flags(tiled, o);
   if (!tiles.empty() && fewest.device_bytes < now)
     ways.push_back(change(tiles, (fewest.fits ? "" : "the finest tiling, ") + tiling_summary(tiled), tiled, o));
-  if (o.offload_param == TrainOptions::ParamHome::none) {
+  if (o.weight_home == Tier::device) {
     TrainOptions paged = o;
-    paged.offload_param = TrainOptions::ParamHome::cpu;
-    paged.optimizer_device = OptimizerDevice::cpu;
+    paged.weight_home = Tier::cpu;
+    if (paged.optimizer_home == Tier::device) paged.optimizer_home = Tier::cpu;
     ways.push_back(change("--offload-param cpu", "pages the weights through the device (nvme: from disk)",
                           retiled(paged), paged));
     all = paged;
@@ -662,7 +651,7 @@ std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const 
       together.mlp_tiles = t.mlp_tiles;
     }
     const std::string flags =
-        joined({all.offload_param != o.offload_param ? "--offload-param cpu" : "",
+        joined({all.weight_home != o.weight_home ? "--offload-param cpu" : "",
                 all.activation_checkpointing != o.activation_checkpointing ? "--activation-checkpointing" : "",
                 all.micro_batch != o.micro_batch ? micro_batch_flags(all) : "", tiling_flags(together, o)});
     const uint64_t least = estimate_device_bytes(together, all).total();
@@ -677,9 +666,9 @@ std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const 
 }
 
 std::string placement_summary(const TrainOptions& o) {
-  const std::string_view weights = o.offload_param == ParamHome::none ? "gpu" : param_home_name(o.offload_param);
-  const std::string_view optimizer = cpu_optimizer(o) ? optimizer_home_name(o) : "gpu";
-  const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.offload_grad == GradHome::nvme ? "nvme" : "cpu";
+  const std::string_view weights = o.weight_home == Tier::device ? "gpu" : offload_value(o.weight_home);
+  const std::string_view optimizer = cpu_optimizer(o) ? offload_value(o.optimizer_home) : "gpu";
+  const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
   return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
                      o.activation_checkpointing ? "on" : "off");
 }
@@ -691,9 +680,9 @@ std::string candidate_summary(const PlanCandidate& c) {
 }
 
 std::string placement_flags(const TrainOptions& o) {
-  std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", param_home_name(o.offload_param),
-                                  optimizer_home_name(o));
-  if (cpu_optimizer(o)) flags += fmt::format(" --offload-grad {}", o.offload_grad == GradHome::nvme ? "nvme" : "cpu");
+  std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", offload_value(o.weight_home),
+                                  offload_value(o.optimizer_home));
+  if (cpu_optimizer(o)) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
   if (o.activation_checkpointing) flags += " --activation-checkpointing";
   return flags;
 }

@@ -16,13 +16,14 @@
 
 #include "model/net/model_config.h"
 #include "model/train/train_options.h"
+#include "offload/tier.h"
 #include "runtime/status.h"
 
 namespace strata::model {
 
-enum class PlanTier : uint8_t { gpu, cpu, nvme };
-inline constexpr size_t kPlanTiers = 3;
-std::string_view plan_tier_name(PlanTier tier);  // "gpu", "cpu", "nvme"
+// The plan's tiers are offload/tier.h's; its tables and JSON call the device "gpu" (a budget of the
+// machine, --gpu-mem), the rest by tier_name.
+std::string_view plan_tier_name(Tier tier);  // "gpu", "cpu", "nvme"
 
 // What the bytes hold. masters: fp32 master weights; moments: Adam m and v (fp32, or 8-bit codes
 // and their block scales); staging: buffers a state streams through when its home is a slower
@@ -36,10 +37,10 @@ std::string_view plan_state_name(PlanState state);  // "weights", "gradients", .
 // bounds); cpu: the pinned pool's blocks (what --cpu-mem bounds), each rounded to the pool's 4 KiB;
 // nvme: the NvmeStore reservation (nvme_reservation).
 struct PlanBytes {
-  std::array<std::array<uint64_t, kPlanStates>, kPlanTiers> bytes{};
-  uint64_t& at(PlanTier t, PlanState s) { return bytes[size_t(t)][size_t(s)]; }
-  uint64_t at(PlanTier t, PlanState s) const { return bytes[size_t(t)][size_t(s)]; }
-  uint64_t tier(PlanTier t) const;  // the sum over states
+  std::array<std::array<uint64_t, kPlanStates>, kTiers> bytes{};
+  uint64_t& at(Tier t, PlanState s) { return bytes[size_t(t)][size_t(s)]; }
+  uint64_t at(Tier t, PlanState s) const { return bytes[size_t(t)][size_t(s)]; }
+  uint64_t tier(Tier t) const;  // the sum over states
 };
 
 // The NvmeStore capacity `strata train` asks for (model/train/train_offload.cc), by what it holds:
@@ -132,7 +133,7 @@ struct PlanCandidate {
   PlanBytes bytes;
   StepTraffic traffic;
   StepTime time;
-  std::array<uint64_t, kPlanTiers> missing{};
+  std::array<uint64_t, kTiers> missing{};
   bool fits() const { return missing[0] == 0 && missing[1] == 0 && missing[2] == 0; }
 };
 // With the vocabulary and MLP tiles the placement gives the run (with_tiling, tiling.h, on

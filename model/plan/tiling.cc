@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-bool paged(const TrainOptions& o) { return o.offload_param != TrainOptions::ParamHome::none; }
+bool paged(const TrainOptions& o) { return o.weight_home != Tier::device; }
 
 // The axes a search may tile, and how finely it may cut an MLP.
 struct FreeAxes {

@@ -14,7 +14,6 @@
 namespace strata::model {
 namespace {
 
-using model::PlanTier;
 
 bool given(const Config& config, std::string_view key) { return config.source(key) != ConfigSource::default_value; }
 
@@ -22,13 +21,13 @@ constexpr std::string_view kPlacementKeys[] = {"offload_param", "offload_optimiz
 
 // "gpu 80.2 MiB of 24.0 MiB (--gpu-mem), cpu ...": each tier's bytes against its budget.
 std::string against_budgets(const model::PlanCandidate& c, const Machine& m, bool only_short) {
-  const uint64_t budgets[model::kPlanTiers] = {m.hardware.gpu_bytes, m.hardware.cpu_bytes, m.hardware.nvme_bytes};
-  const std::string* from[model::kPlanTiers] = {&m.gpu_from, &m.cpu_from, &m.nvme_from};
+  const uint64_t budgets[kTiers] = {m.hardware.gpu_bytes, m.hardware.cpu_bytes, m.hardware.nvme_bytes};
+  const std::string* from[kTiers] = {&m.gpu_from, &m.cpu_from, &m.nvme_from};
   std::vector<std::string> parts;
-  for (size_t t = 0; t < model::kPlanTiers; ++t) {
-    const uint64_t need = c.bytes.tier(PlanTier(t));
-    if ((only_short && c.missing[t] == 0) || (!only_short && need == 0 && t == size_t(PlanTier::nvme))) continue;
-    parts.push_back(fmt::format("{} {} of {} ({})", model::plan_tier_name(PlanTier(t)), format_size(need),
+  for (size_t t = 0; t < kTiers; ++t) {
+    const uint64_t need = c.bytes.tier(Tier(t));
+    if ((only_short && c.missing[t] == 0) || (!only_short && need == 0 && t == size_t(Tier::nvme))) continue;
+    parts.push_back(fmt::format("{} {} of {} ({})", model::plan_tier_name(Tier(t)), format_size(need),
                                 budgets[t] ? format_size(budgets[t]) : "none", *from[t]));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
@@ -62,7 +61,7 @@ void log_auto_tiling(const model::ModelConfig& untiled, const TrainPlacement& p)
                "{}, the fewest tiles that fit",
                model::tiling_summary(tiled), flags, format_size(model::estimate_device_bytes(whole, p.options).total()),
                format_size(p.machine.hardware.gpu_bytes), p.machine.gpu_from,
-               format_size(p.predicted.bytes.tier(PlanTier::gpu)));
+               format_size(p.predicted.bytes.tier(Tier::device)));
 }
 
 }  // namespace
@@ -117,7 +116,7 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
 
 std::vector<std::string> prediction_lines(const TrainPlacement& p, const RunMeasured& r) {
   const model::PlanCandidate& c = p.predicted;
-  const uint64_t gpu = c.bytes.tier(PlanTier::gpu), cpu = c.bytes.tier(PlanTier::cpu);
+  const uint64_t gpu = c.bytes.tier(Tier::device), cpu = c.bytes.tier(Tier::cpu);
   return {
       fmt::format("predicted vs measured ({}{}):", model::placement_summary(c.options),
                   p.planned ? ", chosen by --offload auto" : ""),
@@ -135,7 +134,7 @@ std::vector<std::string> prediction_lines(const TrainPlacement& p, const RunMeas
 
 std::string prediction_json_line(const TrainPlacement& p, const RunMeasured& r) {
   const model::PlanCandidate& c = p.predicted;
-  const uint64_t gpu = c.bytes.tier(PlanTier::gpu), cpu = c.bytes.tier(PlanTier::cpu);
+  const uint64_t gpu = c.bytes.tier(Tier::device), cpu = c.bytes.tier(Tier::cpu);
   nlohmann::ordered_json j = {{"prediction", true},
                               {"placement", model::placement_summary(c.options)},
                               {"planned", p.planned},

@@ -29,7 +29,7 @@ StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, Pi
   OptimizerParts parts;
   const ParamLayout& layout = model.layout();
   const ParamLayout& masters = model.master_layout();
-  if (options.optimizer_device == TrainOptions::OptimizerDevice::device) {
+  if (options.optimizer_home == Tier::device) {
     ResidentWeights* resident = model.resident_weights();
     if (resident == nullptr)
       return error(Code::invalid_argument, "the optimizer on the device updates resident weights in place, but the "

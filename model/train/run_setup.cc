@@ -121,8 +121,8 @@ RunOutcome TrainingRun::open_checkpoint_dir() {
 // The host memory `run`'s placement needs (closed-form, before any layout).
 RunOutcome TrainingRun::check_host_memory(const TrainOptions& run) const {
   StatusOr<std::vector<std::string>> memory = model::check_host_memory(
-      mc_, run.adam_states, run.optimizer_device == TrainOptions::OptimizerDevice::device,
-      run.optimizer_home == TrainOptions::OptimizerHome::nvme, config_.get_size_or_auto("cpu_mem").value_or(0));
+      mc_, run.adam_states, run.optimizer_home == Tier::device,
+      run.optimizer_home == Tier::nvme, config_.get_size_or_auto("cpu_mem").value_or(0));
   if (!memory.is_ok()) return refused(memory.status());
   for (const std::string& w : *memory) spdlog::warn("{}", w);
   return {};
@@ -280,7 +280,7 @@ RunOutcome TrainingRun::build_model() {
        .checkpoint_layers = o_.activation_checkpointing,
        .dtype = o_.dtype,
        // A CPU optimizer streams gradients to the host: no full set of them on the device.
-       .device_grads = o_.optimizer_device == TrainOptions::OptimizerDevice::device},
+       .device_grads = o_.optimizer_home == Tier::device},
       {.weights = offload_->weights(), .pinned = pinned_.get()});
   if (!net.is_ok()) return outcome_of(net.status());
   net_ = std::move(*net);

@@ -22,10 +22,10 @@ Status check_device_budget(const model::ModelConfig& config, const TrainOptions&
   const model::DeviceBytes d = model::estimate_device_bytes(config, o);
   const uint64_t budget = backend.memory().capacity;
   const std::string plan = fmt::format("weights {} ({}), gradients {}, activations {}{}, batch {}", format_size(d.weights),
-                                       o.offload_param == TrainOptions::ParamHome::none
+                                       o.weight_home == Tier::device
                                            ? "resident"
                                            : fmt::format("{} slots, home {}", o.param_slots,
-                                                         model::param_home_name(o.offload_param)),
+                                                         model::offload_value(o.weight_home)),
                                        format_size(d.gradients), format_size(d.activations),
                                        d.optimizer ? fmt::format(", optimizer {}", format_size(d.optimizer)) : "",
                                        format_size(d.batch));
@@ -47,13 +47,13 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
   std::unique_ptr<TrainOffload> t(new TrainOffload(pinned));
   if (!o.trace_path.empty()) t->trace_ = std::make_unique<TraceRecorder>();
   STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(model, dtype_size(o.dtype)));
-  const bool paged = o.offload_param != TrainOptions::ParamHome::none;
-  const bool nvme = o.offload_param == TrainOptions::ParamHome::nvme;
+  const bool paged = o.weight_home != Tier::device;
+  const bool nvme = o.weight_home == Tier::nvme;
   const OptimizerPipelineOptions po =
       model::optimizer_state_options(model::build_param_layout(model, sizeof(float)).value(), o);
   const bool states_on_nvme = po.home == Tier::nvme;
   const GradientOffloaderOptions go = model::gradient_options(layout, o, model.name);
-  const bool grads_on_nvme = o.optimizer_device == TrainOptions::OptimizerDevice::cpu && go.home == Tier::nvme;
+  const bool grads_on_nvme = o.cpu_optimizer() && go.home == Tier::nvme;
   if (nvme || states_on_nvme || grads_on_nvme) {
     const std::vector<std::string>& paths = config.get_list("nvme_path");
     STRATA_ASSIGN_OR_RETURN(IoEngineConfig ec, io_engine_config(config));

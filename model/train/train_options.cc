@@ -152,9 +152,9 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                  "{} and {} disagree: offload_optimizer none is the optimizer on the device, cpu or nvme on the CPU; "
                  "pass one of them",
                  describe(config, "optimizer_device"), describe(config, "offload_optimizer"));
-  o.optimizer_device = (device_set ? on_device : offload == "none") ? TrainOptions::OptimizerDevice::device
-                                                                    : TrainOptions::OptimizerDevice::cpu;
-  o.optimizer_home = offload == "nvme" ? TrainOptions::OptimizerHome::nvme : TrainOptions::OptimizerHome::cpu;
+  o.optimizer_home = (device_set ? on_device : offload == "none") ? Tier::device
+                     : offload == "nvme"                         ? Tier::nvme
+                                                                 : Tier::cpu;
   o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
   o.sub_group_size = static_cast<uint64_t>(config.get_int("sub_group_size"));
   const std::optional<int64_t> vocab_tile = config.get_int_or_auto("vocab_tile");
@@ -164,7 +164,7 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                  "(whole tables) or auto", describe(config, "vocab_tile"), kVocabTileBlock, kVocabTileBlock);
   const std::optional<int64_t> mlp_tiles = config.get_int_or_auto("mlp_tiles");
   o.mlp_tiles = mlp_tiles ? *mlp_tiles : -1;
-  if (o.optimizer_home == TrainOptions::OptimizerHome::nvme) {
+  if (o.optimizer_home == Tier::nvme) {
     if (o.optimizer_staging < 3)
       return error(Code::invalid_argument,
                    "{}: the optimizer state on NVMe needs at least 3 staging buffers: one read ahead, one updated, "
@@ -180,9 +180,9 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                                      describe(config, "optimizer_staging"), describe(config, "offload_optimizer")));
   }
   o.overlap_optimizer = config.get_bool("overlap_optimizer");
-  o.offload_grad = config.get_text("offload_grad") == "nvme" ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
-  if (o.offload_grad == TrainOptions::GradHome::nvme) {
-    if (o.optimizer_device == TrainOptions::OptimizerDevice::device)
+  o.grad_home = config.get_text("offload_grad") == "nvme" ? Tier::nvme : Tier::cpu;
+  if (o.grad_home == Tier::nvme) {
+    if (o.optimizer_home == Tier::device)
       return error(Code::invalid_argument,
                    "{} spills the gradients the CPU optimizer reads, but the optimizer runs on the device ({}); pass "
                    "--optimizer-device cpu or --offload-grad cpu",
@@ -212,9 +212,8 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
 // Where the working weights live (offload_param) and how they are paged, with the checks that
 // involve nvme_path (an offload key: absent from a schema without them) and optimizer_device.
 Status read_weight_placement(const Config& config, TrainOptions& o) {
-  using ParamHome = TrainOptions::ParamHome;
   const std::string& home = config.get_text("offload_param");
-  o.offload_param = home == "nvme" ? ParamHome::nvme : home == "cpu" ? ParamHome::cpu : ParamHome::none;
+  o.weight_home = home == "nvme" ? Tier::nvme : home == "cpu" ? Tier::cpu : Tier::device;
   o.param_slots = static_cast<uint32_t>(config.get_int("param_slots"));
   o.prefetch_bytes = config.get_size("prefetch_bytes");
   o.nvme_staging = static_cast<uint32_t>(config.get_int("nvme_staging"));
@@ -225,7 +224,7 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                  "more",
                  describe(config, "param_slots"));
 
-  if (o.offload_param == ParamHome::none) {
+  if (o.weight_home == Tier::device) {
     std::string set_keys;
     for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging"})
       if (is_set(config, key)) set_keys += (set_keys.empty() ? "" : ", ") + describe(config, key);
@@ -235,12 +234,12 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                                        set_keys, describe(config, "offload_param")));
     return Status::ok();
   }
-  if (o.optimizer_device == TrainOptions::OptimizerDevice::device)
+  if (o.optimizer_home == Tier::device)
     return error(Code::invalid_argument,
                  "{} pages the working weights, but {} cannot run with them: the optimizer on the device updates "
                  "resident weights; pass --optimizer-device cpu (or --offload-param none)",
                  describe(config, "offload_param"), describe(config, "optimizer_device"));
-  if (o.offload_param == ParamHome::nvme) {
+  if (o.weight_home == Tier::nvme) {
     if (!has_nvme_path(config))
       return error(Code::invalid_argument,
                    "{} homes the working weights in NVMe swap files, but no nvme_path is given; pass --nvme-path DIR "
@@ -423,16 +422,11 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   return o;
 }
 
-std::string_view optimizer_home_name(const TrainOptions& o) {
-  if (o.optimizer_device == TrainOptions::OptimizerDevice::device) return "none";
-  return o.optimizer_home == TrainOptions::OptimizerHome::nvme ? "nvme" : "cpu";
-}
-
-std::string_view param_home_name(TrainOptions::ParamHome home) {
+std::string_view offload_value(Tier home) {
   switch (home) {
-    case TrainOptions::ParamHome::none: return "none";
-    case TrainOptions::ParamHome::cpu: return "cpu";
-    case TrainOptions::ParamHome::nvme: return "nvme";
+    case Tier::device: return "none";
+    case Tier::cpu: return "cpu";
+    case Tier::nvme: return "nvme";
   }
   return "?";
 }

@@ -17,6 +17,7 @@
 #include "model/train/lr_schedule.h"
 #include "model/data/token_dataset.h"
 #include "offload/cpu_adam.h"
+#include "offload/tier.h"
 #include "runtime/config.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
@@ -52,13 +53,15 @@ struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw", "adam" or "adamw8bit", for logs
   kernels::AdamHyper adam_hyper;    // lr, beta1, beta2, eps, weight_decay, mode
   AdamStates adam_states = AdamStates::f32;
-  // Where the fp32 masters and moments live and AdamW runs: pinned host memory with the CPU
-  // kernels, or the backend's memory with its adam_update op (fp32 moments only).
-  enum class OptimizerDevice : uint8_t { cpu, device } optimizer_device = OptimizerDevice::cpu;
-  // With the optimizer on the CPU: where its state (fp32 masters + moments, one image per chunk)
-  // is homed: pinned host memory (cpu) or NVMe swap files under nvme_path (nvme), streamed through
-  // optimizer_staging pinned buffers (>= 3: one read ahead, one updated, one written behind).
-  enum class OptimizerHome : uint8_t { cpu, nvme } optimizer_home = OptimizerHome::cpu;
+  // Where the fp32 masters and Adam moments live and AdamW runs (offload/tier.h):
+  //   device: the backend's memory, updated by its adam_update op (fp32 moments; weights resident);
+  //   cpu:    pinned host memory, updated by the CPU AdamW (offload/cpu_adam.h);
+  //   nvme:   one image per chunk in NVMe swap files under nvme_path, streamed through
+  //           optimizer_staging pinned buffers (>= 3: one read ahead, one updated, one written
+  //           behind) and updated by the CPU AdamW.
+  // The keys optimizer_device (cpu, device) and offload_optimizer (none, cpu, nvme) both set it.
+  Tier optimizer_home = Tier::cpu;
+  bool cpu_optimizer() const { return optimizer_home != Tier::device; }
   uint32_t optimizer_staging = 4;
   // Parameters per optimizer piece (DeepSpeed's sub_group_size): a chunk's state larger than this
   // is read, updated and written in pieces of at most this many fp32 slots (model/plan/placement.h), so
@@ -73,8 +76,10 @@ struct TrainOptions {
   int64_t mlp_tiles = -1;
   // With the optimizer on the CPU: where the fp32 gradient sums of a step live: one pinned buffer
   // per chunk (cpu), or NVMe extents accumulated through three pinned buffers (nvme: gradients
-  // larger than RAM spill per chunk, the optimizer reads them back).
-  enum class GradHome : uint8_t { cpu, nvme } offload_grad = GradHome::cpu;
+  // larger than RAM spill per chunk, the optimizer reads them back). Never device: with the
+  // optimizer on the device the gradients stay there (DeviceGrads) whatever this says. The key
+  // offload_grad sets it.
+  Tier grad_home = Tier::cpu;
   // With the optimizer on the CPU: a step's update runs under the next step's forward, chunk c
   // just before the forward needs it (the same bits; Trainer::step says when weights are final).
   bool overlap_optimizer = false;
@@ -84,9 +89,11 @@ struct TrainOptions {
   // fp16 dynamic loss scaling (used only when dtype is f16).
   LossScalerOptions loss_scaler;
 
-  // Where the working weights live (Offload I): resident on the device (none), homed in pinned
-  // host memory (cpu) or in NVMe swap files under nvme_path (nvme), paged through device slots.
-  enum class ParamHome : uint8_t { none, cpu, nvme } offload_param = ParamHome::none;
+  // Where the working weights live (Offload I; the key offload_param): resident on the device
+  // (device; the key's "none"), homed in pinned host memory (cpu) or in NVMe swap files under
+  // nvme_path (nvme), paged through device slots.
+  Tier weight_home = Tier::device;
+  bool paged_weights() const { return weight_home != Tier::device; }
   uint32_t param_slots = 2;     // device slots for the transformer layers' weights (>= 2)
   uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
   uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
@@ -145,10 +152,9 @@ struct TrainOptions {
 // nvme_staging set while offload_param is none, and nvme_staging set while it is cpu (no effect).
 StatusOr<TrainOptions> train_options_from_config(const Config& config);
 
-// "none", "cpu", "nvme": the offload_param value of `home`.
-std::string_view param_home_name(TrainOptions::ParamHome home);
-// "none" (the optimizer on the device), "cpu", "nvme": the offload_optimizer value of `o`.
-std::string_view optimizer_home_name(const TrainOptions& o);
+// "none" (device), "cpu", "nvme": the value of the offload_param / offload_optimizer key (DeepSpeed's
+// offload_*.device) that homes a state on `home`.
+std::string_view offload_value(Tier home);
 
 // The layout of the token file `path`: options.data_format when set, else by extension (".bin":
 // llmc_bin, ".txt": text). Any other name with auto is invalid_argument asking for --data-format.

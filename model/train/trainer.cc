@@ -43,7 +43,7 @@ Status check_trainer_options(const TrainOptions& options) {
     return error(Code::invalid_argument, "the trainer computes in fp32, bf16 or fp16, not {}; pass --dtype bf16",
                  dtype_name(options.dtype));
   if (options.grad_accum == 0) return error(Code::invalid_argument, "grad_accum must be at least 1");
-  if (options.adam_states == AdamStates::q8 && options.optimizer_device == TrainOptions::OptimizerDevice::device)
+  if (options.adam_states == AdamStates::q8 && options.optimizer_home == Tier::device)
     return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU; pass --optimizer-device "
                  "cpu, or --optimizer-type adamw to keep fp32 moments on the device");
   kernels::AdamHyper hyper = options.adam_hyper;

@@ -1,6 +1,6 @@
 // Trainer: one optimizer step of a Transformer -- K micro-batches of forward and backward, the
 // global gradient norm, optional clipping, then the update by the run's Optimizer (offload/
-// optimizer.h), which model/train/optimizer_factory.h chooses once from options.optimizer_device:
+// optimizer.h), which model/train/optimizer_factory.h chooses once from options.optimizer_home:
 // - on the CPU (model/train/cpu_optimizer.h): each chunk's gradient leaves the device as soon as
 //   its backward is done and accumulates in fp32 in pinned host memory (offload/gradient_offloader.h,
 //   the same arithmetic whatever the placement of the weights); the norm is the sum of per-chunk

@@ -46,7 +46,7 @@ TrainOptions schedule_rule(const PrecisionCase& setup = {}) {
   o.clip_grad_norm = 1.0;
   o.dtype = setup.dtype;
   o.adam_states = setup.states;
-  if (setup.device_optimizer) o.optimizer_device = TrainOptions::OptimizerDevice::device;
+  if (setup.device_optimizer) o.optimizer_home = Tier::device;
   o.loss_scaler.growth_interval = 2;
   return o;
 }

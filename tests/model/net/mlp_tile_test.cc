@@ -89,8 +89,8 @@ TEST(MlpTilePlan, ThePlannerTilesALayerLargerThanTheDeviceAndSuggestsItWhenRefus
   const Hardware h{.gpu_bytes = layer_bytes(c) / 10 * 9, .cpu_bytes = 8ull << 30, .nvme_bytes = 0};
   const Plan tiled = expect_value(make_plan(c, o, h, {}));
   EXPECT_TRUE(tiled.fits);
-  EXPECT_NE(tiled.chosen.options.offload_param, TrainOptions::ParamHome::none);
-  EXPECT_LE(tiled.chosen.bytes.tier(PlanTier::gpu), h.gpu_bytes);
+  EXPECT_NE(tiled.chosen.options.weight_home, Tier::device);
+  EXPECT_LE(tiled.chosen.bytes.tier(Tier::device), h.gpu_bytes);
   o.mlp_tiles = 0;
   const Plan whole = expect_value(make_plan(c, o, h, {}));
   EXPECT_FALSE(whole.fits);
@@ -113,7 +113,7 @@ TEST(MlpTilePlan, CheckpointingFetchesTheFirstWeightsTilesTwice) {
   TrainOptions o;
   o.micro_batch = 1;
   o.seq = 16;
-  o.offload_param = TrainOptions::ParamHome::nvme;
+  o.weight_home = Tier::nvme;
   const StepTraffic plain = plan_traffic(c, o);
   o.activation_checkpointing = true;
   const StepTraffic recomputed = plan_traffic(c, o);

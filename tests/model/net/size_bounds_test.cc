@@ -59,9 +59,9 @@ TEST(SizeBounds, TheFloorIsBelowWhatEveryPlacementAndTilingTakes) {
     ASSERT_GE(placements.size(), 12u);
     for (const TrainOptions& o : placements) {
       const PlanCandidate p = evaluate_placement(mc, o, hw);
-      const uint64_t all = p.bytes.tier(PlanTier::gpu) + p.bytes.tier(PlanTier::cpu) + p.bytes.tier(PlanTier::nvme);
+      const uint64_t all = p.bytes.tier(Tier::device) + p.bytes.tier(Tier::cpu) + p.bytes.tier(Tier::nvme);
       EXPECT_LE(f.state_bytes, all) << mc.name << ": " << placement_summary(o);
-      EXPECT_LE(f.device_bytes, p.bytes.tier(PlanTier::gpu)) << mc.name << ": " << placement_summary(o);
+      EXPECT_LE(f.device_bytes, p.bytes.tier(Tier::device)) << mc.name << ": " << placement_summary(o);
     }
   }
 }

@@ -90,7 +90,7 @@ TEST(OptimizerPieces, SmallCapsCutTensorsOnBlockBoundaries) {
 TEST(OptimizerPieces, Llama3bStagingIsBoundedByThePiece) {
   const ParamLayout masters = masters_of("llama-3b");
   TrainOptions o;
-  o.optimizer_home = TrainOptions::OptimizerHome::nvme;
+  o.optimizer_home = Tier::nvme;
   o.optimizer_staging = 4;
   const std::vector<StatePiece> pieces = optimizer_state_pieces(masters, o.sub_group_size);
   expect_valid_pieces(masters, pieces, o.sub_group_size);

@@ -31,9 +31,6 @@ namespace strata::model {
 namespace {
 
 using testing::expect_value;
-using ParamHome = TrainOptions::ParamHome;
-using GradHome = TrainOptions::GradHome;
-enum class Opt { device, cpu, nvme };
 
 // Many small layers, as the transparency tests use, at a given width.
 ModelConfig small(Arch arch, int64_t dim, int64_t layers) {
@@ -57,9 +54,9 @@ struct Case {
   DType dtype = DType::bf16;
   AdamStates states = AdamStates::f32;
   bool checkpointing = false;
-  ParamHome weights = ParamHome::none;
-  Opt optimizer = Opt::cpu;
-  GradHome grads = GradHome::cpu;
+  Tier weights = Tier::device;
+  Tier optimizer = Tier::cpu;
+  Tier grads = Tier::cpu;
   uint64_t micro_batch = 2, seq = 32, grad_accum = 1;
 };
 
@@ -69,11 +66,9 @@ TrainOptions options_of(const Case& c) {
   o.adam_states = c.states;
   o.optimizer = c.states == AdamStates::q8 ? "adamw8bit" : "adamw";
   o.activation_checkpointing = c.checkpointing;
-  o.offload_param = c.weights;
-  o.optimizer_device = c.optimizer == Opt::device ? TrainOptions::OptimizerDevice::device
-                                                  : TrainOptions::OptimizerDevice::cpu;
-  o.optimizer_home = c.optimizer == Opt::nvme ? TrainOptions::OptimizerHome::nvme : TrainOptions::OptimizerHome::cpu;
-  o.offload_grad = c.grads;
+  o.weight_home = c.weights;
+  o.optimizer_home = c.optimizer;
+  o.grad_home = c.grads;
   o.micro_batch = c.micro_batch;
   o.seq = c.seq;
   o.grad_accum = c.grad_accum;
@@ -107,12 +102,12 @@ Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::
     store = expect_value(NvmeStore::create(*engine, so));
   }
   std::unique_ptr<TierManager> tiers;
-  if (o.offload_param != ParamHome::none)
+  if (o.weight_home != Tier::device)
     tiers = expect_value(TierManager::create(
         *backend, *pinned, store.get(), nullptr,
-        paged_weight_options(layout, o.offload_param == ParamHome::cpu ? Tier::cpu : Tier::nvme, o.param_slots,
+        paged_weight_options(layout, o.weight_home, o.param_slots,
                              o.prefetch_bytes, o.nvme_staging, config.name)));
-  const bool on_device = o.optimizer_device == TrainOptions::OptimizerDevice::device;
+  const bool on_device = o.optimizer_home == Tier::device;
   auto model = expect_value(Transformer::create(*backend, config,
                                                 {.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
                                                  .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype,
@@ -146,7 +141,7 @@ TEST_P(PlannerMeasuredTest, PredictsWhatTheAllocatorsTake) {
   const PlanBytes plan = plan_bytes(c.config, o);
   testing::TempDir swap;
   const Measured m = build_run(c.config, o, swap.path());
-  const uint64_t gpu = plan.tier(PlanTier::gpu), cpu = plan.tier(PlanTier::cpu), nvme = plan.tier(PlanTier::nvme);
+  const uint64_t gpu = plan.tier(Tier::device), cpu = plan.tier(Tier::cpu), nvme = plan.tier(Tier::nvme);
   // To the byte: the same size functions the allocators use.
   EXPECT_EQ(gpu, m.gpu) << "gpu: the plan against the arena's bytes in use";
   EXPECT_EQ(cpu, m.cpu) << "cpu: the plan against the pinned pool's bytes in use";
@@ -161,20 +156,20 @@ TEST_P(PlannerMeasuredTest, PredictsWhatTheAllocatorsTake) {
 std::vector<Case> measured_cases() {
   const ModelConfig gpt2 = small(Arch::gpt2, 64, 8), llama = small(Arch::llama, 64, 8);
   return {
-      {.name = "gpt2_fp32_resident_device_optimizer", .config = gpt2, .dtype = DType::f32, .optimizer = Opt::device},
-      {.name = "gpt2_bf16_resident_device_optimizer", .config = gpt2, .optimizer = Opt::device},
+      {.name = "gpt2_fp32_resident_device_optimizer", .config = gpt2, .dtype = DType::f32, .optimizer = Tier::device},
+      {.name = "gpt2_bf16_resident_device_optimizer", .config = gpt2, .optimizer = Tier::device},
       {.name = "gpt2_bf16_resident_cpu_optimizer", .config = gpt2},
       {.name = "llama_fp16_checkpointed_cpu_weights", .config = llama, .dtype = DType::f16, .checkpointing = true,
-       .weights = ParamHome::cpu},
-      {.name = "llama_bf16_q8_cpu_weights_k3", .config = llama, .states = AdamStates::q8, .weights = ParamHome::cpu,
+       .weights = Tier::cpu},
+      {.name = "llama_bf16_q8_cpu_weights_k3", .config = llama, .states = AdamStates::q8, .weights = Tier::cpu,
        .grad_accum = 3},
-      {.name = "gpt2_bf16_nvme_optimizer", .config = gpt2, .optimizer = Opt::nvme},
+      {.name = "gpt2_bf16_nvme_optimizer", .config = gpt2, .optimizer = Tier::nvme},
       {.name = "llama_bf16_q8_nvme_everything", .config = llama, .states = AdamStates::q8, .checkpointing = true,
-       .weights = ParamHome::nvme, .optimizer = Opt::nvme, .grads = GradHome::nvme},
-      {.name = "gpt2_fp32_nvme_weights_spilled_grads", .config = gpt2, .dtype = DType::f32, .weights = ParamHome::nvme,
-       .grads = GradHome::nvme, .micro_batch = 4, .seq = 16},
+       .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme},
+      {.name = "gpt2_fp32_nvme_weights_spilled_grads", .config = gpt2, .dtype = DType::f32, .weights = Tier::nvme,
+       .grads = Tier::nvme, .micro_batch = 4, .seq = 16},
       {.name = "gpt2_tiny_preset_bf16", .config = model_preset("gpt2-tiny").value(), .checkpointing = true,
-       .weights = ParamHome::cpu, .optimizer = Opt::nvme, .seq = 16},
+       .weights = Tier::cpu, .optimizer = Tier::nvme, .seq = 16},
   };
 }
 
@@ -189,9 +184,9 @@ struct PresetCase {
   DType dtype;
   AdamStates states;
   bool checkpointing;
-  ParamHome weights;
-  Opt optimizer;
-  GradHome grads;
+  Tier weights;
+  Tier optimizer;
+  Tier grads;
 };
 
 class PlannerPresetTest : public ::testing::TestWithParam<PresetCase> {};
@@ -203,38 +198,38 @@ TEST_P(PlannerPresetTest, FiguresAreTheAllocatorsOwnAndThePerParameterBytes) {
          .weights = p.weights, .optimizer = p.optimizer, .grads = p.grads, .micro_batch = 4, .seq = 256};
   const TrainOptions o = options_of(c);
   const PlanBytes b = plan_bytes(config, o);
-  EXPECT_EQ(b.tier(PlanTier::gpu), estimate_device_bytes(config, o).total());
-  EXPECT_EQ(b.tier(PlanTier::nvme), nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit).total());
+  EXPECT_EQ(b.tier(Tier::device), estimate_device_bytes(config, o).total());
+  EXPECT_EQ(b.tier(Tier::nvme), nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit).total());
   const double params = double(parameter_count(config));
-  const auto per_param = [&](PlanTier t, PlanState s) { return double(b.at(t, s)) / params; };
-  const PlanTier opt_tier = p.optimizer == Opt::nvme ? PlanTier::nvme : PlanTier::cpu;
+  const auto per_param = [&](Tier t, PlanState s) { return double(b.at(t, s)) / params; };
+  const Tier opt_tier = p.optimizer == Tier::nvme ? Tier::nvme : Tier::cpu;
   const double moments = p.states == AdamStates::f32 ? 8.0 : 2.0 + 8.0 / double(kernels::kAdam8bitBlock);
   EXPECT_NEAR(per_param(opt_tier, PlanState::masters), 4.0, 0.04);
   EXPECT_NEAR(per_param(opt_tier, PlanState::moments), moments, 0.04);
-  if (p.grads == GradHome::nvme) EXPECT_NEAR(per_param(PlanTier::nvme, PlanState::gradients), 4.0, 0.04);
-  if (p.grads == GradHome::cpu) EXPECT_NEAR(per_param(PlanTier::cpu, PlanState::gradients), 4.0, 0.04);
-  if (p.weights == ParamHome::nvme)
-    EXPECT_NEAR(per_param(PlanTier::nvme, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
-  if (p.weights == ParamHome::cpu)
-    EXPECT_NEAR(per_param(PlanTier::cpu, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
-  if (p.weights == ParamHome::none)
-    EXPECT_NEAR(per_param(PlanTier::gpu, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
+  if (p.grads == Tier::nvme) EXPECT_NEAR(per_param(Tier::nvme, PlanState::gradients), 4.0, 0.04);
+  if (p.grads == Tier::cpu) EXPECT_NEAR(per_param(Tier::cpu, PlanState::gradients), 4.0, 0.04);
+  if (p.weights == Tier::nvme)
+    EXPECT_NEAR(per_param(Tier::nvme, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
+  if (p.weights == Tier::cpu)
+    EXPECT_NEAR(per_param(Tier::cpu, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
+  if (p.weights == Tier::device)
+    EXPECT_NEAR(per_param(Tier::device, PlanState::weights), double(dtype_size(p.dtype)), 0.04);
   // Checkpointing keeps less than half the activations on the device (the logits stay).
   TrainOptions other = o;
   other.activation_checkpointing = !o.activation_checkpointing;
-  const uint64_t with = plan_bytes(config, o.activation_checkpointing ? o : other).at(PlanTier::gpu, PlanState::activations);
-  const uint64_t without = plan_bytes(config, o.activation_checkpointing ? other : o).at(PlanTier::gpu, PlanState::activations);
+  const uint64_t with = plan_bytes(config, o.activation_checkpointing ? o : other).at(Tier::device, PlanState::activations);
+  const uint64_t without = plan_bytes(config, o.activation_checkpointing ? other : o).at(Tier::device, PlanState::activations);
   EXPECT_LT(2 * with, without);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, PlannerPresetTest,
-    ::testing::Values(PresetCase{"gpt2-124m", DType::bf16, AdamStates::f32, false, ParamHome::none, Opt::cpu, GradHome::cpu},
-                      PresetCase{"gpt2-1.5b", DType::f16, AdamStates::q8, true, ParamHome::cpu, Opt::cpu, GradHome::cpu},
-                      PresetCase{"llama-7b", DType::bf16, AdamStates::f32, true, ParamHome::cpu, Opt::nvme, GradHome::cpu},
-                      PresetCase{"llama-13b", DType::f32, AdamStates::q8, false, ParamHome::nvme, Opt::nvme, GradHome::nvme},
-                      PresetCase{"llama-70b", DType::bf16, AdamStates::f32, true, ParamHome::nvme, Opt::nvme, GradHome::nvme},
-                      PresetCase{"llama-70b", DType::bf16, AdamStates::q8, true, ParamHome::nvme, Opt::nvme, GradHome::nvme}));
+    ::testing::Values(PresetCase{"gpt2-124m", DType::bf16, AdamStates::f32, false, Tier::device, Tier::cpu, Tier::cpu},
+                      PresetCase{"gpt2-1.5b", DType::f16, AdamStates::q8, true, Tier::cpu, Tier::cpu, Tier::cpu},
+                      PresetCase{"llama-7b", DType::bf16, AdamStates::f32, true, Tier::cpu, Tier::nvme, Tier::cpu},
+                      PresetCase{"llama-13b", DType::f32, AdamStates::q8, false, Tier::nvme, Tier::nvme, Tier::nvme},
+                      PresetCase{"llama-70b", DType::bf16, AdamStates::f32, true, Tier::nvme, Tier::nvme, Tier::nvme},
+                      PresetCase{"llama-70b", DType::bf16, AdamStates::q8, true, Tier::nvme, Tier::nvme, Tier::nvme}));
 
 Hardware workstation(uint64_t gpu_gib, uint64_t cpu_gib, uint64_t nvme_gb) {
   return Hardware{.gpu_bytes = gpu_gib << 30, .cpu_bytes = cpu_gib << 30, .nvme_bytes = nvme_gb * 1000000000ull};
@@ -249,8 +244,8 @@ TrainOptions bf16_run() {
 TEST(PlannerTest, ASmallModelStaysWhollyOnTheDevice) {
   const Plan p = expect_value(make_plan(model_preset("gpt2-124m").value(), bf16_run(), workstation(24, 64, 0), {}));
   EXPECT_TRUE(p.fits);
-  EXPECT_EQ(p.chosen.options.offload_param, ParamHome::none);
-  EXPECT_EQ(p.chosen.options.optimizer_device, TrainOptions::OptimizerDevice::device);
+  EXPECT_EQ(p.chosen.options.weight_home, Tier::device);
+  EXPECT_EQ(p.chosen.options.optimizer_home, Tier::device);
   EXPECT_FALSE(p.chosen.options.activation_checkpointing);
   EXPECT_TRUE(p.suggestions.empty());
   EXPECT_EQ(p.chosen.time.bottleneck, "compute");
@@ -260,11 +255,11 @@ TEST(PlannerTest, Llama70bFitsADescribedWorkstationWithinEveryBudget) {
   const Hardware h = workstation(24, 128, 2000);
   const Plan p = expect_value(make_plan(model_preset("llama-70b").value(), bf16_run(), h, {}));
   ASSERT_TRUE(p.fits);
-  EXPECT_LE(p.chosen.bytes.tier(PlanTier::gpu), h.gpu_bytes);
-  EXPECT_LE(p.chosen.bytes.tier(PlanTier::cpu), h.cpu_bytes);
-  EXPECT_LE(p.chosen.bytes.tier(PlanTier::nvme), h.nvme_bytes);
-  EXPECT_EQ(p.chosen.options.offload_param, ParamHome::nvme);
-  EXPECT_EQ(p.chosen.options.optimizer_home, TrainOptions::OptimizerHome::nvme);
+  EXPECT_LE(p.chosen.bytes.tier(Tier::device), h.gpu_bytes);
+  EXPECT_LE(p.chosen.bytes.tier(Tier::cpu), h.cpu_bytes);
+  EXPECT_LE(p.chosen.bytes.tier(Tier::nvme), h.nvme_bytes);
+  EXPECT_EQ(p.chosen.options.weight_home, Tier::nvme);
+  EXPECT_EQ(p.chosen.options.optimizer_home, Tier::nvme);
   EXPECT_EQ(p.chosen.time.bottleneck, "nvme");
   EXPECT_GT(p.params, 68'000'000'000ull);
 }
@@ -273,10 +268,10 @@ TEST(PlannerTest, TooLittleNvmeSaysHowManyGigabytesAreMissing) {
   const ModelConfig config = model_preset("llama-70b").value();
   const Plan p = expect_value(make_plan(config, bf16_run(), workstation(24, 128, 500), {}));
   ASSERT_FALSE(p.fits);
-  EXPECT_EQ(p.chosen.missing[size_t(PlanTier::gpu)], 0u);
-  EXPECT_EQ(p.chosen.missing[size_t(PlanTier::cpu)], 0u);
-  const uint64_t missing = p.chosen.missing[size_t(PlanTier::nvme)];
-  EXPECT_EQ(missing, p.chosen.bytes.tier(PlanTier::nvme) - 500'000'000'000ull);
+  EXPECT_EQ(p.chosen.missing[size_t(Tier::device)], 0u);
+  EXPECT_EQ(p.chosen.missing[size_t(Tier::cpu)], 0u);
+  const uint64_t missing = p.chosen.missing[size_t(Tier::nvme)];
+  EXPECT_EQ(missing, p.chosen.bytes.tier(Tier::nvme) - 500'000'000'000ull);
   // With that much more it fits.
   const Plan more = expect_value(make_plan(config, bf16_run(), workstation(24, 128, 500 + (missing + 999'999'999) / 1'000'000'000), {}));
   EXPECT_TRUE(more.fits);
@@ -345,17 +340,17 @@ TEST(PlannerTest, NoSuggestionGoesPastItsFlagsRange) {
 
 TEST(PlannerTest, FixedChoicesAreKept) {
   TrainOptions o = bf16_run();
-  o.offload_param = ParamHome::cpu;
+  o.weight_home = Tier::cpu;
   const Plan p = expect_value(make_plan(model_preset("gpt2-124m").value(), o, workstation(24, 64, 0), {.weights = true}));
   EXPECT_TRUE(p.fits);
-  EXPECT_EQ(p.chosen.options.offload_param, ParamHome::cpu);
-  for (const TrainOptions& c : plan_placements(o, {.weights = true})) EXPECT_EQ(c.offload_param, ParamHome::cpu);
+  EXPECT_EQ(p.chosen.options.weight_home, Tier::cpu);
+  for (const TrainOptions& c : plan_placements(o, {.weights = true})) EXPECT_EQ(c.weight_home, Tier::cpu);
 }
 
 TEST(PlannerTest, StepTimeIsTheLargestPartAndNamesIt) {
   const ModelConfig config = model_preset("gpt2-124m").value();
   TrainOptions o = bf16_run();
-  o.offload_param = ParamHome::cpu;
+  o.weight_home = Tier::cpu;
   o.overlap_optimizer = true;
   const PlanRates slow_pcie{.flops = 1e15, .pcie = 1e6};
   const StepTime t = plan_step_time(config, o, slow_pcie);
@@ -402,7 +397,7 @@ TEST(PlannerTest, TheOverlappedUpdateHidesUnderTheFirstForwardOnly) {
 TEST(PlannerTest, OnSharedCoresThePartsAdd) {
   const ModelConfig config = model_preset("gpt2-124m").value();
   TrainOptions o = bf16_run();
-  o.offload_param = ParamHome::nvme;
+  o.weight_home = Tier::nvme;
   o.overlap_optimizer = true;
   const PlanRates gpu{.flops = 1e12, .pcie = 5e9, .nvme_read = 2e9, .nvme_write = 1e9, .adam = 1e8};
   PlanRates cpu = gpu;

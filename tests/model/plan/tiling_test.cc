@@ -37,7 +37,7 @@ TrainOptions paged_run() {
   o.micro_batch = uint64_t(tiled_training::kB);
   o.seq = uint64_t(tiled_training::kT);
   o.activation_checkpointing = true;
-  o.offload_param = TrainOptions::ParamHome::cpu;
+  o.weight_home = Tier::cpu;
   return o;
 }
 
@@ -68,7 +68,7 @@ TEST(TilingRule, AutoTilesOnlyWhenTheUntiledRunDoesNotFit) {
   EXPECT_EQ(one_short.vocab_tile, 0);  // the table is one block: no vocabulary tiles
   EXPECT_LE(device_bytes(one_short, o), need - 1);
   TrainOptions resident = o;  // every chunk on the device, tiled or not: tiles cannot help
-  resident.offload_param = TrainOptions::ParamHome::none;
+  resident.weight_home = Tier::device;
   EXPECT_EQ(expect_value(with_tiling(c, resident, need / 2)).mlp_tiles, 0);
   TrainOptions given = o;  // given counts are kept, whatever the budget
   given.mlp_tiles = 5;
@@ -168,7 +168,7 @@ TEST(TilingRule, TheFewestFittingTilesSetTheGivenTilingAside) {
   EXPECT_EQ(none.vocab_tile, kVocabTileBlock);
   EXPECT_FALSE(fewest_fitting_tiles(c, given, need).tiled());  // fits untiled
   TrainOptions resident = given;
-  resident.offload_param = TrainOptions::ParamHome::none;
+  resident.weight_home = Tier::device;
   EXPECT_FALSE(fewest_fitting_tiles(c, resident, need / 2).tiled());
   EXPECT_FALSE(fewest_fitting_tiles(c, resident, need / 2).fits);
   // The flags that ask for a tiling where the given options would not take it.
@@ -237,7 +237,7 @@ TEST(TilingSweep, EveryBudgetFromTheTiledMinimumToTheUntiledNeedTrainsTiledAsPla
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-6 * want.losses[i]);
     for (const auto& [name, values] : want.masters) EXPECT_LT(relative_l2(got.masters.at(name), values), 2e-4) << name;
-    EXPECT_EQ(got.arena_peak, plan.chosen.bytes.tier(PlanTier::gpu));
+    EXPECT_EQ(got.arena_peak, plan.chosen.bytes.tier(Tier::device));
     EXPECT_LE(got.arena_peak, budget);
   }
   EXPECT_EQ(last_tiles, 0);

@@ -46,7 +46,7 @@ TEST(TrainPlacement, AGivenPlacementIsNeverReplaced) {
                                    test::Flags{{"--offload", "off"}}}) {
     const TrainPlacement p = expect_value(place(with(kDeep, given)));
     EXPECT_FALSE(p.planned);
-    EXPECT_EQ(p.options.offload_param, TrainOptions::ParamHome::none);
+    EXPECT_EQ(p.options.weight_home, Tier::device);
     EXPECT_FALSE(p.predicted.fits());
   }
 }
@@ -55,7 +55,7 @@ TEST(TrainPlacement, WithNoPlacementGivenARunThatDoesNotFitTakesThePlanners) {
   const TrainPlacement p = expect_value(place(kDeep));
   EXPECT_TRUE(p.planned);
   EXPECT_TRUE(p.predicted.fits());
-  EXPECT_NE(p.options.offload_param, TrainOptions::ParamHome::none);
+  EXPECT_NE(p.options.weight_home, Tier::device);
   EXPECT_EQ(placement_summary(p.options), placement_summary(p.predicted.options));
   // It is `strata plan`'s choice for the same flags.
   const Config config = expect_value(test::run_config(kDeep));

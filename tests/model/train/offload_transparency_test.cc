@@ -61,16 +61,15 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
-enum class Home { resident, cpu, nvme };
-const char* home_name(Home h) { return h == Home::resident ? "resident" : h == Home::cpu ? "cpu" : "nvme"; }
+// Where the weights live: resident on the device, or paged from pinned memory or NVMe.
+const char* home_name(Tier h) { return h == Tier::device ? "resident" : h == Tier::cpu ? "cpu" : "nvme"; }
 // Where the optimizer state lives: on the device (the backend's AdamW beside resident weights),
 // in pinned host memory, or on NVMe (streamed through the OptimizerPipeline's staging buffers).
-enum class OptHome { device, cpu, nvme };
-const char* opt_name(OptHome h) { return h == OptHome::device ? "device" : h == OptHome::cpu ? "cpu" : "nvme"; }
+std::string opt_name(Tier h) { return std::string(tier_name(h)); }
 
 struct Placement {
-  Home weights = Home::resident;
-  OptHome optimizer = OptHome::cpu;
+  Tier weights = Tier::device;
+  Tier optimizer = Tier::cpu;
   bool grads_on_nvme = false;  // the step's fp32 gradient sums spill to NVMe (the CPU optimizer reads them back)
   bool overlap = true;         // the CPU optimizer's update runs under the next forward
   // Parameters per optimizer piece (0: the default, which no chunk of these models exceeds): a
@@ -138,11 +137,11 @@ struct RunControl {
 Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Placement place,
               AdamStates states = AdamStates::f32, const std::vector<FaultRule>& faults = {},
               Status* failure = nullptr, const RunControl& control = {}) {
-  const Home home = place.weights;
+  const Tier home = place.weights;
   Outcome out;
   const uint64_t params = resident_param_bytes(config, dtype);
   // Paged: a third of weights + gradients (the slots and activations must fit under it).
-  out.budget = home == Home::resident ? 64ull << 20 : params / 3;
+  out.budget = home == Tier::device ? 64ull << 20 : params / 3;
   auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = out.budget}));
   auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
   auto pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "transparency"}));
@@ -154,7 +153,7 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   std::unique_ptr<NvmeStore> store;
   std::unique_ptr<TierManager> tiers;
   FaultEngine* fault_engine = nullptr;
-  if (home == Home::nvme || place.optimizer == OptHome::nvme || place.grads_on_nvme) {
+  if (home == Tier::nvme || place.optimizer == Tier::nvme || place.grads_on_nvme) {
     std::filesystem::create_directories(swap_dir);
     engine = expect_value(make_io_engine({}, {swap_dir})).engine;
     if (!faults.empty()) {
@@ -170,13 +169,13 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
     so.stripe_unit = 64 << 10;
     store = expect_value(NvmeStore::create(*engine, so));
   }
-  if (home != Home::resident) {
-    const TierManagerOptions to = paged_weight_options(layout, home == Home::cpu ? Tier::cpu : Tier::nvme,
+  if (home != Tier::device) {
+    const TierManagerOptions to = paged_weight_options(layout, home == Tier::cpu ? Tier::cpu : Tier::nvme,
                                                        /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
                                                        config.name);
-    tiers = expect_value(TierManager::create(*backend, *pinned, home == Home::nvme ? store.get() : nullptr, nullptr, to));
+    tiers = expect_value(TierManager::create(*backend, *pinned, home == Tier::nvme ? store.get() : nullptr, nullptr, to));
   }
-  const bool on_device = place.optimizer == OptHome::device;
+  const bool on_device = place.optimizer == Tier::device;
   auto model = expect_value(Transformer::create(
       *backend, config,
       {.batch = kB, .seq_len = kT, .checkpoint_layers = true, .dtype = dtype, .device_grads = on_device},
@@ -194,11 +193,9 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   o.lr_schedule = LrScheduleOptions{.peak_lr = 3e-3, .decay = LrDecay::constant};
   o.loss_scaler.initial_scale = 1024.0;
   o.adam_states = states;
-  o.optimizer_device = on_device ? TrainOptions::OptimizerDevice::device : TrainOptions::OptimizerDevice::cpu;
-  o.optimizer_home = place.optimizer == OptHome::nvme ? TrainOptions::OptimizerHome::nvme
-                                                       : TrainOptions::OptimizerHome::cpu;
+  o.optimizer_home = place.optimizer;
   o.optimizer_staging = 3;
-  o.offload_grad = place.grads_on_nvme ? TrainOptions::GradHome::nvme : TrainOptions::GradHome::cpu;
+  o.grad_home = place.grads_on_nvme ? Tier::nvme : Tier::cpu;
   o.overlap_optimizer = place.overlap;
   if (place.sub_group != 0) o.sub_group_size = place.sub_group;
   auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
@@ -275,22 +272,22 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
   const ModelConfig config = tiny(k.arch);
   // The reference: every update applied between the steps.
   const Outcome resident =
-      train(config, k.dtype, k.grad_accum, {Home::resident, OptHome::cpu, false, /*overlap=*/false}, k.states);
+      train(config, k.dtype, k.grad_accum, {Tier::device, Tier::cpu, false, /*overlap=*/false}, k.states);
   ASSERT_EQ(resident.losses.size(), size_t(kSteps));
   // The problem is real: the loss falls and clipping is active.
   EXPECT_LT(resident.losses.back(), resident.losses.front());
   for (double c : resident.clips) EXPECT_LT(c, 1.0);
-  std::vector<Placement> placements = {{Home::resident, OptHome::cpu},       {Home::resident, OptHome::nvme, true},
-                                       {Home::cpu, OptHome::cpu},
-                                       {Home::cpu, OptHome::nvme, false, true, 1000},
-                                       {Home::nvme, OptHome::cpu},
-                                       {Home::nvme, OptHome::nvme, true}};
-  if (k.states == AdamStates::f32) placements.push_back({Home::resident, OptHome::device, false, true, 1000});
+  std::vector<Placement> placements = {{Tier::device, Tier::cpu},       {Tier::device, Tier::nvme, true},
+                                       {Tier::cpu, Tier::cpu},
+                                       {Tier::cpu, Tier::nvme, false, true, 1000},
+                                       {Tier::nvme, Tier::cpu},
+                                       {Tier::nvme, Tier::nvme, true}};
+  if (k.states == AdamStates::f32) placements.push_back({Tier::device, Tier::device, false, true, 1000});
   for (Placement place : placements) {
     SCOPED_TRACE(placement_name(place));
     const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states);
     expect_same_training(run, resident);
-    if (place.weights == Home::resident) continue;
+    if (place.weights == Tier::device) continue;
     EXPECT_LE(run.arena_peak, run.budget);
     EXPECT_LT(run.budget * 3, resident_param_bytes(config, k.dtype) + 3);
     // Paging happened (more fetches than chunks) and the trace was replayed from step 2 on.
@@ -310,10 +307,10 @@ TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
   std::filesystem::remove_all(dir);
   for (AdamStates states : {AdamStates::f32, AdamStates::q8}) {
     SCOPED_TRACE(adam_states_name(states));
-    const Placement nvme{Home::nvme, OptHome::nvme, true, true, /*sub_group=*/1000};
+    const Placement nvme{Tier::nvme, Tier::nvme, true, true, /*sub_group=*/1000};
     const Outcome straight = train(config, DType::bf16, 3, nvme, states);
     train(config, DType::bf16, 3, nvme, states, {}, nullptr, {.stop_after = kSteps / 2, .save_at = 0, .save_dir = dir, .resume_dir = ""});
-    for (Placement into : {nvme, Placement{Home::resident, OptHome::cpu}}) {
+    for (Placement into : {nvme, Placement{Tier::device, Tier::cpu}}) {
       SCOPED_TRACE(placement_name(into));
       const Outcome resumed = train(config, DType::bf16, 3, into, states, {}, nullptr,
                                     {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
@@ -336,7 +333,7 @@ TEST(NvmeCheckpoint, PiecesWriteTheSameFilesAsWholeChunks) {
     SCOPED_TRACE(adam_states_name(states));
     std::filesystem::remove_all(base);
     for (uint64_t sub_group : {uint64_t(0), uint64_t(1000)})
-      train(config, DType::bf16, 1, {Home::resident, OptHome::nvme, false, true, sub_group}, states, {}, nullptr,
+      train(config, DType::bf16, 1, {Tier::device, Tier::nvme, false, true, sub_group}, states, {}, nullptr,
             {.stop_after = 3, .save_at = 0, .save_dir = base + "/" + std::to_string(sub_group), .resume_dir = ""});
     for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
       SCOPED_TRACE(file);
@@ -355,7 +352,7 @@ TEST(NvmeCheckpoint, PiecesWriteTheSameFilesAsWholeChunks) {
 // and resumes into the clean run's losses bit for bit.
 TEST(OptimizerStateFaults, AFailingStateTransferStopsTheRunAndTheLastCheckpointResumes) {
   const ModelConfig config = tiny(Arch::llama);
-  const Placement place{Home::resident, OptHome::nvme, false, /*overlap=*/false};
+  const Placement place{Tier::device, Tier::nvme, false, /*overlap=*/false};
   // Count the requests of a clean run: a 0 us latency rule matches (and counts) every read, then
   // every write.
   const FaultRule count_reads{.kind = FaultKind::latency, .op = IoOp::read};
@@ -415,7 +412,7 @@ TEST(OptimizerStateFaults, AFailingStateTransferStopsTheRunAndTheLastCheckpointR
 // store's error naming the chunk, extent and path.
 TEST(PagedWeightFaults, AFailingNvmeReadStopsTheStepNamingTheChunk) {
   Status failure;
-  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, {Home::nvme, OptHome::cpu}, AdamStates::f32,
+  const Outcome o = train(tiny(Arch::llama), DType::bf16, 1, {Tier::nvme, Tier::cpu}, AdamStates::f32,
                           {FaultRule{.kind = FaultKind::eio, .op = IoOp::read, .skip = 5}}, &failure);
   EXPECT_EQ(failure.code(), Code::io_error) << failure.to_string();
   EXPECT_NE(failure.message().find("chunk"), std::string::npos) << failure.to_string();
@@ -436,7 +433,7 @@ TEST(PagedWeightFaults, ATornWriteIsCaughtByTheCrcOnTheNextRead) {
     SCOPED_TRACE(overlap ? "overlapped update" : "update between steps");
     Status failure;
     const uint32_t torn = uint32_t(chunks) + (overlap ? 1 : 0);  // writes before it: the initial weights
-    const Outcome o = train(config, DType::bf16, 1, {Home::nvme, OptHome::cpu, false, overlap}, AdamStates::f32,
+    const Outcome o = train(config, DType::bf16, 1, {Tier::nvme, Tier::cpu, false, overlap}, AdamStates::f32,
                             {FaultRule{.kind = FaultKind::torn_write, .op = IoOp::write, .skip = torn, .limit = 1}},
                             &failure);
     EXPECT_EQ(failure.code(), Code::corruption) << failure.to_string();

@@ -174,7 +174,7 @@ TEST(OptimizerFactory, ChoosesTheOptimizerTheOptionsName) {
   EXPECT_EQ(cpu.model->grad_sink(), cpu.trainer->gradients()) << "the CPU optimizer's gradients go to the host";
   EXPECT_EQ(cpu.model->optimizer(), &cpu.trainer->optimizer());
   TrainOptions on_device = golden_rule();
-  on_device.optimizer_device = TrainOptions::OptimizerDevice::device;
+  on_device.optimizer_home = Tier::device;
   TrainRun device = make_run("gpt2-tiny", g, on_device);
   EXPECT_EQ(device.trainer->optimizer().where(), "device");
   EXPECT_EQ(device.trainer->gradients(), nullptr);
@@ -188,7 +188,7 @@ TEST(OptimizerFactory, RefusesTheDeviceOptimizerOverWeightsThatAreNotTheModelsRe
   RecordedModel m = recorded_model(g);
   EXPECT_EQ(m.model->resident_weights(), nullptr);
   TrainOptions options = golden_rule();
-  options.optimizer_device = TrainOptions::OptimizerDevice::device;
+  options.optimizer_home = Tier::device;
   const StatusOr<OptimizerParts> parts = make_optimizer(*m.backend, *m.model, *m.pinned, nullptr, options, nullptr, nullptr);
   ASSERT_FALSE(parts.is_ok());
   EXPECT_EQ(parts.status().code(), Code::invalid_argument);

@@ -427,15 +427,15 @@ TEST(TrainOptionsTest, DeepSpeedZeroInfinityConfigLoads) {
   EXPECT_DOUBLE_EQ(o.lr_schedule.final_fraction, 0.1);
 
   // offload_param pages the weights from NVMe with offload_param.buffer_count staging buffers.
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(o.weight_home, Tier::nvme);
   EXPECT_EQ(o.nvme_staging, 5u);
   EXPECT_EQ(o.param_slots, 2u);
   EXPECT_EQ(o.prefetch_bytes, 0u);
   // offload_optimizer: the state on NVMe, DeepSpeed's buffer_count staging buffers.
-  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::cpu);
-  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::nvme);
+  EXPECT_TRUE(o.cpu_optimizer());
+  EXPECT_EQ(o.optimizer_home, Tier::nvme);
   EXPECT_EQ(o.optimizer_staging, 4u);
-  EXPECT_EQ(optimizer_home_name(o), "nvme");
+  EXPECT_EQ(offload_value(o.optimizer_home), "nvme");
   // sub_group_size: parameters per optimizer piece.
   EXPECT_EQ(o.sub_group_size, 1000000000u);
 
@@ -612,15 +612,15 @@ TEST(TrainOptionsTest, DeepSpeedOptimizerTypesMapOntoOurs) {
 
 TEST(TrainOptionsTest, WeightPlacementDefaultsKeepTheWeightsResident) {
   const TrainOptions o = expect_value(options_from_file("{}"));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+  EXPECT_EQ(o.weight_home, Tier::device);
   EXPECT_EQ(o.param_slots, 2u);
   EXPECT_EQ(o.prefetch_bytes, 0u);
   EXPECT_EQ(o.nvme_staging, 2u);
   EXPECT_EQ(o.trace_path, "");
   EXPECT_TRUE(o.warnings.empty());
-  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::none), "none");
-  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::cpu), "cpu");
-  EXPECT_EQ(param_home_name(TrainOptions::ParamHome::nvme), "nvme");
+  EXPECT_EQ(offload_value(Tier::device), "none");
+  EXPECT_EQ(offload_value(Tier::cpu), "cpu");
+  EXPECT_EQ(offload_value(Tier::nvme), "nvme");
 }
 
 TEST(TrainOptionsTest, WeightPlacementFlagsReadBack) {
@@ -628,7 +628,7 @@ TEST(TrainOptionsTest, WeightPlacementFlagsReadBack) {
                                                     {"--param-slots", "3"},
                                                     {"--prefetch-bytes", "512MiB"},
                                                     {"--trace", "run.trace.json"}}));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.weight_home, Tier::cpu);
   EXPECT_EQ(o.param_slots, 3u);
   EXPECT_EQ(o.prefetch_bytes, 512ull << 20);
   EXPECT_EQ(o.trace_path, "run.trace.json");
@@ -636,7 +636,7 @@ TEST(TrainOptionsTest, WeightPlacementFlagsReadBack) {
   // nvme with a path, and its staging buffers; the choice is case-insensitive.
   const TrainOptions n = expect_value(options_from_file(
       "{}", {{"--offload-param", "NVMe"}, {"--nvme-path", "/mnt/a,/mnt/b"}, {"--nvme-staging", "4"}}));
-  EXPECT_EQ(n.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(n.weight_home, Tier::nvme);
   EXPECT_EQ(n.nvme_staging, 4u);
   EXPECT_TRUE(n.warnings.empty()) << ::testing::PrintToString(n.warnings);
 }
@@ -645,13 +645,13 @@ TEST(TrainOptionsTest, WeightPlacementFromTheEnvironment) {
   const TrainOptions o = expect_value(
       options_from({}, {"STRATA_OFFLOAD_PARAM=cpu", "STRATA_PARAM_SLOTS=4", "STRATA_PREFETCH_BYTES=1GiB",
                         "STRATA_TRACE=/tmp/t.json"}));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.weight_home, Tier::cpu);
   EXPECT_EQ(o.param_slots, 4u);
   EXPECT_EQ(o.prefetch_bytes, 1ull << 30);
   EXPECT_EQ(o.trace_path, "/tmp/t.json");
   // A flag wins over the variable.
-  EXPECT_EQ(expect_value(options_from({{"--offload-param", "none"}}, {"STRATA_OFFLOAD_PARAM=cpu"})).offload_param,
-            TrainOptions::ParamHome::none);
+  EXPECT_EQ(expect_value(options_from({{"--offload-param", "none"}}, {"STRATA_OFFLOAD_PARAM=cpu"})).weight_home,
+            Tier::device);
 }
 
 TEST(TrainOptionsTest, WeightPlacementValuesAreChecked) {
@@ -683,7 +683,7 @@ TEST(TrainOptionsTest, NvmeHomeNeedsAnNvmePath) {
   // offload_optimizer's nvme_path is the same key: it serves the weights too.
   const TrainOptions o = expect_value(options_from_file(
       R"({"zero_optimization": {"offload_optimizer": {"nvme_path": "/nvme"}, "offload_param": {"device": "nvme"}}})"));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(o.weight_home, Tier::nvme);
 }
 
 TEST(TrainOptionsTest, PagedWeightsNeedTheOptimizerOnTheCpu) {
@@ -696,8 +696,8 @@ TEST(TrainOptionsTest, PagedWeightsNeedTheOptimizerOnTheCpu) {
                   "optimizer_device device (flag --optimizer-device)",
                   "the optimizer on the device updates resident weights", "pass --optimizer-device cpu"});
   const TrainOptions o = expect_value(options_from({{"--optimizer-device", "device"}}));
-  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::device);
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+  EXPECT_EQ(o.optimizer_home, Tier::device);
+  EXPECT_EQ(o.weight_home, Tier::device);
 }
 
 TEST(TrainOptionsTest, PagingKeysWithoutPagingAreAWarningNotAnError) {
@@ -720,7 +720,7 @@ TEST(TrainOptionsTest, DeepSpeedOffloadParamSectionMapsAndWarns) {
     "device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 6, "buffer_size": 1e8, "pin_memory": false,
     "max_in_cpu": 1e9}}})";
   TrainOptions o = expect_value(options_from_file(json));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::nvme);
+  EXPECT_EQ(o.weight_home, Tier::nvme);
   EXPECT_EQ(o.nvme_staging, 6u);
   ASSERT_EQ(o.warnings.size(), 3u) << ::testing::PrintToString(o.warnings);
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.buffer_size=100000000.0 has no effect: strata sizes "
@@ -730,14 +730,14 @@ TEST(TrainOptionsTest, DeepSpeedOffloadParamSectionMapsAndWarns) {
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.pin_memory=false has no effect: strata always pins"));
   // Flags override the file's section.
   o = expect_value(options_from_file(json, {{"--offload-param", "cpu"}, {"--nvme-staging", "2"}}));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.weight_home, Tier::cpu);
   EXPECT_TRUE(has_warning(o, "nvme_staging 2 (flag --nvme-staging) only applies to weights homed on NVMe"));
   // DeepSpeed's "none" and "cpu" are ours too.
   o = expect_value(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "cpu"}}})"));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::cpu);
+  EXPECT_EQ(o.weight_home, Tier::cpu);
   EXPECT_TRUE(o.warnings.empty()) << ::testing::PrintToString(o.warnings);
   o = expect_value(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "none"}}})"));
-  EXPECT_EQ(o.offload_param, TrainOptions::ParamHome::none);
+  EXPECT_EQ(o.weight_home, Tier::device);
   // A key DeepSpeed's offload_param section does not have stays unknown.
   expect_error(options_from_file(R"({"zero_optimization": {"offload_param": {"buffer_cont": 4}}})"),
                Code::invalid_argument, {"unknown key 'zero_optimization.offload_param.buffer_cont'"});
@@ -770,17 +770,17 @@ TEST(TrainOptionsTest, OptimizerPlacementKeys) {
 
   // Defaults: the optimizer on the CPU, its state in pinned memory.
   TrainOptions o = expect_value(options_from_file("{}", {}));
-  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::cpu);
-  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::cpu);
-  EXPECT_EQ(optimizer_home_name(o), "cpu");
+  EXPECT_TRUE(o.cpu_optimizer());
+  EXPECT_EQ(o.optimizer_home, Tier::cpu);
+  EXPECT_EQ(offload_value(o.optimizer_home), "cpu");
   // none is the optimizer on the device, as --optimizer-device device.
   o = expect_value(options_from_file("{}", {{"--offload-optimizer", "none"}}));
-  EXPECT_EQ(o.optimizer_device, TrainOptions::OptimizerDevice::device);
-  EXPECT_EQ(optimizer_home_name(o), "none");
+  EXPECT_EQ(o.optimizer_home, Tier::device);
+  EXPECT_EQ(offload_value(o.optimizer_home), "none");
   o = expect_value(options_from_file("{}", {{"--optimizer-device", "device"}}));
-  EXPECT_EQ(optimizer_home_name(o), "none");
+  EXPECT_EQ(offload_value(o.optimizer_home), "none");
   o = expect_value(options_from_file("{}", {{"--offload-optimizer", "nvme"}, {"--nvme-path", "/tmp"}, {"--optimizer-staging", "6"}}));
-  EXPECT_EQ(o.optimizer_home, TrainOptions::OptimizerHome::nvme);
+  EXPECT_EQ(o.optimizer_home, Tier::nvme);
   EXPECT_EQ(o.optimizer_staging, 6u);
   // Contradictions and missing pieces are refused, naming the keys.
   expect_error(options_from_file("{}", {{"--offload-optimizer", "cpu"}, {"--optimizer-device", "device"}}),

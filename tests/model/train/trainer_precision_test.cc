@@ -201,7 +201,7 @@ TEST_P(DeviceOptimizerTest, StepsEqualTheCpuOptimizerBitForBit) {
   TrainOptions cpu = golden_rule(GetParam());
   cpu.clip_grad_norm = 0.5;  // the clip multiplier reaches both paths
   TrainOptions device = cpu;
-  device.optimizer_device = TrainOptions::OptimizerDevice::device;
+  device.optimizer_home = Tier::device;
   TrainRun a = make_run("llama-tiny", g, cpu);
   TrainRun b = make_run("llama-tiny", g, device);
   for (int i = 0; i < 5; ++i) {
@@ -223,7 +223,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, DeviceOptimizerTest, ::testing::Values(DTyp
 TEST(DeviceOptimizerTest, EightBitMomentsOnTheDeviceAreRefused) {
   TrainOptions o = golden_rule();
   o.adam_states = AdamStates::q8;
-  o.optimizer_device = TrainOptions::OptimizerDevice::device;
+  o.optimizer_home = Tier::device;
   const Status s = check_trainer_options(o);
   EXPECT_EQ(s.code(), Code::invalid_argument);
   EXPECT_NE(s.message().find("--optimizer-device cpu"), std::string::npos) << s.message();
