@@ -1,6 +1,6 @@
 // The one place a run chooses its optimizer (offload/optimizer.h): options.optimizer_home cpu or nvme
 // builds a GradientOffloader (the model's gradients streamed to host memory), the OptimizerState
-// (pinned or NVMe) and a CpuOptimizer over them; device (Tier::device) builds the OptimizerState (the host
+// (pinned or NVMe) and a CpuOptimizer over them; device builds the OptimizerState (the host
 // mirrors) and a DeviceOptimizer over the model's resident weights and DeviceGrads. Built apart
 // from the Trainer, so a run can build, size and own them itself (Trainer::create takes them).
 // Nothing here is wired into the model: the trainer sets the model's gradient sink and optimizer.
