@@ -71,6 +71,16 @@ class GradSink {
   // the head's, then the embedding's).
   virtual StatusOr<std::byte*> acquire(size_t c) = 0;
   virtual Status release(size_t c, bool last) = 0;
+  // Whether the micro-batch whose backward follows is the step's last: the trainer says so before
+  // each backward (a step of one micro-batch needs no call). A sink may finish a chunk's work (its
+  // norm partial) at the chunk's last contribution of the step.
+  virtual void set_last_micro_batch(bool last) {}
+  // Ends the step's gradient: waits for every contribution, zeroes the chunks none reached, and
+  // returns the global squared norm of the accumulated fp32 gradient: per chunk the blocked sum of
+  // squares of kernels/cpu/grad_accumulate.h, summed over chunks in chunk order from +0.0 (the
+  // same bits for every sink). Non-finite if any element is. failed_precondition while a chunk is
+  // held; a stream or I/O error of the step is returned.
+  virtual StatusOr<double> finish_step() = 0;
 };
 
 }  // namespace strata

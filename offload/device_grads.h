@@ -45,7 +45,7 @@ class DeviceGrads final : public GradSink {
   // norm of the accumulated gradient: the block partials of every chunk (computed on the device,
   // copied down), summed per chunk in block order and over chunks in chunk order, from +0.0.
   // Synchronizes the compute and d2h streams.
-  StatusOr<double> finish_step();
+  StatusOr<double> finish_step() override;
   // Chunk c's fp32 accumulator on the device: chunk_bytes(c) / element size floats, element i =
   // element i of the chunk in the working-precision layout. Holds the step's sum after the
   // backward's work completes (stream order); untouched chunks read zero after finish_step.

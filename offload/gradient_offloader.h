@@ -151,7 +151,7 @@ class GradientOffloader final : public GradSink {
   // ---- the step ---------------------------------------------------------------------------------
   // Whether the micro-batch whose backward follows is the step's last (the trainer calls it before
   // each backward).
-  void set_last_micro_batch(bool last) { last_micro_batch_ = last; }
+  void set_last_micro_batch(bool last) override { last_micro_batch_ = last; }
 
   // Waits for every copy, accumulation and (home nvme) extent write of the step; chunks that got
   // no contribution read as zero; computes the partials that are missing (home nvme: reading the
@@ -160,7 +160,7 @@ class GradientOffloader final : public GradSink {
   // accumulated gradient (double), the same bits for both homes. Non-finite if any accumulated
   // element is. failed_precondition if a chunk is still held or no step began; a stream error of
   // the step, or an NVMe error or CRC mismatch (naming the chunk), is returned here and sticks.
-  StatusOr<double> finish_step();
+  StatusOr<double> finish_step() override;
 
   // ---- reading the finished step's gradients (both homes) -------------------------------------
   // Between finish_step and the next begin_step, in any order: begin_read(c) .. wait_read(c) ..

@@ -240,17 +240,16 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     // read is free to reset.
     STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
     if (k == 0) STRATA_RETURN_IF_ERROR(begin_gradient());
-    if (parts_.gradients) parts_.gradients->set_last_micro_batch(k + 1 == K);
+    model_.grad_sink()->set_last_micro_batch(k + 1 == K);
     STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
     STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
   }
   STRATA_RETURN_IF_ERROR(model_.weights().end_sequence());
   // The squared norm of the accumulated (for fp16, loss-scaled) gradient, by the blocked definition
-  // both gradient placements share; non-finite anywhere is the step's overflow check. Both
-  // synchronise d2h, after the loss copies: the losses are in.
-  STRATA_ASSIGN_OR_RETURN(const double norm_sq,
-                          parts_.gradients ? parts_.gradients->finish_step() : model_.device_grads()->finish_step());
+  // every gradient sink shares; non-finite anywhere is the step's overflow check. It synchronises
+  // d2h, after the loss copies: the losses are in.
+  STRATA_ASSIGN_OR_RETURN(const double norm_sq, model_.grad_sink()->finish_step());
   for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
   r.grad_norm = std::sqrt(norm_sq) / loss_scale;
   steps_done_ = r.step;
