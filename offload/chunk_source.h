@@ -51,6 +51,12 @@ class WeightSource {
   virtual StatusOr<std::byte*> update_buffer(size_t c) = 0;
   virtual Status commit_update(size_t c) = 0;
   virtual Status flush() = 0;
+  // A hint from the writer of updates (the CPU optimizer, when its update begins): chunk c's
+  // weights will be replaced by commit_update(c) before their next use, so a source that fetches
+  // ahead does not fetch the bytes about to be replaced. commit_update(c) ends it, and so does
+  // expect_update(c, false) (an update that ended early). acquire and read are not affected: they
+  // return the current bytes. Default: ignored.
+  virtual void expect_update(size_t c, bool expected) {}
 
   // Chunk c's current weights into `host` (chunk_bytes(c)); returns once copied. Not during a
   // sequence.

@@ -13,10 +13,10 @@ namespace {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// One HF tensor of a slot: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
+// One HF tensor of a field: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
 // tile of it: rows [row_begin, row_begin + tile_rows) (tile_rows 0: all).
 struct Member {
-  // Moved into the spec from the (const) initializer list the slot gets: mutable, so a layout of
+  // Moved into the spec from the (const) initializer list the field gets: mutable, so a layout of
   // thousands of layers copies no name.
   mutable std::string name;
   int64_t rows = 0;
@@ -33,7 +33,7 @@ struct LayoutUnderConstruction {
   int next_tensor = 0;
 };
 
-// Appends one chunk's slots to the layout, each slot aligned, members back to back.
+// Appends one chunk's fields to the layout, each field aligned, members back to back.
 class ChunkBuilder {
  public:
   ChunkBuilder(LayoutUnderConstruction& build, ChunkKind kind, int layer, std::string name)
@@ -44,9 +44,9 @@ class ChunkBuilder {
   ChunkSpec& spec() { return layout_.chunks[chunk_]; }
   ~ChunkBuilder() { layout_.chunks[chunk_].bytes = align_up(cursor_, kChunkAlignment); }
 
-  void slot(int slot, std::initializer_list<Member> members) {
+  void field(int field, std::initializer_list<Member> members) {
     cursor_ = align_up(cursor_, kParamAlignment);
-    const uint64_t slot_offset = cursor_;
+    const uint64_t field_offset = cursor_;
     for (const auto& m : members) {
       ParamSpec p;
       p.name = std::move(m.name);
@@ -54,8 +54,8 @@ class ChunkBuilder {
       p.hf_transposed = m.hf_transposed;
       p.chunk = chunk_;
       p.layer = layer_;
-      p.slot = slot;
-      p.slot_offset = slot_offset;
+      p.field = field;
+      p.field_offset = field_offset;
       p.offset = cursor_;
       p.elements = uint64_t(m.tile_rows > 0 ? m.tile_rows : m.rows) * uint64_t(m.cols > 0 ? m.cols : 1);
       p.weight_decay = m.cols > 0;
@@ -67,8 +67,8 @@ class ChunkBuilder {
       layout_.params.push_back(std::move(p));
     }
   }
-  void slot(LayerSlot s, std::initializer_list<Member> members) { slot(static_cast<int>(s), members); }
-  void slot(GlobalSlot s, std::initializer_list<Member> members) { slot(static_cast<int>(s), members); }
+  void field(LayerField s, std::initializer_list<Member> members) { field(static_cast<int>(s), members); }
+  void field(GlobalField s, std::initializer_list<Member> members) { field(static_cast<int>(s), members); }
 
  private:
   LayoutUnderConstruction& build_;
@@ -92,27 +92,27 @@ Member tile_of(std::string name, int64_t rows, int64_t cols, bool hf_transposed,
 }
 
 // The MLP's first weight over hidden units `r`: GPT-2 c_fc and its bias; LLaMA the same rows of
-// gate and up, back to back in the fc_w slot ([gate | up] of the tile).
-void mlp_in_slots(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
+// gate and up, back to back in the fc_w field ([gate | up] of the tile).
+void mlp_in_fields(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
   const int64_t C = c.dim, H = c.ffn_hidden;
   if (c.arch == Arch::gpt2) {
-    b.slot(LayerSlot::fc_w, {tile_of(prefix + "mlp.c_fc.weight", H, C, true, r)});
-    b.slot(LayerSlot::fc_b, {tile_of(prefix + "mlp.c_fc.bias", H, 0, false, r)});
+    b.field(LayerField::fc_w, {tile_of(prefix + "mlp.c_fc.weight", H, C, true, r)});
+    b.field(LayerField::fc_b, {tile_of(prefix + "mlp.c_fc.bias", H, 0, false, r)});
     return;
   }
-  b.slot(LayerSlot::fc_w, {tile_of(prefix + "mlp.gate_proj.weight", H, C, false, r),
+  b.field(LayerField::fc_w, {tile_of(prefix + "mlp.gate_proj.weight", H, C, false, r),
                            tile_of(prefix + "mlp.up_proj.weight", H, C, false, r)});
 }
 
 // The MLP's second weight over output rows `r` (of C): c_proj and its bias / down_proj.
-void mlp_out_slots(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
+void mlp_out_fields(ChunkBuilder& b, const ModelConfig& c, const std::string& prefix, TileRows r) {
   const int64_t C = c.dim, H = c.ffn_hidden;
   if (c.arch == Arch::gpt2) {
-    b.slot(LayerSlot::fc_proj_w, {tile_of(prefix + "mlp.c_proj.weight", C, H, true, r)});
-    b.slot(LayerSlot::fc_proj_b, {tile_of(prefix + "mlp.c_proj.bias", C, 0, false, r)});
+    b.field(LayerField::fc_proj_w, {tile_of(prefix + "mlp.c_proj.weight", C, H, true, r)});
+    b.field(LayerField::fc_proj_b, {tile_of(prefix + "mlp.c_proj.bias", C, 0, false, r)});
     return;
   }
-  b.slot(LayerSlot::fc_proj_w, {tile_of(prefix + "mlp.down_proj.weight", C, H, false, r)});
+  b.field(LayerField::fc_proj_w, {tile_of(prefix + "mlp.down_proj.weight", C, H, false, r)});
 }
 
 // Layer i's attention half (and its MLP when untiled) in the layer's chunk; with mlp_tiles > 1
@@ -125,31 +125,31 @@ void add_layer(LayoutUnderConstruction& layout, const ModelConfig& c, int i) {
     ChunkBuilder b(layout, ChunkKind::layer, i, fmt::format("layer {}", i));
     if (gpt2) {
       const std::string& h = prefix;
-      b.slot(LayerSlot::ln1_w, {{h + "ln_1.weight", C}});
-      b.slot(LayerSlot::ln1_b, {{h + "ln_1.bias", C}});
-      b.slot(LayerSlot::qkv_w, {{h + "attn.c_attn.weight", QKV, C, true}});
-      b.slot(LayerSlot::qkv_b, {{h + "attn.c_attn.bias", QKV}});
-      b.slot(LayerSlot::attn_proj_w, {{h + "attn.c_proj.weight", C, C, true}});
-      b.slot(LayerSlot::attn_proj_b, {{h + "attn.c_proj.bias", C}});
-      b.slot(LayerSlot::ln2_w, {{h + "ln_2.weight", C}});
-      b.slot(LayerSlot::ln2_b, {{h + "ln_2.bias", C}});
+      b.field(LayerField::ln1_w, {{h + "ln_1.weight", C}});
+      b.field(LayerField::ln1_b, {{h + "ln_1.bias", C}});
+      b.field(LayerField::qkv_w, {{h + "attn.c_attn.weight", QKV, C, true}});
+      b.field(LayerField::qkv_b, {{h + "attn.c_attn.bias", QKV}});
+      b.field(LayerField::attn_proj_w, {{h + "attn.c_proj.weight", C, C, true}});
+      b.field(LayerField::attn_proj_b, {{h + "attn.c_proj.bias", C}});
+      b.field(LayerField::ln2_w, {{h + "ln_2.weight", C}});
+      b.field(LayerField::ln2_b, {{h + "ln_2.bias", C}});
     } else {
       const std::string& l = prefix;
-      b.slot(LayerSlot::ln1_w, {{l + "input_layernorm.weight", C}});
-      b.slot(LayerSlot::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
+      b.field(LayerField::ln1_w, {{l + "input_layernorm.weight", C}});
+      b.field(LayerField::qkv_w, {{l + "self_attn.q_proj.weight", C, C},
                                 {l + "self_attn.k_proj.weight", KV, C},
                                 {l + "self_attn.v_proj.weight", KV, C}});
       if (c.qkv_bias) {  // Qwen2: one bias per projection, laid out [q | k | v] like the weight rows
-        b.slot(LayerSlot::qkv_b, {{l + "self_attn.q_proj.bias", C},
+        b.field(LayerField::qkv_b, {{l + "self_attn.q_proj.bias", C},
                                   {l + "self_attn.k_proj.bias", KV},
                                   {l + "self_attn.v_proj.bias", KV}});
       }
-      b.slot(LayerSlot::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
-      b.slot(LayerSlot::ln2_w, {{l + "post_attention_layernorm.weight", C}});
+      b.field(LayerField::attn_proj_w, {{l + "self_attn.o_proj.weight", C, C}});
+      b.field(LayerField::ln2_w, {{l + "post_attention_layernorm.weight", C}});
     }
     if (tiles == 1) {
-      mlp_in_slots(b, c, prefix, {0, c.ffn_hidden});
-      mlp_out_slots(b, c, prefix, {0, C});
+      mlp_in_fields(b, c, prefix, {0, c.ffn_hidden});
+      mlp_out_fields(b, c, prefix, {0, C});
     }
   }
   if (tiles == 1) return;
@@ -159,9 +159,9 @@ void add_layer(LayoutUnderConstruction& layout, const ModelConfig& c, int i) {
       const TileRows r = mlp_tile_rows(in ? c.ffn_hidden : C, tiles, k);
       ChunkBuilder b(layout, kind, i, fmt::format("layer {} mlp {} tile {}/{}", i, in ? "in" : "out", k + 1, tiles));
       if (in) {
-        mlp_in_slots(b, c, prefix, r);
+        mlp_in_fields(b, c, prefix, r);
       } else {
-        mlp_out_slots(b, c, prefix, r);
+        mlp_out_fields(b, c, prefix, r);
       }
       b.spec().tile = int(k);
       b.spec().tiles = int(tiles);
@@ -200,38 +200,38 @@ void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst) {
   }
 }
 
-std::byte*& slot_field(LayerParams& p, LayerSlot s) {
+std::byte*& param_field(LayerParams& p, LayerField s) {
   switch (s) {
-    case LayerSlot::ln1_w: return p.ln1_w;
-    case LayerSlot::ln1_b: return p.ln1_b;
-    case LayerSlot::qkv_w: return p.qkv_w;
-    case LayerSlot::qkv_b: return p.qkv_b;
-    case LayerSlot::attn_proj_w: return p.attn_proj_w;
-    case LayerSlot::attn_proj_b: return p.attn_proj_b;
-    case LayerSlot::ln2_w: return p.ln2_w;
-    case LayerSlot::ln2_b: return p.ln2_b;
-    case LayerSlot::fc_w: return p.fc_w;
-    case LayerSlot::fc_b: return p.fc_b;
-    case LayerSlot::fc_proj_w: return p.fc_proj_w;
-    case LayerSlot::fc_proj_b: return p.fc_proj_b;
+    case LayerField::ln1_w: return p.ln1_w;
+    case LayerField::ln1_b: return p.ln1_b;
+    case LayerField::qkv_w: return p.qkv_w;
+    case LayerField::qkv_b: return p.qkv_b;
+    case LayerField::attn_proj_w: return p.attn_proj_w;
+    case LayerField::attn_proj_b: return p.attn_proj_b;
+    case LayerField::ln2_w: return p.ln2_w;
+    case LayerField::ln2_b: return p.ln2_b;
+    case LayerField::fc_w: return p.fc_w;
+    case LayerField::fc_b: return p.fc_b;
+    case LayerField::fc_proj_w: return p.fc_proj_w;
+    case LayerField::fc_proj_b: return p.fc_proj_b;
   }
   return p.ln1_w;  // unreachable: every enumerator is handled above
 }
 
-std::string_view slot_name(LayerSlot s) {
-  static constexpr std::string_view names[kLayerSlotCount] = {
+std::string_view field_name(LayerField s) {
+  static constexpr std::string_view names[kLayerFieldCount] = {
       "ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b",
       "ln2_w", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b"};
   return names[static_cast<int>(s)];
 }
 
-std::byte*& slot_field(GlobalParams& p, GlobalSlot s) {
+std::byte*& param_field(GlobalParams& p, GlobalField s) {
   switch (s) {
-    case GlobalSlot::wte: return p.wte;
-    case GlobalSlot::wpe: return p.wpe;
-    case GlobalSlot::lnf_w: return p.lnf_w;
-    case GlobalSlot::lnf_b: return p.lnf_b;
-    case GlobalSlot::lm_head: return p.lm_head;
+    case GlobalField::wte: return p.wte;
+    case GlobalField::wpe: return p.wpe;
+    case GlobalField::lnf_w: return p.lnf_w;
+    case GlobalField::lnf_b: return p.lnf_b;
+    case GlobalField::lm_head: return p.lm_head;
   }
   return p.wte;  // unreachable: every enumerator is handled above
 }
@@ -303,9 +303,9 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
     return tiles > 1 ? fmt::format("{} tile {}/{}", what, k + 1, tiles) : std::string(what);
   };
   // Tile k of table `name`: rows [k R, min(V, (k + 1) R)).
-  const auto table_tile = [&](ChunkBuilder& b, GlobalSlot slot, const std::string& name, int64_t k) {
+  const auto table_tile = [&](ChunkBuilder& b, GlobalField field, const std::string& name, int64_t k) {
     const int64_t begin = k * R, rows = std::min(V, begin + R) - begin;
-    b.slot(slot, {{.name = name, .rows = V, .cols = C, .row_begin = begin, .tile_rows = rows}});
+    b.field(field, {{.name = name, .rows = V, .cols = C, .row_begin = begin, .tile_rows = rows}});
     b.spec().tile = int(k);
     b.spec().tiles = int(tiles);
     b.spec().row_begin = begin;
@@ -313,18 +313,18 @@ StatusOr<ParamLayout> build_param_layout(const ModelConfig& c, uint64_t element_
   };
   for (int64_t k = 0; k < tiles; ++k) {
     ChunkBuilder b(build, ChunkKind::embedding, -1, tile_name("embedding", k));
-    table_tile(b, GlobalSlot::wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", k);
-    if (gpt2 && k == 0) b.slot(GlobalSlot::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
+    table_tile(b, GlobalField::wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", k);
+    if (gpt2 && k == 0) b.field(GlobalField::wpe, {{"transformer.wpe.weight", c.max_seq, C}});
   }
   for (int i = 0; i < c.n_layer; ++i) add_layer(build, c, i);
   const int64_t head_tiles = c.tied_head ? 1 : tiles;
   for (int64_t k = 0; k < head_tiles; ++k) {
     ChunkBuilder b(build, ChunkKind::head, -1, c.tied_head ? std::string("head") : tile_name("head", k));
     if (k == 0) {
-      b.slot(GlobalSlot::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
-      if (gpt2) b.slot(GlobalSlot::lnf_b, {{"transformer.ln_f.bias", C}});
+      b.field(GlobalField::lnf_w, {{gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", C}});
+      if (gpt2) b.field(GlobalField::lnf_b, {{"transformer.ln_f.bias", C}});
     }
-    if (!c.tied_head) table_tile(b, GlobalSlot::lm_head, "lm_head.weight", k);
+    if (!c.tied_head) table_tile(b, GlobalField::lm_head, "lm_head.weight", k);
   }
   return layout;
 }

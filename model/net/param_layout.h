@@ -18,7 +18,7 @@
 
 namespace strata::model {
 
-inline constexpr uint64_t kParamAlignment = 256;   // bytes; each tensor (slot) starts here
+inline constexpr uint64_t kParamAlignment = 256;   // bytes; each tensor (field) starts here
 inline constexpr uint64_t kChunkAlignment = 4096;  // bytes; each chunk's size is a multiple
 
 // The tensors of one transformer layer, pointers into its chunk (weights or gradients alike), as
@@ -41,14 +41,14 @@ struct LayerParams {
 };
 
 // One name per LayerParams field, in field order.
-enum class LayerSlot : uint8_t {
+enum class LayerField : uint8_t {
   ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b
 };
-inline constexpr int kLayerSlotCount = 12;
-static_assert(sizeof(LayerParams) == kLayerSlotCount * sizeof(std::byte*),
-              "LayerParams and LayerSlot must list the same tensors");
-std::byte*& slot_field(LayerParams& p, LayerSlot s);
-std::string_view slot_name(LayerSlot s);
+inline constexpr int kLayerFieldCount = 12;
+static_assert(sizeof(LayerParams) == kLayerFieldCount * sizeof(std::byte*),
+              "LayerParams and LayerField must list the same tensors");
+std::byte*& param_field(LayerParams& p, LayerField s);
+std::string_view field_name(LayerField s);
 
 // The tensors outside the layers.
 struct GlobalParams {
@@ -58,11 +58,11 @@ struct GlobalParams {
   std::byte* lnf_b = nullptr;    // (C)        GPT-2 only
   std::byte* lm_head = nullptr;  // (V, C)     untied head only; the forward uses wte when tied
 };
-enum class GlobalSlot : uint8_t { wte, wpe, lnf_w, lnf_b, lm_head };
-inline constexpr int kGlobalSlotCount = 5;
-static_assert(sizeof(GlobalParams) == kGlobalSlotCount * sizeof(std::byte*),
-              "GlobalParams and GlobalSlot must list the same tensors");
-std::byte*& slot_field(GlobalParams& p, GlobalSlot s);
+enum class GlobalField : uint8_t { wte, wpe, lnf_w, lnf_b, lm_head };
+inline constexpr int kGlobalFieldCount = 5;
+static_assert(sizeof(GlobalParams) == kGlobalFieldCount * sizeof(std::byte*),
+              "GlobalParams and GlobalField must list the same tensors");
+std::byte*& param_field(GlobalParams& p, GlobalField s);
 
 // mlp_in / mlp_out: a tile of a layer's first / second MLP weight (ModelConfig::mlp_tiles).
 enum class ChunkKind : uint8_t { embedding, layer, mlp_in, mlp_out, head };
@@ -80,7 +80,7 @@ struct ChunkSpec {
                                     // untiled tied head), hidden units (mlp_in), output rows (mlp_out)
 };
 
-// One Hugging Face tensor, or one tile of it. Several may share one slot (LLaMA q/k/v, gate/up):
+// One Hugging Face tensor, or one tile of it. Several may share one field (LLaMA q/k/v, gate/up):
 // they are row blocks of the fused tensor, back to back. A tiled tensor (a (V, C) table with
 // ModelConfig::vocab_tile, an MLP weight or bias with mlp_tiles) is one spec per tile, each in its
 // own chunk, all with the tensor's name and shape: the tile holds rows [row_begin, row_begin +
@@ -92,8 +92,8 @@ struct ParamSpec {
   bool hf_transposed = false;  // the HF file stores the transpose (GPT-2 Conv1D weights (in, out))
   int chunk = 0;               // index into ParamLayout::chunks
   int layer = -1;              // -1 outside the layers
-  int slot = 0;                // LayerSlot (layer >= 0) or GlobalSlot value
-  uint64_t slot_offset = 0;    // bytes from the chunk's start to the slot (the fused tensor)
+  int field = 0;               // LayerField (layer >= 0) or GlobalField value
+  uint64_t field_offset = 0;   // bytes from the chunk's start to the field (the fused tensor)
   uint64_t offset = 0;         // bytes from the chunk's start to this tensor
   uint64_t elements = 0;       // of this spec: the tensor's, or its tile's
   bool weight_decay = false;   // AdamW decays 2-D and larger tensors only
@@ -136,7 +136,7 @@ void from_hf_layout(const ParamSpec& p, const float* hf_src, float* dst);
 // positions, the head's first tile the final norm. With config.mlp_tiles > 1 each layer's chunk
 // holds its attention half (norms included) and the MLP's tiles follow it: mlp_tiles chunks of
 // the first weight (and bias), then mlp_tiles of the second. Tensor ordinals and the order of
-// the slots inside a chunk do not depend on either tiling.
+// the fields inside a chunk do not depend on either tiling.
 StatusOr<ParamLayout> build_param_layout(const ModelConfig& config, uint64_t element_bytes = 4);
 
 // build_param_layout's layout, shared and immutable: the last few distinct (config, element_bytes)

@@ -212,12 +212,12 @@ Status Transformer::zero_grad() {
 
 LayerParams Transformer::bind_layer_chunk(size_t c, std::byte* base) const {
   LayerParams out;
-  for (const ParamSpec* p : chunk_params_[c]) slot_field(out, LayerSlot(p->slot)) = base + p->slot_offset;
+  for (const ParamSpec* p : chunk_params_[c]) param_field(out, LayerField(p->field)) = base + p->field_offset;
   return out;
 }
 
 void Transformer::bind_globals(GlobalParams& out, size_t chunk, std::byte* base) const {
-  for (const ParamSpec* p : chunk_params_[chunk]) slot_field(out, GlobalSlot(p->slot)) = base + p->slot_offset;
+  for (const ParamSpec* p : chunk_params_[chunk]) param_field(out, GlobalField(p->field)) = base + p->field_offset;
 }
 
 StatusOr<std::byte*> Transformer::acquire_chunk(size_t c) {

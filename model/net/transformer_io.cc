@@ -58,8 +58,8 @@ void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size
     if (size_t(p.chunk) != c) continue;
     if (p.shape.size() == 1) {
       // Norm gains start at 1, biases (GPT-2) at 0 (already).
-      const bool gain = p.layer >= 0 ? (p.slot == int(LayerSlot::ln1_w) || p.slot == int(LayerSlot::ln2_w))
-                                     : p.slot == int(GlobalSlot::lnf_w);
+      const bool gain = p.layer >= 0 ? (p.field == int(LayerField::ln1_w) || p.field == int(LayerField::ln2_w))
+                                     : p.field == int(GlobalField::lnf_w);
       if (gain) std::fill_n(out + p.offset / sizeof(float), p.elements, 1.f);
       continue;
     }
@@ -68,7 +68,7 @@ void init_chunk(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size
   tbb::parallel_for(size_t{0}, ranges.size(), [&](size_t r) {
     const Range& range = ranges[r];
     const ParamSpec& p = masters.params[range.param];
-    const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
+    const bool residual_proj = p.layer >= 0 && (p.field == int(LayerField::attn_proj_w) || p.field == int(LayerField::fc_proj_w));
     const float stddev = residual_proj ? residual_std : 0.02f;
     NormalRng rng(seed * 0x100000001B3ull + uint64_t(p.tensor));  // one stream per tensor: independent of chunking
     rng.discard(p.tensor_offset() + range.begin);                     // and of tiling

@@ -86,6 +86,8 @@ Status CpuOptimizer::begin_update(const UpdateStep& update) {
   STRATA_RETURN_IF_ERROR(grads_.begin_read(0));
   STRATA_RETURN_IF_ERROR(state_.pipeline().begin_walk(state_.order(), /*write_back=*/true));
   pending_ = update;
+  // Every chunk's weights are about to change: a weight source that reads ahead leaves them be.
+  for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, true);
   return Status::ok();
 }
 
@@ -99,6 +101,7 @@ Status CpuOptimizer::apply(size_t through) {
       pending_.reset();
       if (updating_.chunk != SIZE_MAX) grads_.end_read(updating_.chunk);
       updating_ = {};
+      for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, false);  // no more commits
       return s;
     }
   }

@@ -120,7 +120,7 @@ void expect_sound_layout(const ModelConfig& c, uint64_t element_bytes) {
   std::vector<uint64_t> end_in_chunk(layout.chunks.size(), 0);
   for (const auto& p : layout.params) {
     EXPECT_TRUE(names.insert(p.name).second) << "duplicate " << p.name;
-    EXPECT_EQ(p.slot_offset % kParamAlignment, 0u) << p.name;
+    EXPECT_EQ(p.field_offset % kParamAlignment, 0u) << p.name;
     EXPECT_GE(p.offset, end_in_chunk[p.chunk]) << p.name << " overlaps the tensor before it";
     end_in_chunk[p.chunk] = p.offset + p.elements * element_bytes;
     EXPECT_LE(end_in_chunk[p.chunk], layout.chunks[p.chunk].bytes) << p.name;
@@ -152,7 +152,7 @@ TEST(ParamLayoutTest, Gpt2NamesShapesAndChunks) {
   EXPECT_TRUE(c_attn->hf_transposed);
   EXPECT_EQ(c_attn->layer, 11);
   EXPECT_EQ(layout.chunks[c_attn->chunk].name, "layer 11");
-  EXPECT_EQ(c_attn->slot, int(LayerSlot::qkv_w));
+  EXPECT_EQ(c_attn->field, int(LayerField::qkv_w));
   const ParamSpec* wpe = layout.find("transformer.wpe.weight");
   ASSERT_NE(wpe, nullptr);
   EXPECT_EQ(wpe->chunk, 0);
@@ -175,15 +175,15 @@ TEST(ParamLayoutTest, LlamaFusedSlotsAreBackToBack) {
   const ParamSpec* v = layout.find("model.layers.3.self_attn.v_proj.weight");
   ASSERT_TRUE(q && k && v);
   EXPECT_EQ(k->shape, (std::vector<int64_t>{1024, 8192}));  // 8 kv heads of 128
-  EXPECT_EQ(q->slot_offset, q->offset);
+  EXPECT_EQ(q->field_offset, q->offset);
   EXPECT_EQ(k->offset, q->offset + q->elements * 4);
   EXPECT_EQ(v->offset, k->offset + k->elements * 4);
-  EXPECT_EQ(k->slot_offset, q->offset);
+  EXPECT_EQ(k->field_offset, q->offset);
   const ParamSpec* gate = layout.find("model.layers.3.mlp.gate_proj.weight");
   const ParamSpec* up = layout.find("model.layers.3.mlp.up_proj.weight");
   ASSERT_TRUE(gate && up);
   EXPECT_EQ(up->offset, gate->offset + gate->elements * 4);  // SwiGLU's fused [gate | up]
-  EXPECT_EQ(up->slot, int(LayerSlot::fc_w));
+  EXPECT_EQ(up->field, int(LayerField::fc_w));
   EXPECT_NE(layout.find("lm_head.weight"), nullptr);
   EXPECT_EQ(layout.find("model.layers.0.input_layernorm.bias"), nullptr);
 }
@@ -191,12 +191,12 @@ TEST(ParamLayoutTest, LlamaFusedSlotsAreBackToBack) {
 TEST(ParamLayoutTest, SlotNamesFollowTheStruct) {
   LayerParams p;
   std::byte value{};
-  slot_field(p, LayerSlot::fc_proj_b) = &value;
+  param_field(p, LayerField::fc_proj_b) = &value;
   EXPECT_EQ(p.fc_proj_b, &value);
-  EXPECT_EQ(slot_name(LayerSlot::qkv_w), "qkv_w");
-  EXPECT_EQ(slot_name(LayerSlot::fc_proj_b), "fc_proj_b");
+  EXPECT_EQ(field_name(LayerField::qkv_w), "qkv_w");
+  EXPECT_EQ(field_name(LayerField::fc_proj_b), "fc_proj_b");
   GlobalParams gp;
-  slot_field(gp, GlobalSlot::lm_head) = &value;
+  param_field(gp, GlobalField::lm_head) = &value;
   EXPECT_EQ(gp.lm_head, &value);
 }
 

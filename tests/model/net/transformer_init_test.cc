@@ -40,11 +40,11 @@ ModelConfig wide_vocab_llama() {
 std::vector<float> sequential_init(const ParamLayout& masters, int64_t n_layer, uint64_t seed, size_t i) {
   const ParamSpec& p = masters.params[i];
   if (p.shape.size() == 1) {
-    const bool gain = p.layer >= 0 ? (p.slot == int(LayerSlot::ln1_w) || p.slot == int(LayerSlot::ln2_w))
-                                   : p.slot == int(GlobalSlot::lnf_w);
+    const bool gain = p.layer >= 0 ? (p.field == int(LayerField::ln1_w) || p.field == int(LayerField::ln2_w))
+                                   : p.field == int(GlobalField::lnf_w);
     return std::vector<float>(p.elements, gain ? 1.f : 0.f);
   }
-  const bool residual_proj = p.layer >= 0 && (p.slot == int(LayerSlot::attn_proj_w) || p.slot == int(LayerSlot::fc_proj_w));
+  const bool residual_proj = p.layer >= 0 && (p.field == int(LayerField::attn_proj_w) || p.field == int(LayerField::fc_proj_w));
   const float stddev = residual_proj ? 0.02f / std::sqrt(2.0f * float(n_layer)) : 0.02f;
   SplitMix64 bits(seed * 0x100000001B3ull + i);
   std::vector<float> out(p.elements);
