@@ -7,12 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,6 +19,7 @@
 #include "bench/bench_util.h"
 #include "offload/nvme_store.h"
 #include "offload/run_dir.h"
+#include "runtime/mutex.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/units.h"
 
@@ -61,53 +60,62 @@ StatusOr<BlockBuffers> make_buffers(IoEngine& engine, uint64_t bytes, bool huge_
   return b;
 }
 
+// What a strata_pass() shares with its completion callbacks, which run on the engine's threads.
+struct StrataPassState {
+  Mutex mu;
+  CondVar slot_freed;
+  std::deque<uint32_t> free_slots GUARDED_BY(mu);
+  std::vector<double> latencies_us GUARDED_BY(mu);
+  Status first_error GUARDED_BY(mu);
+};
+
 // One sequential pass over [0, size) in `block` requests, `qd` of them in flight.
 StatusOr<IoSample> strata_pass(IoEngine& engine, FileId file, IoOp mode, uint64_t size, uint64_t block, uint32_t qd,
                                std::byte* buffers) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<uint32_t> free_slots;
-  for (uint32_t i = 0; i < qd; i++) free_slots.push_back(i);
+  StrataPassState st;
+  // A slot's start time is written before its submit and read by its callback: ordered by the submit.
   std::vector<Clock::time_point> started(qd);
-  std::vector<double> latencies_us;
-  latencies_us.reserve(size / block + 1);
-  Status first_error;
   const uint64_t blocks = size / block;
+  {
+    MutexLock lock(st.mu);
+    for (uint32_t i = 0; i < qd; i++) st.free_slots.push_back(i);
+    st.latencies_us.reserve(blocks + 1);
+  }
   const Clock::time_point t0 = Clock::now();
   for (uint64_t b = 0; b < blocks; b++) {
     uint32_t slot;
     {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return !free_slots.empty(); });
-      if (!first_error.is_ok()) break;
-      slot = free_slots.front();
-      free_slots.pop_front();
+      MutexLock lock(st.mu);
+      while (st.free_slots.empty()) st.slot_freed.wait(st.mu);
+      if (!st.first_error.is_ok()) break;
+      slot = st.free_slots.front();
+      st.free_slots.pop_front();
     }
     started[slot] = Clock::now();
     IoRequest r{mode, file, b * block, block, buffers + static_cast<uint64_t>(slot) * block};
-    Status s = engine.submit(r, [&, slot](const Status& st) {
+    Status s = engine.submit(r, [&st, &started, slot](const Status& done) {
       auto now = Clock::now();
-      std::lock_guard lock(mu);
-      latencies_us.push_back(std::chrono::duration<double, std::micro>(now - started[slot]).count());
-      if (!st.is_ok() && first_error.is_ok()) first_error = st;
-      free_slots.push_back(slot);
-      cv.notify_all();
+      MutexLock lock(st.mu);
+      st.latencies_us.push_back(std::chrono::duration<double, std::micro>(now - started[slot]).count());
+      if (!done.is_ok() && st.first_error.is_ok()) st.first_error = done;
+      st.free_slots.push_back(slot);
+      st.slot_freed.notify_all();
     });
     if (!s.is_ok()) {
-      std::lock_guard lock(mu);
-      free_slots.push_back(slot);
-      if (first_error.is_ok()) first_error = s;
+      MutexLock lock(st.mu);
+      st.free_slots.push_back(slot);
+      if (st.first_error.is_ok()) st.first_error = s;
       break;
     }
   }
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return free_slots.size() == qd; });
+  MutexLock lock(st.mu);
+  while (st.free_slots.size() != qd) st.slot_freed.wait(st.mu);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!first_error.is_ok()) return first_error;
-  std::sort(latencies_us.begin(), latencies_us.end());
+  if (!st.first_error.is_ok()) return st.first_error;
+  std::sort(st.latencies_us.begin(), st.latencies_us.end());
   const double bytes = static_cast<double>(blocks * block);
-  return IoSample{bytes / seconds / 1e9, static_cast<double>(blocks) / seconds, percentile(latencies_us, 0.50),
-                  percentile(latencies_us, 0.99)};
+  return IoSample{bytes / seconds / 1e9, static_cast<double>(blocks) / seconds, percentile(st.latencies_us, 0.50),
+                  percentile(st.latencies_us, 0.99)};
 }
 
 // fio's buffers on the same kind of pages as strata's: with strata on huge pages, fio gets

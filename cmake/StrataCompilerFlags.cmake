@@ -7,6 +7,13 @@ target_compile_options(strata_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_WERROR}>>:-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_NATIVE}>>:-march=native>)
+# clang checks the locking contracts written in the types (GUARDED_BY, REQUIRES, ... from
+# runtime/thread_annotations.h on runtime/mutex.h's Mutex) at compile time, and a violation stops
+# the build whatever STRATA_WERROR says. gcc and nvcc have no such analysis (the macros are empty).
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  target_compile_options(strata_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety -Werror=thread-safety>)
+endif()
 if(STRATA_SANITIZE)
   # -fno-sanitize-recover=all: a UBSan finding aborts the test that hit it, whatever UBSAN_OPTIONS
   # says (by default UBSan prints and carries on, and the test would pass).

@@ -40,7 +40,7 @@ FaultEngine::FaultEngine(std::unique_ptr<IoEngine> inner, FaultEngineOptions opt
 FaultEngine::~FaultEngine() { tickets_.wait_idle(); }
 
 FaultEngine::Decision FaultEngine::decide(IoOp op, FileId file, uint64_t length, bool reservation) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < options_.rules.size(); i++) {
     const FaultRule& r = options_.rules[i];
     if (r.op && *r.op != op) continue;
@@ -133,12 +133,12 @@ Status FaultEngine::submit(const IoRequest& request, IoCallback done) {
 }
 
 uint64_t FaultEngine::injected(FaultKind kind) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return injected_[static_cast<size_t>(kind)];
 }
 
 uint64_t FaultEngine::injected_total() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint64_t n = 0;
   for (uint64_t v : injected_) n += v;
   return n;

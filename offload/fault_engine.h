@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include "offload/io_engine.h"
 #include "offload/io_tickets.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -71,8 +71,8 @@ class FaultEngine final : public IoEngine {
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
 
   IoEngine& inner() { return *inner_; }
-  uint64_t injected(FaultKind kind) const;
-  uint64_t injected_total() const;
+  uint64_t injected(FaultKind kind) const EXCLUDES(mu_);
+  uint64_t injected_total() const EXCLUDES(mu_);
 
  private:
   struct Decision {
@@ -80,18 +80,22 @@ class FaultEngine final : public IoEngine {
     uint64_t keep = 0;                // k: bytes that stay good
   };
   // `reservation`: an allocate() call, which only enospc rules see (and count).
-  Decision decide(IoOp op, FileId file, uint64_t length, bool reservation);
+  Decision decide(IoOp op, FileId file, uint64_t length, bool reservation) EXCLUDES(mu_);
   Status start(const IoRequest& request, const Decision& d, IoCallback finish);
 
+  // Constant after construction.
   std::unique_ptr<IoEngine> inner_;
   const FaultEngineOptions options_;
   const std::string name_;
-  IoTickets tickets_;
-  mutable std::mutex mu_;
-  std::mt19937_64 rng_;
-  std::vector<uint32_t> matched_;   // per rule
-  std::vector<uint32_t> fired_;     // per rule
-  std::array<uint64_t, kFaultKinds> injected_{};
+
+  IoTickets tickets_;  // locks itself
+
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  std::mt19937_64 rng_ GUARDED_BY(mu_);
+  std::vector<uint32_t> matched_ GUARDED_BY(mu_);  // per rule
+  std::vector<uint32_t> fired_ GUARDED_BY(mu_);    // per rule
+  std::array<uint64_t, kFaultKinds> injected_ GUARDED_BY(mu_){};
 };
 
 }  // namespace strata

@@ -34,7 +34,7 @@ StatusOr<FileId> FileTable::open(const std::string& path, const OpenOptions& opt
     if (err == EINVAL && direct) what += " (this filesystem has no direct I/O; use io_engine=posix or a path on a disk)";
     return errno_status(err, what);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t slot = 0;
   while (slot < slots_.size() && slots_[slot].fd >= 0) slot++;
   if (slot == slots_.size()) slots_.emplace_back();
@@ -43,7 +43,7 @@ StatusOr<FileId> FileTable::open(const std::string& path, const OpenOptions& opt
 }
 
 StatusOr<int> FileTable::take(FileId file) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (file >= slots_.size() || slots_[file].fd < 0)
     return error(Code::invalid_argument, "file id {} is not open", file);
   int fd = slots_[file].fd;
@@ -59,7 +59,7 @@ Status FileTable::close(FileId file) {
 }
 
 StatusOr<OpenFile> FileTable::get(FileId file) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (file >= slots_.size() || slots_[file].fd < 0)
     return error(Code::invalid_argument, "file id {} is not open", file);
   return slots_[file];

@@ -5,11 +5,11 @@
 // Thread-safety: all methods are safe to call concurrently.
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "offload/io_engine.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -26,11 +26,11 @@ class FileTable {
   explicit FileTable(bool buffered_fallback) : buffered_fallback_(buffered_fallback) {}
   ~FileTable();  // closes what is still open
 
-  StatusOr<FileId> open(const std::string& path, const OpenOptions& options);
+  StatusOr<FileId> open(const std::string& path, const OpenOptions& options) EXCLUDES(mu_);
   // Removes the file from the table and returns its descriptor for the caller to close.
-  StatusOr<int> take(FileId file);
-  Status close(FileId file);
-  StatusOr<OpenFile> get(FileId file) const;
+  StatusOr<int> take(FileId file) EXCLUDES(mu_);
+  Status close(FileId file) EXCLUDES(mu_);
+  StatusOr<OpenFile> get(FileId file) const EXCLUDES(mu_);
   Status allocate(FileId file, uint64_t offset, uint64_t length) const;
   StatusOr<uint64_t> size(FileId file) const;
   bool is_direct(FileId file) const;
@@ -38,8 +38,8 @@ class FileTable {
 
  private:
   const bool buffered_fallback_;
-  mutable std::mutex mu_;
-  std::vector<OpenFile> slots_;  // fd == -1: free slot
+  mutable Mutex mu_;
+  std::vector<OpenFile> slots_ GUARDED_BY(mu_);  // fd == -1: free slot
 };
 
 }  // namespace strata

@@ -13,7 +13,7 @@ Status IoEngine::run(const IoRequest& request) {
 }
 
 IoTicket IoTickets::open(uint32_t pieces, IoCallback done) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   IoTicket t = next_++;
   Entry& e = entries_[t];
   e.pieces_left = pieces;
@@ -25,7 +25,7 @@ void IoTickets::piece_done(IoTicket ticket, const Status& status) {
   IoCallback done;
   Status final_status;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(ticket);
     if (it == entries_.end()) return;  // cannot happen: engines report only open tickets
     Entry& e = it->second;
@@ -41,29 +41,29 @@ void IoTickets::piece_done(IoTicket ticket, const Status& status) {
     entries_.erase(it);
   }
   done(final_status);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   cv_.notify_all();  // wait_idle() may be waiting for this entry to go
 }
 
 void IoTickets::forget(IoTicket ticket) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   entries_.erase(ticket);
   cv_.notify_all();
 }
 
 bool IoTickets::failed(IoTicket ticket) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(ticket);
   return it != entries_.end() && !it->second.status.is_ok();
 }
 
 Status IoTickets::wait(IoTicket ticket) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(ticket);
   if (it == entries_.end() || it->second.done)
     return error(Code::invalid_argument, "unknown I/O ticket {} (never submitted, or already waited for)", ticket);
   Entry& e = it->second;  // element references survive rehashing; iterators do not
-  cv_.wait(lock, [&] { return e.complete; });
+  while (!e.complete) cv_.wait(mu_);
   Status s = e.status;
   entries_.erase(ticket);
   cv_.notify_all();
@@ -71,16 +71,18 @@ Status IoTickets::wait(IoTicket ticket) {
 }
 
 void IoTickets::wait_idle() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] {
-    for (const auto& [t, e] : entries_)
-      if (!e.complete) return false;
-    return true;
-  });
+  MutexLock lock(mu_);
+  while (!all_complete()) cv_.wait(mu_);
+}
+
+bool IoTickets::all_complete() const {
+  for (const auto& [t, e] : entries_)
+    if (!e.complete) return false;
+  return true;
 }
 
 size_t IoTickets::open_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 

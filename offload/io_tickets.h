@@ -6,12 +6,11 @@
 // reports the last piece, outside the table's lock.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <unordered_map>
 
 #include "offload/io_engine.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -19,18 +18,18 @@ class IoTickets {
  public:
   // A new request of `pieces` (>= 1) pieces. With a callback, the ticket is internal (reported
   // to, never waited for).
-  IoTicket open(uint32_t pieces, IoCallback done = nullptr);
+  IoTicket open(uint32_t pieces, IoCallback done = nullptr) EXCLUDES(mu_);
   // Drops a ticket whose request never started (its submit failed after open()).
-  void forget(IoTicket ticket);
+  void forget(IoTicket ticket) EXCLUDES(mu_);
   // One piece of `ticket` ended with `status`.
-  void piece_done(IoTicket ticket, const Status& status);
+  void piece_done(IoTicket ticket, const Status& status) EXCLUDES(mu_);
   // True when a piece of `ticket` has already failed (engines skip its pieces not yet started).
-  bool failed(IoTicket ticket) const;
+  bool failed(IoTicket ticket) const EXCLUDES(mu_);
   // Blocks until `ticket` completes; returns its status and forgets it.
-  Status wait(IoTicket ticket);
+  Status wait(IoTicket ticket) EXCLUDES(mu_);
   // Blocks until no request is open (used by engine destructors).
-  void wait_idle();
-  size_t open_count() const;
+  void wait_idle() EXCLUDES(mu_);
+  size_t open_count() const EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -39,10 +38,12 @@ class IoTickets {
     Status status;
     IoCallback done;
   };
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  IoTicket next_ = 1;
-  std::unordered_map<IoTicket, Entry> entries_;
+  bool all_complete() const REQUIRES(mu_);
+
+  mutable Mutex mu_;
+  CondVar cv_;  // an entry completed or went
+  IoTicket next_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<IoTicket, Entry> entries_ GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -9,7 +9,7 @@
 namespace strata {
 
 StatusOr<FileId> MemEngine::open(const std::string& path, const OpenOptions& options) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (options.create && it != files_.end()) return errno_status(EEXIST, "open " + path);
   if (!options.create && it == files_.end()) return errno_status(ENOENT, "open " + path);
@@ -25,13 +25,13 @@ const MemEngine::Open* MemEngine::find_locked(FileId file) const {
 }
 
 Status MemEngine::close(FileId file) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (open_.erase(file) == 0) return error(Code::invalid_argument, "file id {} is not open", file);
   return Status();
 }
 
 Status MemEngine::allocate(FileId file, uint64_t offset, uint64_t length) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Open* f = find_locked(file);
   if (f == nullptr) return error(Code::invalid_argument, "file id {} is not open", file);
   if (f->bytes->size() < offset + length) f->bytes->resize(offset + length);
@@ -39,32 +39,32 @@ Status MemEngine::allocate(FileId file, uint64_t offset, uint64_t length) {
 }
 
 StatusOr<uint64_t> MemEngine::file_size(FileId file) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Open* f = find_locked(file);
   if (f == nullptr) return error(Code::invalid_argument, "file id {} is not open", file);
   return static_cast<uint64_t>(f->bytes->size());
 }
 
 bool MemEngine::is_direct(FileId file) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Open* f = find_locked(file);
   return f != nullptr && f->direct;
 }
 
 std::string MemEngine::path(FileId file) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Open* f = find_locked(file);
   return f ? f->path : fmt::format("<file id {}>", file);
 }
 
 std::vector<std::byte>* MemEngine::contents(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   return it == files_.end() ? nullptr : it->second.get();
 }
 
 Status MemEngine::remove(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it == files_.end()) return errno_status(ENOENT, "remove " + path);
   for (const auto& [id, f] : open_)
@@ -74,7 +74,7 @@ Status MemEngine::remove(const std::string& path) {
 }
 
 Status MemEngine::transfer(const IoRequest& r) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Open* f = find_locked(r.file);
   if (f == nullptr) return error(Code::invalid_argument, "file id {} is not open", r.file);
   std::string where = fmt::format("{} {} at offset {} ({} bytes)", io_op_name(r.op), f->path, r.offset, r.length);
@@ -97,7 +97,7 @@ Status MemEngine::transfer(const IoRequest& r) {
 
 Status MemEngine::check_submit(const IoRequest& request) const {
   STRATA_RETURN_IF_ERROR(check_request(request));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (find_locked(request.file) == nullptr) return error(Code::invalid_argument, "file id {} is not open", request.file);
   return Status();
 }

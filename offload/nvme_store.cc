@@ -92,7 +92,7 @@ uint64_t NvmeStore::padded_size(uint64_t bytes) const { return round_up(bytes, a
 uint64_t NvmeStore::capacity() const { return per_path_bytes_ * layout_.paths; }
 
 uint64_t NvmeStore::free_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return space_.free_bytes();
 }
 
@@ -103,7 +103,7 @@ std::string NvmeStore::describe(const Extent& e) const {
 StatusOr<ExtentId> NvmeStore::allocate(std::string name, uint64_t bytes) {
   if (bytes == 0) return error(Code::invalid_argument, "extent '{}' has 0 bytes", name);
   uint64_t padded = padded_size(bytes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::optional<uint64_t> start = space_.allocate(padded);
   if (!start)
     return error(Code::no_space,
@@ -117,7 +117,7 @@ StatusOr<ExtentId> NvmeStore::allocate(std::string name, uint64_t bytes) {
 }
 
 Status NvmeStore::release(ExtentId extent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = extents_.find(extent);
   if (it == extents_.end()) return error(Code::invalid_argument, "unknown extent id {}", extent);
   if (it->second.busy) return error(Code::failed_precondition, "release {}: I/O on it is in flight", describe(it->second));
@@ -133,7 +133,7 @@ StatusOr<ExtentIo> NvmeStore::begin(ExtentId extent, IoOp op, std::byte* buffer)
   io.buffer = buffer;
   uint64_t bytes = 0, padded = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = extents_.find(extent);
     if (it == extents_.end()) return error(Code::invalid_argument, "unknown extent id {}", extent);
     Extent& e = it->second;
@@ -214,7 +214,7 @@ Status NvmeStore::finish(ExtentIo& io) {
   Status s = wait_and_retry(io);
   io.pending = false;
   if (s.is_ok() && !complete) s = Status(Code::io_error, "the transfer could not be started in full");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = extents_.find(io.extent());
   if (it == extents_.end()) return error(Code::internal, "extent id {} vanished during I/O", io.extent());
   Extent& e = it->second;

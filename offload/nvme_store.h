@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "offload/run_dir.h"
 #include "offload/stripe_layout.h"
 #include "runtime/fs_probe.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -75,13 +75,13 @@ class NvmeStore {
   // Bytes a buffer for an extent of `bytes` must hold (bytes rounded up to the alignment).
   uint64_t padded_size(uint64_t bytes) const;
   uint64_t capacity() const;    // logical bytes for extents
-  uint64_t free_bytes() const;
+  uint64_t free_bytes() const EXCLUDES(mu_);
   const std::vector<std::string>& swap_files() const { return swap_paths_; }
   const std::vector<std::unique_ptr<RunDir>>& run_dirs() const { return run_dirs_; }
 
   // A new extent of `bytes` (any length > 0). no_space when the reserved space cannot hold it.
-  StatusOr<ExtentId> allocate(std::string name, uint64_t bytes);
-  Status release(ExtentId extent);
+  StatusOr<ExtentId> allocate(std::string name, uint64_t bytes) EXCLUDES(mu_);
+  Status release(ExtentId extent) EXCLUDES(mu_);
 
   // Start moving a whole extent between `buffer` and its swap space. `buffer` must be aligned to
   // alignment() and hold padded_size(bytes); a write zeroes the padding bytes of the buffer.
@@ -89,7 +89,7 @@ class NvmeStore {
   StatusOr<ExtentIo> begin_read(ExtentId extent, std::byte* buffer);
   // Waits for the transfer; a read is then checked against the CRCs of the last good write
   // (corruption on mismatch). A failed write leaves the extent without valid data.
-  Status finish(ExtentIo& io);
+  Status finish(ExtentIo& io) EXCLUDES(mu_);
   Status write(ExtentId extent, std::byte* buffer);  // begin_write + finish
   Status read(ExtentId extent, std::byte* buffer);   // begin_read + finish
 
@@ -105,13 +105,14 @@ class NvmeStore {
     std::vector<uint32_t> crcs;  // one per segment of the last good write
   };
   NvmeStore(IoEngine& engine, StripeLayout layout, uint32_t alignment, uint64_t per_path);
-  StatusOr<ExtentIo> begin(ExtentId extent, IoOp op, std::byte* buffer);
+  StatusOr<ExtentIo> begin(ExtentId extent, IoOp op, std::byte* buffer) EXCLUDES(mu_);
   // Waits for every ticket; then retries each failed (or, for reads, CRC-failing) segment up to
   // io_attempts_ tries in all. Returns the first segment's final error.
   Status wait_and_retry(ExtentIo& io);
   Status check_crc(const ExtentIo& io, size_t segment) const;
   std::string describe(const Extent& e) const;
 
+  // Constant once create() has returned.
   IoEngine& engine_;
   const StripeLayout layout_;
   const uint32_t alignment_;
@@ -121,10 +122,12 @@ class NvmeStore {
   std::vector<FileId> files_;
   std::vector<std::string> swap_paths_;
 
-  mutable std::mutex mu_;
-  SpaceMap space_;
-  std::unordered_map<ExtentId, Extent> extents_;
-  ExtentId next_id_ = 1;
+  // State below is protected by mu_ (an extent's bytes are not: its `busy` flag hands them to one
+  // transfer at a time).
+  mutable Mutex mu_;
+  SpaceMap space_ GUARDED_BY(mu_);
+  std::unordered_map<ExtentId, Extent> extents_ GUARDED_BY(mu_);
+  ExtentId next_id_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace strata

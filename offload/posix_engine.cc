@@ -32,7 +32,7 @@ StatusOr<std::unique_ptr<PosixEngine>> PosixEngine::create(const IoShape& shape)
 PosixEngine::~PosixEngine() {
   tickets_.wait_idle();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -45,7 +45,7 @@ StatusOr<FileId> PosixEngine::open(const std::string& path, const OpenOptions& o
 
 Status PosixEngine::enqueue(const IoRequest& request, IoTicket ticket) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     split_request(request, ticket, shape_.block_bytes, queue_);
   }
   cv_.notify_all();
@@ -71,8 +71,8 @@ void PosixEngine::worker() {
   for (;;) {
     IoPiece piece;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.wait(mu_);
       if (queue_.empty()) return;  // stopping, and nothing left
       piece = queue_.front();
       queue_.pop_front();

@@ -5,10 +5,8 @@
 // threads. Not a general thread pool. Thread-safety and contract: see io_engine.h.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "offload/io_engine.h"
 #include "offload/io_piece.h"
 #include "offload/io_tickets.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -42,18 +41,21 @@ class PosixEngine final : public IoEngine {
 
  private:
   explicit PosixEngine(const IoShape& shape);
-  Status enqueue(const IoRequest& request, IoTicket ticket);
-  void worker();
+  Status enqueue(const IoRequest& request, IoTicket ticket) EXCLUDES(mu_);
+  void worker() EXCLUDES(mu_);
   void serve(IoPiece piece);
 
   const IoShape shape_;
-  FileTable files_{/*buffered_fallback=*/true};
-  IoTickets tickets_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<IoPiece> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  FileTable files_{/*buffered_fallback=*/true};  // locks itself
+  IoTickets tickets_;                             // locks itself
+
+  // The piece queue, protected by mu_.
+  Mutex mu_;
+  CondVar cv_;  // queue_ non-empty, or stopping_
+  std::deque<IoPiece> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+
+  std::vector<std::thread> threads_;  // started by create(), joined by the destructor
 };
 
 // Checks a request against what every engine accepts (non-empty, a buffer). Shared by engines.

@@ -50,7 +50,7 @@ int TraceRecorder::tid_locked(std::string_view track) {
 void TraceRecorder::span(std::string_view track, std::string_view name, double begin_us, double end_us,
                          TraceArgs args) {
   const double dur = end_us > begin_us ? end_us - begin_us : 0.0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int tid = tid_locked(track);
   spans_.push_back(Span{tid, std::string(name), begin_us, dur, std::move(args)});
 }
@@ -71,7 +71,7 @@ Status TraceRecorder::stream_span(Backend& backend, Stream stream, std::string_v
 Status TraceRecorder::write(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     events.push_back({{"ph", "M"}, {"pid", kPid}, {"tid", 0}, {"name", "process_name"},
                       {"args", {{"name", "strata"}}}});
     for (size_t i = 0; i < tracks_.size(); ++i) {
@@ -110,7 +110,7 @@ Status TraceRecorder::write(const std::string& path) const {
 
 std::vector<std::pair<double, double>> TraceRecorder::spans_on(std::string_view track) const {
   std::vector<std::pair<double, double>> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto it = tids_.find(track);
   if (it == tids_.end()) return out;
   for (const Span& s : spans_)
@@ -120,12 +120,12 @@ std::vector<std::pair<double, double>> TraceRecorder::spans_on(std::string_view 
 }
 
 size_t TraceRecorder::span_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return spans_.size();
 }
 
 std::vector<std::string> TraceRecorder::tracks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return tracks_;
 }
 

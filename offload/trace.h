@@ -14,13 +14,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -45,7 +45,7 @@ class TraceRecorder {
   // recorded as a zero-length span at begin). Names and keys may hold any characters: the JSON
   // writer escapes them.
   void span(std::string_view track, std::string_view name, double begin_us, double end_us,
-            TraceArgs args = {});
+            TraceArgs args = {}) EXCLUDES(mu_);
 
   // Queues on `stream` a host callback that stamps the begin, calls enqueue() (which must queue
   // the work to time on that same stream), then queues a host callback that stamps the end and
@@ -57,14 +57,14 @@ class TraceRecorder {
   // {"traceEvents":[...],"displayTimeUnit":"ms"}: process/thread name metadata first, then every
   // span in record order. Written to a temporary file beside `path`, then renamed over it, so a
   // reader never sees a partial file. Errors name the path.
-  Status write(const std::string& path) const;
+  Status write(const std::string& path) const EXCLUDES(mu_);
 
-  size_t span_count() const;
+  size_t span_count() const EXCLUDES(mu_);
   // [begin_us, end_us] of every span recorded so far on `track`, sorted by begin (none for a
   // track never used). Safe from any thread.
-  std::vector<std::pair<double, double>> spans_on(std::string_view track) const;
+  std::vector<std::pair<double, double>> spans_on(std::string_view track) const EXCLUDES(mu_);
   // Track names in first-use order (tid = index + 1).
-  std::vector<std::string> tracks() const;
+  std::vector<std::string> tracks() const EXCLUDES(mu_);
 
  private:
   struct Span {
@@ -74,13 +74,15 @@ class TraceRecorder {
     double dur_us;
     TraceArgs args;
   };
-  int tid_locked(std::string_view track);  // REQUIRES: mu_ held
+  int tid_locked(std::string_view track) REQUIRES(mu_);
 
   const std::chrono::steady_clock::time_point start_;
-  mutable std::mutex mu_;
-  std::vector<std::string> tracks_;           // GUARDED_BY(mu_), index = tid - 1
-  std::map<std::string, int, std::less<>> tids_;  // GUARDED_BY(mu_)
-  std::vector<Span> spans_;                   // GUARDED_BY(mu_)
+
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  std::vector<std::string> tracks_ GUARDED_BY(mu_);  // index = tid - 1
+  std::map<std::string, int, std::less<>> tids_ GUARDED_BY(mu_);
+  std::vector<Span> spans_ GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -20,7 +20,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,6 +27,7 @@
 #include "offload/io_engine.h"
 #include "offload/io_piece.h"
 #include "offload/io_tickets.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -84,61 +84,67 @@ class UringEngine final : public IoEngine {
   std::string path(FileId file) const override { return files_.path(file); }
   // Registers `memory` in slots of at most 1 GiB (the kernel's limit per buffer). Errors (no
   // free slot, RLIMIT_MEMLOCK) leave the memory unregistered: it still works, unfixed.
-  Status register_memory(std::span<std::byte> memory) override;
-  Status unregister_memory(std::span<std::byte> memory) override;
+  Status register_memory(std::span<std::byte> memory) override EXCLUDES(mu_);
+  Status unregister_memory(std::span<std::byte> memory) override EXCLUDES(mu_);
   StatusOr<IoTicket> submit(const IoRequest& request) override;
   Status submit(const IoRequest& request, IoCallback done) override;
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
 
   UringFeatures features() const { return features_; }
   // Registered-buffer slots in use (each up to 1 GiB of registered memory).
-  size_t registered_regions();
+  size_t registered_regions() EXCLUDES(mu_);
 
  private:
   explicit UringEngine(const UringEngineOptions& options);
   // Splits `request` into pending pieces and pumps. The stopped engine's error when it has stopped
   // (nothing was started; the caller forgets the ticket).
-  Status enqueue(const IoRequest& request, IoTicket ticket);
+  Status enqueue(const IoRequest& request, IoTicket ticket) EXCLUDES(mu_);
   // Moves pending pieces into SQEs while a slot is free, then submits. Pieces that end here
   // (their request already failed, or the ring stopped) are appended to `ends`, to be reported
-  // unlocked. REQUIRES: mu_ held.
-  void pump_locked(std::vector<IoPieceEnd>& ends);
-  void prep_locked(io_uring_sqe* sqe, uint32_t slot, const OpenFile& file);
+  // unlocked.
+  void pump_locked(std::vector<IoPieceEnd>& ends) REQUIRES(mu_);
+  void prep_locked(io_uring_sqe* sqe, uint32_t slot, const OpenFile& file) REQUIRES(mu_);
   // Submits every queued entry, again while the kernel takes some; stops the engine after
-  // kUringMaxStalls stalls or on a hard error. REQUIRES: mu_ held.
-  void submit_locked(std::vector<IoPieceEnd>& ends);
-  // Records the sticky error and ends every piece the kernel has not taken. REQUIRES: mu_ held.
-  void stop_locked(Status status, std::vector<IoPieceEnd>& ends);
-  void release_slot_locked(uint32_t slot);
-  // One completion: `tag` from user_data, `res` the transfer's result. REQUIRES: mu_ held.
-  void complete_locked(uint64_t tag, int32_t res, std::vector<IoPieceEnd>& ends);
-  void reap();
+  // kUringMaxStalls stalls or on a hard error.
+  void submit_locked(std::vector<IoPieceEnd>& ends) REQUIRES(mu_);
+  // Records the sticky error and ends every piece the kernel has not taken.
+  void stop_locked(Status status, std::vector<IoPieceEnd>& ends) REQUIRES(mu_);
+  void release_slot_locked(uint32_t slot) REQUIRES(mu_);
+  // One completion: `tag` from user_data, `res` the transfer's result.
+  void complete_locked(uint64_t tag, int32_t res, std::vector<IoPieceEnd>& ends) REQUIRES(mu_);
+  // The reaper thread: waits on the completion side of ring_ unlocked, handles what came under mu_.
+  void reap() EXCLUDES(mu_);
 
   struct BufferSlot {
     std::byte* base = nullptr;
     uint64_t size = 0;
   };
 
+  // Constant once create() has returned.
   const UringEngineOptions options_;
   const std::shared_ptr<UringCalls> calls_;
   UringFeatures features_;
-  io_uring ring_{};
   bool ring_ready_ = false;
-  FileTable files_{/*buffered_fallback=*/false};
-  IoTickets tickets_;
 
-  std::mutex mu_;  // guards everything below and the submission side of ring_
-  std::deque<IoPiece> pending_;
+  // Its submission side is used under mu_, its completion side by the reaper alone (unlocked):
+  // one object with two owners, so no GUARDED_BY.
+  io_uring ring_{};
+  FileTable files_{/*buffered_fallback=*/false};  // locks itself
+  IoTickets tickets_;                              // locks itself
+
+  // State below is protected by mu_.
+  Mutex mu_;
+  std::deque<IoPiece> pending_ GUARDED_BY(mu_);
   // In-flight pieces, preallocated (queue_depth of them) and named by user_data = slot + 2.
-  std::vector<IoPiece> slots_;
-  std::vector<uint32_t> free_slots_;
+  std::vector<IoPiece> slots_ GUARDED_BY(mu_);
+  std::vector<uint32_t> free_slots_ GUARDED_BY(mu_);
   // Queued entries the kernel has not taken yet, oldest first: slot numbers, or kWakeSlot.
-  std::deque<uint32_t> unsubmitted_;
-  uint32_t in_flight_ = 0;  // slots in use
-  bool stopping_ = false;
-  Status stopped_;  // the sticky error once the ring cannot make progress
-  std::vector<BufferSlot> buffer_slots_;
-  std::map<std::byte*, uint32_t> slot_by_base_;
+  std::deque<uint32_t> unsubmitted_ GUARDED_BY(mu_);
+  uint32_t in_flight_ GUARDED_BY(mu_) = 0;  // slots in use
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status stopped_ GUARDED_BY(mu_);  // the sticky error once the ring cannot make progress
+  std::vector<BufferSlot> buffer_slots_ GUARDED_BY(mu_);
+  std::map<std::byte*, uint32_t> slot_by_base_ GUARDED_BY(mu_);
 
   std::thread reaper_;
 };

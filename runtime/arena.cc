@@ -29,7 +29,7 @@ Arena::Arena(std::string tier, uint64_t capacity, uint64_t alignment)
 }
 
 StatusOr<uint64_t> Arena::allocate(uint64_t bytes, std::string_view tag) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Requests above the capacity are refused before rounding, so rounding cannot overflow.
   const uint64_t need =
       bytes > capacity_ ? bytes : std::max<uint64_t>(alignment_, (bytes + alignment_ - 1) & ~(alignment_ - 1));
@@ -62,7 +62,7 @@ StatusOr<uint64_t> Arena::allocate(uint64_t bytes, std::string_view tag) {
 }
 
 Status Arena::release(uint64_t offset) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto live = live_.find(offset);
   if (live == live_.end()) {
     return error(Code::failed_precondition,
@@ -93,13 +93,13 @@ Status Arena::release(uint64_t offset) {
 }
 
 uint64_t Arena::block_size(uint64_t offset) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = live_.find(offset);
   return it == live_.end() ? 0 : it->second;
 }
 
 bool Arena::contains(uint64_t offset, uint64_t bytes) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = live_.upper_bound(offset);
   if (it == live_.begin()) return false;
   --it;
@@ -133,7 +133,7 @@ Status Arena::release_at(const void* base, const void* ptr) {
 }
 
 ArenaStats Arena::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ArenaStats s;
   s.capacity = capacity_;
   s.in_use = in_use_;
@@ -144,7 +144,7 @@ ArenaStats Arena::stats() const {
 }
 
 void Arena::reset_peak() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   peak_ = in_use_;
 }
 

@@ -7,10 +7,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -31,15 +31,15 @@ class Arena {
   // Offset of a new block of at least `bytes` (rounded up to the alignment; 0 bytes gets one
   // aligned unit). Over budget or fragmented: out_of_memory naming the tier, the tag, the
   // request, the bytes in use, the budget and the largest free block. Never aborts.
-  StatusOr<uint64_t> allocate(uint64_t bytes, std::string_view tag);
+  StatusOr<uint64_t> allocate(uint64_t bytes, std::string_view tag) EXCLUDES(mu_);
 
   // Returns a block by the offset allocate() gave. Unknown offsets are a bug: failed_precondition.
-  Status release(uint64_t offset);
+  Status release(uint64_t offset) EXCLUDES(mu_);
 
   // Size of the live block starting at `offset`, or 0 if there is none.
-  uint64_t block_size(uint64_t offset) const;
+  uint64_t block_size(uint64_t offset) const EXCLUDES(mu_);
   // True if [offset, offset+bytes) lies inside one live block.
-  bool contains(uint64_t offset, uint64_t bytes) const;
+  bool contains(uint64_t offset, uint64_t bytes) const EXCLUDES(mu_);
 
   // For owners that map offsets to `base + offset` (the backends):
   // invalid_argument naming `what` unless [ptr, ptr+bytes) lies inside one live block.
@@ -49,21 +49,24 @@ class Arena {
   // release() of the block at pointer `ptr`; failed_precondition if it is outside the region.
   Status release_at(const void* base, const void* ptr);
 
-  ArenaStats stats() const;
-  void reset_peak();
+  ArenaStats stats() const EXCLUDES(mu_);
+  void reset_peak() EXCLUDES(mu_);
   const std::string& tier() const { return tier_; }
 
  private:
-  uint64_t largest_free_locked() const;
+  uint64_t largest_free_locked() const REQUIRES(mu_);
 
+  // Constant after construction.
   const std::string tier_;
   const uint64_t capacity_;
   const uint64_t alignment_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> size, coalesced
-  std::map<uint64_t, uint64_t> live_;  // offset -> size
-  uint64_t in_use_ = 0;
-  uint64_t peak_ = 0;
+
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  std::map<uint64_t, uint64_t> free_ GUARDED_BY(mu_);  // offset -> size, coalesced
+  std::map<uint64_t, uint64_t> live_ GUARDED_BY(mu_);  // offset -> size
+  uint64_t in_use_ GUARDED_BY(mu_) = 0;
+  uint64_t peak_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata

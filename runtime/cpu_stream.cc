@@ -14,7 +14,7 @@ CpuStream::~CpuStream() { shutdown(); }
 
 Status CpuStream::enqueue(std::function<void()> work) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) {
       return error(Code::failed_precondition, "stream '{}' is shut down; work can no longer be queued on it", name_);
     }
@@ -26,15 +26,15 @@ Status CpuStream::enqueue(std::function<void()> work) {
 }
 
 Status CpuStream::drain() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t target = submitted_;
-  work_done_.wait(lock, [&] { return finished_ >= target; });
+  while (finished_ < target) work_done_.wait(mu_);
   return first_error_;
 }
 
 void CpuStream::shutdown() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   work_ready_.notify_all();
@@ -42,19 +42,19 @@ void CpuStream::shutdown() {
 }
 
 Status CpuStream::first_error() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return first_error_;
 }
 
 uint64_t CpuStream::pending() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return submitted_ - finished_;
 }
 
 void CpuStream::run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) work_ready_.wait(mu_);
     if (queue_.empty()) return;  // stopping, and everything queued has run
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();
@@ -78,12 +78,12 @@ void CpuStream::run() {
 Status CpuEvent::record(CpuStream& stream) {
   uint64_t generation;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     generation = ++state_->recorded;
   }
   auto complete = [state = state_, generation] {
     {
-      std::lock_guard lock(state->mu);
+      MutexLock lock(state->mu);
       if (generation > state->completed) state->completed = generation;
     }
     state->completed_cv.notify_all();
@@ -96,7 +96,7 @@ Status CpuEvent::record(CpuStream& stream) {
 Status CpuEvent::wait_on(CpuStream& waiter) const {
   uint64_t generation;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     generation = state_->recorded;
     if (state_->completed >= generation) return Status::ok();  // already complete: nothing to order
   }
@@ -106,20 +106,20 @@ Status CpuEvent::wait_on(CpuStream& waiter) const {
 void CpuEvent::synchronize() const {
   uint64_t generation;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     generation = state_->recorded;
   }
   wait_for(*state_, generation);
 }
 
 bool CpuEvent::query() const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->completed >= state_->recorded;
 }
 
 void CpuEvent::wait_for(State& state, uint64_t generation) {
-  std::unique_lock lock(state.mu);
-  state.completed_cv.wait(lock, [&] { return state.completed >= generation; });
+  MutexLock lock(state.mu);
+  while (state.completed < generation) state.completed_cv.wait(state.mu);
 }
 
 }  // namespace strata

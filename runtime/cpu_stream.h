@@ -5,16 +5,15 @@
 // one thread, one queue, strict order.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "runtime/backend.h"
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -29,30 +28,34 @@ class CpuStream {
   CpuStream& operator=(const CpuStream&) = delete;
 
   // Queues `work` to run after everything queued before it. failed_precondition after shutdown().
-  Status enqueue(std::function<void()> work);
+  Status enqueue(std::function<void()> work) EXCLUDES(mu_);
   // Blocks until everything queued before this call has run. Returns first_error().
-  Status drain();
+  Status drain() EXCLUDES(mu_);
   // Runs what is queued, stops the worker and joins it. Idempotent.
-  void shutdown();
+  void shutdown() EXCLUDES(mu_);
   // The first failure of queued work (an exception escaping a closure becomes `internal`), sticky.
-  Status first_error() const;
+  Status first_error() const EXCLUDES(mu_);
   // Closures queued and not yet finished.
-  uint64_t pending() const;
+  uint64_t pending() const EXCLUDES(mu_);
   const std::string& name() const { return name_; }
 
  private:
-  void run();
+  void run() EXCLUDES(mu_);
 
+  // Constant after construction.
   const std::string name_;
-  mutable std::mutex mu_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
-  std::deque<std::function<void()>> queue_;
-  uint64_t submitted_ = 0;
-  uint64_t finished_ = 0;
-  bool stopping_ = false;
-  Status first_error_;
-  std::thread worker_;
+
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  CondVar work_ready_;  // queue_ non-empty, or stopping_
+  CondVar work_done_;   // finished_ advanced
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  uint64_t submitted_ GUARDED_BY(mu_) = 0;
+  uint64_t finished_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status first_error_ GUARDED_BY(mu_);
+
+  std::thread worker_;  // started last, by the constructor; joined by shutdown()
 };
 
 // An event of the CPU backend. record() bumps the generation and queues a marker on the stream;
@@ -75,10 +78,10 @@ class CpuEvent final : public Event {
 
  private:
   struct State {
-    std::mutex mu;
-    std::condition_variable completed_cv;
-    uint64_t recorded = 0;   // generation of the last record()
-    uint64_t completed = 0;  // highest generation whose marker has run
+    Mutex mu;
+    CondVar completed_cv;
+    uint64_t recorded GUARDED_BY(mu) = 0;   // generation of the last record()
+    uint64_t completed GUARDED_BY(mu) = 0;  // highest generation whose marker has run
   };
   static void wait_for(State& state, uint64_t generation);
 

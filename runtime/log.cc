@@ -1,11 +1,12 @@
 // Logger setup and warn_once.
 #include "runtime/log.h"
 
-#include <mutex>
 #include <set>
 #include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
+
+#include "runtime/mutex.h"
 
 namespace strata {
 
@@ -28,10 +29,10 @@ void init_logging(spdlog::level::level_enum level) {
 }
 
 void warn_once(std::string_view key, std::string_view message) {
-  static std::mutex mu;
-  static std::set<std::string, std::less<>> seen;
+  static Mutex mu;
+  static std::set<std::string, std::less<>> seen GUARDED_BY(mu);
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (!seen.emplace(key).second) return;
   }
   spdlog::warn("{}", message);

@@ -167,7 +167,7 @@ StatusOr<PinnedBuffer> PinnedPool::acquire(uint64_t bytes) {
     return error(Code::out_of_memory, "pinned memory request of {} bytes is larger than any host", bytes);
   }
   const uint64_t size = round_up_pages(bytes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::byte* data = nullptr;
   if (auto reused = free_blocks_.find(size); reused != free_blocks_.end()) {
     data = reused->second;
@@ -241,18 +241,18 @@ StatusOr<std::span<std::byte>> PinnedPool::reserve_slab_locked(uint64_t bytes) {
 }
 
 void PinnedPool::give_back(std::byte* data, uint64_t size) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   free_blocks_.emplace(size, data);
   stats_.in_use -= size;
 }
 
 PinnedPoolStats PinnedPool::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
 std::vector<std::span<std::byte>> PinnedPool::slabs() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::span<std::byte>> out;
   out.reserve(slabs_.size());
   for (const Slab& slab : slabs_) out.emplace_back(slab.base, slab.size);
@@ -260,13 +260,13 @@ std::vector<std::span<std::byte>> PinnedPool::slabs() const {
 }
 
 void PinnedPool::set_slab_listener(std::function<void(size_t, std::span<std::byte>)> on_new_slab) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   listener_ = std::move(on_new_slab);
 }
 
 int PinnedPool::slab_index(const void* p) const {
   const auto* b = static_cast<const std::byte*>(p);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < slabs_.size(); i++) {
     if (b >= slabs_[i].base && b < slabs_[i].base + slabs_[i].size) return static_cast<int>(i);
   }

@@ -13,11 +13,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -78,9 +78,9 @@ class PinnedPool {
 
   // A 4 KiB-aligned block of at least `bytes` (rounded up to 4 KiB). Over capacity:
   // out_of_memory naming the request, the reserved bytes and the capacity.
-  StatusOr<PinnedBuffer> acquire(uint64_t bytes);
+  StatusOr<PinnedBuffer> acquire(uint64_t bytes) EXCLUDES(mu_);
 
-  PinnedPoolStats stats() const;
+  PinnedPoolStats stats() const EXCLUDES(mu_);
   // The kind new slabs get: starts as the best kind allowed and available, and steps down
   // (cuda_host -> mlock -> pageable, with one warning) if the OS or driver refuses a slab.
   PinnedKind kind() const { return kind_.load(); }
@@ -88,30 +88,34 @@ class PinnedPool {
   // The slabs reserved so far, in reservation order (stable addresses, for io_uring buffer
   // registration). `on_new_slab` (optional) is called, under the pool's lock, with the index and
   // span of every slab reserved from now on; it must not call back into the pool.
-  std::vector<std::span<std::byte>> slabs() const;
-  void set_slab_listener(std::function<void(size_t index, std::span<std::byte> slab)> on_new_slab);
+  std::vector<std::span<std::byte>> slabs() const EXCLUDES(mu_);
+  void set_slab_listener(std::function<void(size_t index, std::span<std::byte> slab)> on_new_slab) EXCLUDES(mu_);
   // Index of the slab holding `p`, or -1.
-  int slab_index(const void* p) const;
+  int slab_index(const void* p) const EXCLUDES(mu_);
 
  private:
   explicit PinnedPool(const PinnedPoolOptions& options, PinnedKind kind);
   friend class PinnedBuffer;
-  void give_back(std::byte* data, uint64_t size);
-  StatusOr<std::span<std::byte>> reserve_slab_locked(uint64_t bytes);
+  void give_back(std::byte* data, uint64_t size) EXCLUDES(mu_);
+  StatusOr<std::span<std::byte>> reserve_slab_locked(uint64_t bytes) REQUIRES(mu_);
 
   struct Slab {
     std::byte* base;
     uint64_t size;
     PinnedKind kind;
   };
+  // Constant after construction.
   const PinnedPoolOptions options_;
-  std::atomic<PinnedKind> kind_;
-  mutable std::mutex mu_;
-  std::vector<Slab> slabs_;
-  std::multimap<uint64_t, std::byte*> free_blocks_;  // size -> block, exact-size reuse
-  std::map<std::byte*, uint64_t> tail_free_;          // unused tails of slabs: start -> size
-  std::function<void(size_t, std::span<std::byte>)> listener_;
-  PinnedPoolStats stats_;
+
+  std::atomic<PinnedKind> kind_;  // written under mu_, read without it
+
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  std::vector<Slab> slabs_ GUARDED_BY(mu_);
+  std::multimap<uint64_t, std::byte*> free_blocks_ GUARDED_BY(mu_);  // size -> block, exact-size reuse
+  std::map<std::byte*, uint64_t> tail_free_ GUARDED_BY(mu_);          // unused tails of slabs: start -> size
+  std::function<void(size_t, std::span<std::byte>)> listener_ GUARDED_BY(mu_);
+  PinnedPoolStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include <spdlog/sinks/ansicolor_sink.h>
-#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/sink.h>
 
 #include "runtime/log.h"
+#include "runtime/mutex.h"
 
 namespace strata {
 namespace {
@@ -40,27 +40,28 @@ std::string fit_status_text(const std::string& text, int columns) {
 }
 
 // Writes each message through spdlog's colour sink for stderr, with the status line erased first
-// and drawn again after. Everything under base_sink's mutex (mutex_).
-class StatusLine::Sink final : public spdlog::sinks::base_sink<std::mutex> {
+// and drawn again after, all under mu_. A sink of its own rather than a base_sink<Mutex>: the
+// packaged (compiled) spdlog instantiates base_sink only for its own mutex types.
+class StatusLine::Sink final : public spdlog::sinks::sink {
  public:
-  void show(const std::string& text) {
-    std::lock_guard lock(mutex_);
+  void show(const std::string& text) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     line_ = fit_status_text(text, terminal_columns());
     std::fputs(kErase, stderr);
     std::fputs(line_.c_str(), stderr);
     std::fflush(stderr);
   }
 
-  void clear() {
-    std::lock_guard lock(mutex_);
+  void clear() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (line_.empty()) return;
     line_.clear();
     std::fputs(kErase, stderr);
     std::fflush(stderr);
   }
 
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
+  void log(const spdlog::details::log_msg& msg) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (!line_.empty()) std::fputs(kErase, stderr);
     inner_.log(msg);  // writes the message and its newline, flushes
     if (!line_.empty()) {
@@ -68,29 +69,37 @@ class StatusLine::Sink final : public spdlog::sinks::base_sink<std::mutex> {
       std::fflush(stderr);
     }
   }
-  void flush_() override { inner_.flush(); }
-  void set_pattern_(const std::string& pattern) override { inner_.set_pattern(pattern); }
-  void set_formatter_(std::unique_ptr<spdlog::formatter> formatter) override {
+  void flush() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    inner_.flush();
+  }
+  void set_pattern(const std::string& pattern) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    inner_.set_pattern(pattern);
+  }
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     inner_.set_formatter(std::move(formatter));
   }
 
  private:
-  spdlog::sinks::ansicolor_stderr_sink_st inner_;  // single-threaded: mutex_ serializes it
-  std::string line_;                               // "" when no line is shown
+  Mutex mu_;
+  spdlog::sinks::ansicolor_stderr_sink_st inner_ GUARDED_BY(mu_);  // single-threaded: mu_ serializes it
+  std::string line_ GUARDED_BY(mu_);                               // "" when no line is shown
 };
 
 namespace {
 
 // The sink of the living StatusLine, for clear_status_line.
-std::mutex g_active_mutex;
-std::weak_ptr<StatusLine::Sink> g_active;  // GUARDED_BY(g_active_mutex)
+Mutex g_active_mutex;
+std::weak_ptr<StatusLine::Sink> g_active GUARDED_BY(g_active_mutex);
 
 }  // namespace
 
 void clear_status_line() {
   std::shared_ptr<StatusLine::Sink> sink;
   {
-    std::lock_guard lock(g_active_mutex);
+    MutexLock lock(g_active_mutex);
     sink = g_active.lock();
   }
   if (sink) sink->clear();
@@ -99,7 +108,7 @@ void clear_status_line() {
 std::shared_ptr<StatusLine> StatusLine::install(spdlog::level::level_enum level) {
   auto sink = std::make_shared<Sink>();
   {
-    std::lock_guard lock(g_active_mutex);
+    MutexLock lock(g_active_mutex);
     g_active = sink;
   }
   spdlog::drop("strata");

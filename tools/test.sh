@@ -10,8 +10,8 @@
 #         libFuzzer it builds with the default compiler and also replays the fuzz corpora, as the
 #         unit stage does.
 #   tsan  the offload tests (I/O engines, NVMe store, CPU Adam, tier manager, prefetcher, gradient
-#         offloader, optimizer pipeline), the stream, backend and thread-pool tests and the
-#         trainer's pipeline and batch loader under TSan (build-tsan/, CPU backend, only the
+#         offloader, optimizer pipeline), the stream, backend, thread-pool and Mutex/CondVar tests and
+#         the trainer's pipeline and batch loader under TSan (build-tsan/, CPU backend, only the
 #         offload, runtime and model test binaries; suppressions in tools/tsan.supp)
 #   fuzz  each tests/fuzz harness under libFuzzer with ASan+UBSan for 20 s from its corpus, two at
 #         a time (build-asan/, whose libraries the asan stage built; skipped, saying why, where
@@ -116,7 +116,7 @@ stage_tsan() {
   built
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L offload
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L runtime \
-        -R '^(Cpu(Backend|Stream)|Backend|ThreadPool|PinnedPool)'
+        -R '^(Cpu(Backend|Stream)|Backend|ThreadPool|PinnedPool|Mutex|CondVar)'
   # The trainer's CPU update pipeline (D2H, host update and H2D on the CPU backend's stream threads)
   # and the batch loader's background thread.
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L model \

@@ -34,7 +34,6 @@ StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::create(TokenDataset dataset,
     StatusOr<PinnedBuffer> buffer = pool.acquire(slot_bytes);
     if (!buffer.is_ok()) return buffer.status().with_context("allocating the batch loader's pinned ring");
     loader->slots_.push_back(std::move(buffer).value());
-    loader->free_slots_.push_back(i);
   }
   loader->thread_ = std::thread([l = loader.get()] { l->run(); });
   return loader;
@@ -47,13 +46,15 @@ BatchLoader::BatchLoader(TokenDataset dataset, WindowSampler sampler, const Batc
       seq_len_(options.sampling.seq_len),
       batches_per_epoch_(sampler_.batches_per_epoch()),
       fill_position_(options.start),
-      next_position_(options.start) {}
+      next_position_(options.start) {
+  for (uint32_t i = 0; i < options.depth; ++i) free_slots_.push_back(i);  // create() acquires the buffers
+}
 
 BatchLoader::~BatchLoader() { stop(); }
 
 void BatchLoader::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -63,9 +64,9 @@ void BatchLoader::stop() {
 void BatchLoader::run() {
   std::vector<uint64_t> starts(batch_size_);
   std::vector<int32_t> row(seq_len_ + 1);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !free_slots_.empty(); });
+    while (!stopping_ && free_slots_.empty()) cv_.wait(mu_);
     if (stopping_) return;
     const uint32_t slot = free_slots_.front();
     free_slots_.pop_front();
@@ -97,14 +98,14 @@ void BatchLoader::fill(uint32_t slot, LoaderPosition p, std::vector<uint64_t>& s
 }
 
 StatusOr<BatchView> BatchLoader::next() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) return error(Code::failed_precondition, "the batch loader was stopped; no more batches");
   if (held_slot_ >= 0) {
     free_slots_.push_back(static_cast<uint32_t>(held_slot_));
     held_slot_ = -1;
     cv_.notify_all();
   }
-  cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+  while (!stopping_ && ready_.empty()) cv_.wait(mu_);
   if (stopping_) return error(Code::failed_precondition, "the batch loader was stopped; no more batches");
   const Ready r = ready_.front();
   ready_.pop_front();
@@ -120,13 +121,13 @@ StatusOr<BatchView> BatchLoader::next() {
 }
 
 LoaderPosition BatchLoader::position() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return next_position_;
 }
 
 Status BatchLoader::seek(LoaderPosition p) {
   STRATA_RETURN_IF_ERROR(sampler_.check(p));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++generation_;
   for (const Ready& r : ready_) free_slots_.push_back(r.slot);
   ready_.clear();

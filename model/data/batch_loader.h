@@ -9,16 +9,15 @@
 // internal. Lifetime: the pool outlives the loader; the destructor stops and joins the thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "model/data/token_dataset.h"
 #include "model/data/window_sampler.h"
+#include "runtime/mutex.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/status.h"
 
@@ -57,17 +56,17 @@ class BatchLoader {
 
   // The next batch in order; blocks only while the loader has not finished it. Returns the
   // previously returned buffer to the ring. failed_precondition after stop().
-  StatusOr<BatchView> next();
+  StatusOr<BatchView> next() EXCLUDES(mu_);
 
   // The position of the batch the next call to next() returns (save this in a checkpoint).
-  LoaderPosition position() const;
+  LoaderPosition position() const EXCLUDES(mu_);
   // Makes the next call to next() return batch `p`; batches filled ahead are discarded.
   // out_of_range when p.batch >= batches_per_epoch().
-  Status seek(LoaderPosition p);
+  Status seek(LoaderPosition p) EXCLUDES(mu_);
 
   uint64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Stops and joins the loader thread; idempotent. Afterwards next() fails.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
  private:
   struct Ready {
@@ -75,26 +74,31 @@ class BatchLoader {
     LoaderPosition position;
   };
   BatchLoader(TokenDataset dataset, WindowSampler sampler, const BatchLoaderOptions& options);
-  void run();
+  void run() EXCLUDES(mu_);
   void fill(uint32_t slot, LoaderPosition p, std::vector<uint64_t>& starts, std::vector<int32_t>& row);
 
+  // Constant once create() has returned (a slot's bytes belong to whoever holds its number).
   const TokenDataset dataset_;
-  WindowSampler sampler_;  // used by the loader thread only (after construction)
+  // Its const advance()/check() are called from both threads; row_starts(), which caches, only
+  // from the loader thread.
+  WindowSampler sampler_;
   const uint32_t batch_size_;
   const uint32_t seq_len_;
   const uint64_t batches_per_epoch_;
   std::vector<PinnedBuffer> slots_;  // each: inputs (B*T int32) then targets (B*T int32)
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<uint32_t> free_slots_;
-  std::deque<Ready> ready_;
-  int64_t held_slot_ = -1;         // slot of the batch last returned by next()
-  LoaderPosition fill_position_;   // next batch the loader thread fills
-  LoaderPosition next_position_;   // next batch next() returns
-  uint64_t generation_ = 0;        // bumped by seek(): fills of an older generation are dropped
-  bool stopping_ = false;
-  std::thread thread_;
+  // State below is protected by mu_.
+  mutable Mutex mu_;
+  CondVar cv_;  // a slot freed, a batch ready, a seek, or stopping_
+  std::deque<uint32_t> free_slots_ GUARDED_BY(mu_);
+  std::deque<Ready> ready_ GUARDED_BY(mu_);
+  int64_t held_slot_ GUARDED_BY(mu_) = -1;        // slot of the batch last returned by next()
+  LoaderPosition fill_position_ GUARDED_BY(mu_);  // next batch the loader thread fills
+  LoaderPosition next_position_ GUARDED_BY(mu_);  // next batch next() returns
+  uint64_t generation_ GUARDED_BY(mu_) = 0;       // bumped by seek(): fills of an older generation are dropped
+  bool stopping_ GUARDED_BY(mu_) = false;
+
+  std::thread thread_;  // started last by create(); joined by stop()
 };
 
 }  // namespace strata::model

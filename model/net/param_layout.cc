@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <initializer_list>
 #include <list>
-#include <mutex>
 
 #include <fmt/format.h>
+
+#include "runtime/mutex.h"
 
 namespace strata::model {
 namespace {
@@ -347,14 +348,14 @@ constexpr size_t kSharedLayouts = 32;
 }  // namespace
 
 StatusOr<std::shared_ptr<const ParamLayout>> shared_param_layout(const ModelConfig& c, uint64_t element_bytes) {
-  static std::mutex mu;
-  static std::list<std::pair<LayoutKey, std::shared_ptr<const ParamLayout>>> recent;  // GUARDED_BY(mu), newest first
+  static Mutex mu;
+  static std::list<std::pair<LayoutKey, std::shared_ptr<const ParamLayout>>> recent GUARDED_BY(mu);  // newest first
   STRATA_RETURN_IF_ERROR(validate(c));
   const LayoutKey key{c.arch,       c.vocab,      c.max_seq,   c.dim,      c.n_layer,
                       c.n_head,     c.n_kv_head,  c.ffn_hidden, c.vocab_tile, c.mlp_tiles,
                       c.tied_head,  c.qkv_bias,   element_bytes};
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     for (auto it = recent.begin(); it != recent.end(); ++it)
       if (it->first == key) {
         recent.splice(recent.begin(), recent, it);
@@ -363,7 +364,7 @@ StatusOr<std::shared_ptr<const ParamLayout>> shared_param_layout(const ModelConf
   }
   STRATA_ASSIGN_OR_RETURN(ParamLayout layout, build_param_layout(c, element_bytes));
   auto shared = std::make_shared<const ParamLayout>(std::move(layout));
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   recent.emplace_front(key, shared);
   if (recent.size() > kSharedLayouts) recent.pop_back();
   return shared;
