@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/grad_accumulate.h"
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/thread_pool.h"
 #include "runtime/units.h"
 
@@ -21,8 +22,6 @@ namespace {
 constexpr uint64_t kArenaAlignment = 256;   // Backend::allocate's block alignment
 constexpr uint64_t kPinnedGranule = 4096;   // PinnedPool rounds every block up to 4 KiB
 constexpr size_t kAccumulateGrain = 1 << 16;  // elements per parallel task (256 KiB of fp32)
-
-uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
 std::string group_name(const GradientOffloaderOptions& o, size_t g) {
   if (g < o.group_names.size() && !o.group_names[g].empty()) return o.group_names[g];
@@ -247,7 +246,7 @@ size_t GradientOffloader::accumulated_count(size_t c) const { return elements(c)
 double GradientOffloader::partial(size_t c) const { return chunks_[c].partial; }
 
 Status GradientOffloader::begin_step() {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
       return error(Code::failed_precondition, "{}: begin_step while chunk {} is still acquired", options_.name, c);
@@ -259,13 +258,13 @@ Status GradientOffloader::begin_step() {
   }
   // No callback of an earlier step may still run when the flags are reset (a no-op after finish_step).
   Status st = backend_.synchronize(Stream::d2h);
-  if (!st.is_ok()) return sticky_ = st.with_context(options_.name);
-  STRATA_RETURN_IF_ERROR(check_errors());
+  if (!st.is_ok()) return sticky_.record(st.with_context(options_.name));
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   // Home nvme: the buffers hold the last step's values; a step abandoned before finish_step may
   // leave writes in flight. Finish them, then every buffer is free.
   for (size_t b = 0; b < spills_.size(); ++b) {
     st = settle(spills_[b]);
-    if (!st.is_ok()) return sticky_ = st;
+    if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
   for (Chunk& ch : chunks_) {
@@ -281,7 +280,7 @@ Status GradientOffloader::begin_step() {
 }
 
 StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
@@ -310,7 +309,7 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
     STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
     if (ch.released) {
       Status st = begin_extent_io(c, b, IoOp::read);
-      if (!st.is_ok()) return sticky_ = st;
+      if (!st.is_ok()) return sticky_.record(st);
     }
   }
   if (nvme()) ch.open = true;
@@ -319,7 +318,7 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
   // does not block: compute waits.
   Status st = backend_.wait(Stream::compute, *slot.copied_out);
   if (st.is_ok()) st = backend_.fill_zero(slot.device, ch.bytes, Stream::compute);
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: acquire of chunk {}", options_.name, c));
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: acquire of chunk {}", options_.name, c)));
   group.next = (static_cast<size_t>(found) + 1) % n;
   slot.held_by = static_cast<long>(c);
   ch.slot = found;
@@ -327,7 +326,7 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
 }
 
 Status GradientOffloader::release(size_t c, bool last) {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
@@ -369,7 +368,7 @@ Status GradientOffloader::release(size_t c, bool last) {
     ch.released = true;
     if (last) spills_[static_cast<size_t>(b)].closed_at = ++use_clock_;
   }
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: release of chunk {}", options_.name, c));
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: release of chunk {}", options_.name, c)));
   d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::ok();
 }
@@ -381,18 +380,21 @@ void GradientOffloader::accumulate_callback(size_t c, bool final) {
 void GradientOffloader::spill_callback(size_t c, size_t b, bool final, bool last) {
   Spill& s = spills_[b];
   // After a failure nothing more is worth doing, but a transfer begun must still be finished.
-  if (has_callback_error()) {
+  if (!sticky_.ok()) {
     (void)settle(s);
     return;
   }
   // The read acquire began (c's value from an earlier micro-batch), or c's previous write from
   // this buffer (c kept it): both begun before this callback was queued.
   Status st = settle(s);
-  if (!st.is_ok()) return record_callback_error(st);
+  if (!st.is_ok()) {
+    (void)sticky_.record(st);
+    return;
+  }
   accumulate_into(c, s.data, final);
   if (last) {
     st = begin_extent_io(c, b, IoOp::write);
-    if (!st.is_ok()) record_callback_error(st);
+    if (!st.is_ok()) (void)sticky_.record(st);
   }
 }
 
@@ -437,7 +439,7 @@ double GradientOffloader::chunk_sum_squares(size_t c, const float* acc) {
 }
 
 StatusOr<double> GradientOffloader::finish_step() {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (!in_step_) return error(Code::failed_precondition, "{}: finish_step without begin_step", options_.name);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
@@ -445,8 +447,8 @@ StatusOr<double> GradientOffloader::finish_step() {
     }
   }
   Status st = backend_.synchronize(Stream::d2h);
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: finish_step", options_.name));
-  STRATA_RETURN_IF_ERROR(check_errors());
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: finish_step", options_.name)));
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   // The callbacks are done (synchronize orders their writes before our reads). Home nvme: finish
   // every write; a chunk never released with last = true (a misuse of `last`) is written now.
   for (size_t b = 0; b < spills_.size(); ++b) {
@@ -459,7 +461,7 @@ StatusOr<double> GradientOffloader::finish_step() {
       st = begin_extent_io(c, b, IoOp::write);
       if (st.is_ok()) st = settle(s);
     }
-    if (!st.is_ok()) return sticky_ = st;
+    if (!st.is_ok()) return sticky_.record(st);
   }
   in_step_ = false;
   double total = 0.0;
@@ -474,7 +476,7 @@ StatusOr<double> GradientOffloader::finish_step() {
         ch.partial = chunk_sum_squares(c, ch.accumulator.as<float>());
       } else {
         StatusOr<const float*> acc = wait_read(c);  // no I/O while c's value is still in a buffer
-        if (!acc.is_ok()) return sticky_ = acc.status();
+        if (!acc.is_ok()) return sticky_.record(acc.status());
         ch.partial = chunk_sum_squares(c, *acc);
         end_read(c);
       }
@@ -491,7 +493,7 @@ Status GradientOffloader::begin_read(size_t c) {
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (in_step_) {
     return error(Code::failed_precondition, "{}: read of chunk {} during a step (finish_step first)", options_.name, c);
   }
@@ -504,7 +506,7 @@ Status GradientOffloader::begin_read(size_t c) {
     const long smaller = pick_spill(c, ch.spill);
     if (smaller >= 0 && spills_[static_cast<size_t>(smaller)].bytes < spills_[static_cast<size_t>(ch.spill)].bytes) {
       const size_t own = static_cast<size_t>(ch.spill);
-      if (Status st = settle(spills_[own]); !st.is_ok()) return sticky_ = st;
+      if (Status st = settle(spills_[own]); !st.is_ok()) return sticky_.record(st);
       detach(own);
     }
   }
@@ -560,23 +562,6 @@ void GradientOffloader::end_read(size_t c) {
 
 // ---- home nvme helpers ------------------------------------------------------------------------
 
-Status GradientOffloader::check_errors() {
-  if (!sticky_.is_ok()) return sticky_;
-  std::lock_guard lock(mu_);
-  if (!callback_error_.is_ok()) sticky_ = callback_error_;
-  return sticky_;
-}
-
-void GradientOffloader::record_callback_error(Status st) {
-  std::lock_guard lock(mu_);
-  if (callback_error_.is_ok()) callback_error_ = std::move(st);
-}
-
-bool GradientOffloader::has_callback_error() {
-  std::lock_guard lock(mu_);
-  return !callback_error_.is_ok();
-}
-
 long GradientOffloader::pick_spill(size_t c, long except) const {
   const uint64_t need = elements(c) * sizeof(float);
   long best = -1;
@@ -609,7 +594,7 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
     for (size_t b = 0; b < spills_.size() && best < 0; ++b) {
       Spill& s = spills_[b];
       if (s.bytes < need || s.chunk < 0 || chunks_[static_cast<size_t>(s.chunk)].handed_out) continue;
-      if (Status st = settle(s); !st.is_ok() && s.io.op() == IoOp::write) return sticky_ = st;
+      if (Status st = settle(s); !st.is_ok() && s.io.op() == IoOp::write) return sticky_.record(st);
       detach(b);
       best = static_cast<long>(b);
     }
@@ -637,11 +622,11 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
     Status st = backend_.synchronize(*s.done);
     nvme_write_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
     if (!st.is_ok()) {
-      return sticky_ = st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.chunk));
+      return sticky_.record(st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.chunk)));
     }
-    STRATA_RETURN_IF_ERROR(check_errors());
+    STRATA_RETURN_IF_ERROR(sticky_.status());
     st = settle(s);
-    if (!st.is_ok()) return sticky_ = st;
+    if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
   s.chunk = static_cast<long>(c);

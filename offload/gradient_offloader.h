@@ -40,7 +40,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +47,7 @@
 #include "kernels/cpu/half.h"
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
+#include "offload/sticky_error.h"
 #include "offload/tier_manager.h"  // Tier
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -255,9 +255,6 @@ class GradientOffloader final : public GradSink {
   bool nvme() const { return options_.home == Tier::nvme; }
 
   // Home nvme helpers (driving thread unless noted).
-  Status check_errors();                      // sticky_, else the callbacks' error (made sticky)
-  void record_callback_error(Status st);      // any thread: the first one wins
-  bool has_callback_error();                  // any thread
   // The buffer for c: among those that hold it, free or holding a closed chunk not being read (not
   // `except`), the smallest; ties: a free one, else the one whose chunk closed longest ago. -1: none.
   long pick_spill(size_t c, long except) const;
@@ -280,10 +277,8 @@ class GradientOffloader final : public GradSink {
   kernels::ParallelFor parallel_for_;  // over pool_'s workers; empty without a pool
   bool in_step_ = false;            // driving thread only
   bool last_micro_batch_ = true;    // driving thread only; captured by value into each callback
-  Status sticky_;                   // the first failure; every later call returns it
-
-  std::mutex mu_;
-  Status callback_error_;  // GUARDED_BY(mu_): the first failure in a d2h callback
+  // The first failure, of the driving thread or a d2h callback; every later call returns it.
+  StickyError sticky_;
 
   std::atomic<uint64_t> d2h_bytes_{0};
   std::atomic<uint64_t> contributions_{0};

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata {
@@ -20,8 +21,6 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -250,7 +249,7 @@ Status OptimizerPipeline::begin_walk(std::span<const size_t> order, bool write_b
   if (walking_)
     return error(Code::failed_precondition, "{}: a walk begins while another is in progress (end it first)",
                  options_.name);
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   Status bad;
   for (size_t c : order) {
     if (c >= layouts_.size()) {
@@ -288,10 +287,10 @@ Status OptimizerPipeline::visit_next(const Visit& visit) {
 }
 
 Status OptimizerPipeline::end_walk() {
-  if (!walking_) return write_error_;
+  if (!walking_) return write_error_.status();
   walking_ = false;
   if (options_.home == Tier::nvme) drain();  // the last writes
-  return write_error_;
+  return write_error_.status();
 }
 
 Status OptimizerPipeline::abort_walk(Status why) {
@@ -377,8 +376,7 @@ Status OptimizerPipeline::finish_write(int b) {
   if (!s.is_ok()) {
     written_[c] = 0;
     s = s.with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
+    return write_error_.record(s);
   }
   written_[c] = 1;
   trace_io(trace_, "optimizer write", c, label(c), layouts_[c].padded, st.begin_us);
@@ -419,7 +417,7 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   const size_t c = walk_order_[i];
   // Read ahead: the current chunk (if not begun yet) and as many after it as the ring allows.
   read_ahead(i);
-  if (!write_error_.is_ok()) return abort_walk(write_error_);  // a write finished to make room failed
+  if (!write_error_.ok()) return abort_walk(write_error_.status());  // a write finished to make room failed
   if (walk_next_ <= i)  // unreachable with >= 3 buffers; kept so the walk cannot stall
     return abort_walk(error(Code::internal, "{}: no staging buffer for {}", options_.name, label(c)));
   counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, walk_next_ - 1 - i);
@@ -447,8 +445,8 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   if (!io.is_ok()) {
     st.state = Staging::State::idle;
     written_[c] = 0;
-    write_error_ = io.status().with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
-    return abort_walk(write_error_);
+    return abort_walk(
+        write_error_.record(io.status().with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)))));
   }
   st.io = std::move(*io);
   return Status::ok();

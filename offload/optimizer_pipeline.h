@@ -18,6 +18,7 @@
 
 #include "offload/cpu_adam.h"
 #include "offload/nvme_store.h"
+#include "offload/sticky_error.h"
 #include "offload/tier_manager.h"  // Tier
 #include "runtime/pinned_pool.h"
 #include "runtime/status.h"
@@ -189,7 +190,7 @@ class OptimizerPipeline {
   size_t chunk_count() const { return layouts_.size(); }
   const OptimizerStateLayout& layout(size_t c) const { return layouts_[c]; }
   const OptimizerPipelineOptions& options() const { return options_; }
-  Status write_error() const { return write_error_; }
+  Status write_error() const { return write_error_.status(); }
 
   OptimizerPipelineStats stats() const;
   void reset_stats();  // counters and times to zero (per step); the carved sizes stay
@@ -227,7 +228,7 @@ class OptimizerPipeline {
   std::vector<int> buffer_of_;        // per walk position: staging buffer holding its read, -1: none
   uint64_t staging_bytes_ = 0;
   uint32_t alignment_ = 4096;
-  Status write_error_;                // first failed write (sticky)
+  StickyError write_error_;           // first failed write
   // The walk in progress (begin_walk .. end_walk).
   bool walking_ = false;
   bool walk_write_back_ = false;

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata {
@@ -17,8 +18,6 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -353,7 +352,7 @@ void TierManager::wait_arrival(const Slot& sl) {
 
 StatusOr<std::byte*> TierManager::acquire(size_t c) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: acquire of chunk {} (there are {})", options_.name, c, chunks_.size());
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   if (update_chunk_ == c)
     return error(Code::failed_precondition, "{}: acquire of chunk {} while its update buffer is outstanding (commit it first)",
                  options_.name, c);
@@ -417,7 +416,7 @@ Status TierManager::release(size_t c) {
 // ---- prefetch ------------------------------------------------------------------------------------
 
 void TierManager::prefetch() {
-  if (!prefetcher_.replaying() || !write_error_.is_ok()) return;
+  if (!prefetcher_.replaying() || !write_error_.ok()) return;
   const std::vector<size_t> device = prefetcher_.upcoming(window_, options_.chunk_bytes);
   // Hop 2 (to the device): chunks in the window whose home (or finished read) is ready.
   for (size_t u : device) {
@@ -540,8 +539,7 @@ Status TierManager::finish_write(int b) {
   chunks_[c].writing = -1;
   if (!s.is_ok()) {
     s = s.with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
+    return write_error_.record(s);
   }
   trace_io(trace_, "nvme write", c, options_.chunk_bytes[c], st.begin_us);
   counters_.nvme_write_bytes += options_.chunk_bytes[c];
@@ -568,7 +566,7 @@ Status TierManager::finish_chunk_write(size_t c) {
 
 StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: update of chunk {} (there are {})", options_.name, c, chunks_.size());
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   Chunk& ch = chunks_[c];
   if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
     return error(Code::failed_precondition, "{}: update of chunk {} while it is acquired (release it first)", options_.name, c);
@@ -610,13 +608,12 @@ Status TierManager::commit_update(size_t c) {
   st.state = Staging::State::idle;
   discard_read(c);
   STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // one write per extent at a time
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   st.begin_us = trace_now(trace_);
   auto io = store_->begin_write(ch.extent, st.data);
   if (!io.is_ok()) {
     Status s = io.status().with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
+    return write_error_.record(s);
   }
   st.io = std::move(*io);
   st.state = Staging::State::writing;
@@ -631,7 +628,7 @@ Status TierManager::commit_update(size_t c) {
 Status TierManager::flush() {
   for (size_t b = 0; b < staging_.size(); b++)
     if (staging_[b].state == Staging::State::writing) (void)finish_write(static_cast<int>(b));
-  return write_error_;
+  return write_error_.status();
 }
 
 Status TierManager::read(size_t c, std::byte* host) {
@@ -641,7 +638,7 @@ Status TierManager::read(size_t c, std::byte* host) {
     std::memcpy(host, chunks_[c].home.data(), bytes);
     return Status::ok();
   }
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   if (chunks_[c].written >= 0) {
     std::memcpy(host, staging_[chunks_[c].written].data, bytes);
     return Status::ok();

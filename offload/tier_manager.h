@@ -19,6 +19,7 @@
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
+#include "offload/sticky_error.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
 
@@ -188,7 +189,7 @@ class TierManager final : public WeightSource {
   Prefetcher prefetcher_;
   std::optional<size_t> update_chunk_;  // the chunk whose update buffer is outstanding
   int update_staging_ = -1;
-  Status write_error_;               // first failed NVMe write (sticky)
+  StickyError write_error_;          // first failed NVMe write
   uint64_t tick_ = 0;                // LRU clock
   TierStats counters_;               // the counter fields of stats()
   PrefetcherStats prefetch_base_;    // prefetcher stats at reset_stats()

@@ -21,6 +21,7 @@
 #include "offload/optimizer_pipeline.h"
 #include "offload/resident_weights.h"
 #include "offload/tier_manager.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata::model {
@@ -32,7 +33,6 @@ using OptimizerHome = TrainOptions::OptimizerHome;
 using GradHome = TrainOptions::GradHome;
 
 constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 bool cpu_optimizer(const TrainOptions& o) { return o.optimizer_device == OptimizerDevice::cpu; }
 bool optimizer_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.optimizer_home == OptimizerHome::nvme; }
