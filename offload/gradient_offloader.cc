@@ -91,6 +91,19 @@ Status validate(const GradientOffloaderOptions& o, bool have_store) {
   return Status::ok();
 }
 
+// Spans "<name> chunk <c>" on "grad nvme read" / "grad nvme write"; errors "NVMe read of chunk c's
+// fp32 gradient".
+StagingRingOptions spill_ring_options(const std::string& name) {
+  StagingRingOptions r;
+  r.name = name;
+  r.what = "spill buffer";
+  r.read_track = "grad nvme read";
+  r.write_track = "grad nvme write";
+  r.span_name = [name](size_t c) { return fmt::format("{} chunk {}", name, c); };
+  r.subject = [](size_t c) { return fmt::format("chunk {}'s fp32 gradient", c); };
+  return r;
+}
+
 uint64_t nanos_since(std::chrono::steady_clock::time_point t0) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
@@ -116,7 +129,7 @@ uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options
   }
   if (options.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-    for (uint64_t bytes : spill_sizes(options, a)) total += round_up(bytes, kPinnedGranule) + (a > kPinnedGranule ? a : 0);
+    total += StagingRing::pinned_bytes(spill_sizes(options, a), a);
   }
   return total + round_up(largest, kPinnedGranule);
 }
@@ -132,7 +145,8 @@ uint64_t gradient_offloader_nvme_bytes(const GradientOffloaderOptions& options, 
 
 GradientOffloader::GradientOffloader(Backend& backend, const GradientOffloaderOptions& options, ThreadPool* pool,
                                      TraceRecorder* trace, NvmeStore* store)
-    : backend_(backend), options_(options), pool_(pool), trace_(trace), store_(store) {
+    : backend_(backend), options_(options), pool_(pool), trace_(trace), store_(store),
+      spills_(store, trace, spill_ring_options(options.name)) {
   if (pool_ != nullptr) {
     parallel_for_ = [pool = pool_](size_t n, size_t grain, const std::function<void(size_t, size_t)>& body) {
       pool->parallel_for(n, grain, body);
@@ -199,20 +213,9 @@ Status GradientOffloader::carve_nvme(PinnedPool& pinned) {
     }
     chunks_[c].extent = *e;
   }
-  const std::vector<uint64_t> sizes = spill_sizes(o, a);
-  spills_.resize(sizes.size());
-  for (size_t i = 0; i < spills_.size(); ++i) {
-    spills_[i].bytes = sizes[i];
-    StatusOr<PinnedBuffer> b = pinned.acquire(round_up(sizes[i], kPinnedGranule) + (a > kPinnedGranule ? a : 0));
-    if (!b.is_ok()) {
-      return b.status().with_context(fmt::format("{}: pinned spill buffer {} of {} ({} in all)", o.name, i + 1,
-                                                 spills_.size(), format_size(gradient_offloader_pinned_bytes(o, a))));
-    }
-    Spill& s = spills_[i];
-    s.memory = std::move(*b);
-    s.data = reinterpret_cast<float*>(round_up(reinterpret_cast<uintptr_t>(s.memory.data()), a));
-    s.done = backend_.create_event();
-  }
+  STRATA_RETURN_IF_ERROR(spills_.carve(pinned, spill_sizes(o, a)));
+  spill_use_.resize(spills_.size());
+  for (SpillUse& u : spill_use_) u.done = backend_.create_event();
   return Status::ok();
 }
 
@@ -220,9 +223,7 @@ GradientOffloader::~GradientOffloader() {
   // Every queued fill, copy and callback touches our slots or buffers: wait for them first.
   (void)backend_.synchronize(Stream::compute);
   (void)backend_.synchronize(Stream::d2h);
-  for (Spill& s : spills_) {
-    if (s.pending) (void)store_->finish(s.io);  // every transfer finished before its extent goes
-  }
+  for (size_t b = 0; b < spills_.size(); ++b) (void)spills_.finish(b);  // every transfer, before its extent goes
   for (Chunk& ch : chunks_) {
     if (ch.extent == 0) continue;
     Status r = store_->release(ch.extent);
@@ -263,7 +264,7 @@ Status GradientOffloader::begin_step() {
   // Home nvme: the buffers hold the last step's values; a step abandoned before finish_step may
   // leave writes in flight. Finish them, then every buffer is free.
   for (size_t b = 0; b < spills_.size(); ++b) {
-    st = settle(spills_[b]);
+    st = spills_.finish(b);
     if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
@@ -355,7 +356,7 @@ Status GradientOffloader::release(size_t c, bool last) {
         spill_callback(c, static_cast<size_t>(b), final, last);
       });
       // Marks the buffer's last callback: taking the buffer back waits for it.
-      if (st.is_ok()) st = backend_.record(*spills_[static_cast<size_t>(b)].done, Stream::d2h);
+      if (st.is_ok()) st = backend_.record(*spill_use_[static_cast<size_t>(b)].done, Stream::d2h);
     } else {
       st = backend_.host_callback(Stream::d2h, [this, c, final] { accumulate_callback(c, final); });
     }
@@ -366,7 +367,7 @@ Status GradientOffloader::release(size_t c, bool last) {
   if (nvme()) {
     ch.open = !last;
     ch.released = true;
-    if (last) spills_[static_cast<size_t>(b)].closed_at = ++use_clock_;
+    if (last) spill_use_[static_cast<size_t>(b)].closed_at = ++use_clock_;
   }
   if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: release of chunk {}", options_.name, c)));
   d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -378,20 +379,19 @@ void GradientOffloader::accumulate_callback(size_t c, bool final) {
 }
 
 void GradientOffloader::spill_callback(size_t c, size_t b, bool final, bool last) {
-  Spill& s = spills_[b];
   // After a failure nothing more is worth doing, but a transfer begun must still be finished.
   if (!sticky_.ok()) {
-    (void)settle(s);
+    (void)spills_.finish(b);
     return;
   }
   // The read acquire began (c's value from an earlier micro-batch), or c's previous write from
   // this buffer (c kept it): both begun before this callback was queued.
-  Status st = settle(s);
+  Status st = spills_.finish(b);
   if (!st.is_ok()) {
     (void)sticky_.record(st);
     return;
   }
-  accumulate_into(c, s.data, final);
+  accumulate_into(c, spill_data(b), final);
   if (last) {
     st = begin_extent_io(c, b, IoOp::write);
     if (!st.is_ok()) (void)sticky_.record(st);
@@ -452,14 +452,14 @@ StatusOr<double> GradientOffloader::finish_step() {
   // The callbacks are done (synchronize orders their writes before our reads). Home nvme: finish
   // every write; a chunk never released with last = true (a misuse of `last`) is written now.
   for (size_t b = 0; b < spills_.size(); ++b) {
-    Spill& s = spills_[b];
-    st = settle(s);
-    if (st.is_ok() && s.chunk >= 0 && chunks_[static_cast<size_t>(s.chunk)].open) {
-      const size_t c = static_cast<size_t>(s.chunk);
+    const int64_t holder = spills_[b].holder;
+    st = spills_.finish(b);
+    if (st.is_ok() && holder >= 0 && chunks_[static_cast<size_t>(holder)].open) {
+      const size_t c = static_cast<size_t>(holder);
       chunks_[c].open = false;
-      s.closed_at = ++use_clock_;
+      spill_use_[b].closed_at = ++use_clock_;
       st = begin_extent_io(c, b, IoOp::write);
-      if (st.is_ok()) st = settle(s);
+      if (st.is_ok()) st = spills_.finish(b);
     }
     if (!st.is_ok()) return sticky_.record(st);
   }
@@ -506,7 +506,7 @@ Status GradientOffloader::begin_read(size_t c) {
     const long smaller = pick_spill(c, ch.spill);
     if (smaller >= 0 && spills_[static_cast<size_t>(smaller)].bytes < spills_[static_cast<size_t>(ch.spill)].bytes) {
       const size_t own = static_cast<size_t>(ch.spill);
-      if (Status st = settle(spills_[own]); !st.is_ok()) return sticky_.record(st);
+      if (Status st = spills_.finish(own); !st.is_ok()) return sticky_.record(st);
       detach(own);
     }
   }
@@ -519,7 +519,7 @@ Status GradientOffloader::load_for_read(size_t c) {
   if (chunks_[c].spill >= 0) return Status::ok();
   STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
   if (!chunks_[c].touched) {
-    std::memset(spills_[b].data, 0, elements(c) * sizeof(float));  // no contribution: zero
+    std::memset(spill_data(b), 0, elements(c) * sizeof(float));  // no contribution: zero
     return Status::ok();
   }
   Status st = begin_extent_io(c, b, IoOp::read);
@@ -536,14 +536,14 @@ StatusOr<const float*> GradientOffloader::wait_read(size_t c) {
     return st;
   }
   const size_t b = static_cast<size_t>(ch.spill);
-  Status st = settle(spills_[b]);
+  Status st = spills_.finish(b);
   if (!st.is_ok()) {  // the buffer's contents are not c's: end the read
     ch.reading = false;
     detach(b);
     return st;
   }
   ch.handed_out = true;
-  return static_cast<const float*>(spills_[b].data);
+  return static_cast<const float*>(spill_data(b));
 }
 
 void GradientOffloader::end_read(size_t c) {
@@ -553,11 +553,11 @@ void GradientOffloader::end_read(size_t c) {
   ch.handed_out = false;
   if (ch.spill < 0) return;  // its buffer went to a larger chunk's read before it was waited for
   const size_t b = static_cast<size_t>(ch.spill);
-  if (!settle(spills_[b]).is_ok()) {  // begun, never waited for, and failed: not c's value
+  if (!spills_.finish(b).is_ok()) {  // begun, never waited for, and failed: not c's value
     detach(b);
     return;
   }
-  spills_[b].closed_at = ++use_clock_;  // c keeps the buffer (and its value) until another needs it
+  spill_use_[b].closed_at = ++use_clock_;  // c keeps the buffer (and its value) until another needs it
 }
 
 // ---- home nvme helpers ------------------------------------------------------------------------
@@ -566,25 +566,24 @@ long GradientOffloader::pick_spill(size_t c, long except) const {
   const uint64_t need = elements(c) * sizeof(float);
   long best = -1;
   for (size_t b = 0; b < spills_.size(); ++b) {
-    const Spill& s = spills_[b];
+    const StagingRing::Buffer& s = spills_[b];
     if (static_cast<long>(b) == except || s.bytes < need) continue;
-    if (s.chunk >= 0) {
-      const Chunk& owner = chunks_[static_cast<size_t>(s.chunk)];
+    if (s.holder >= 0) {
+      const Chunk& owner = chunks_[static_cast<size_t>(s.holder)];
       if (owner.open || owner.reading) continue;
     }
     if (best < 0) {
       best = static_cast<long>(b);
       continue;
     }
-    const Spill& t = spills_[static_cast<size_t>(best)];
-    const bool better = s.bytes != t.bytes                  ? s.bytes < t.bytes
-                        : (s.chunk < 0) != (t.chunk < 0) ? s.chunk < 0
-                                                           : s.closed_at < t.closed_at;
+    const StagingRing::Buffer& t = spills_[static_cast<size_t>(best)];
+    const bool better = s.bytes != t.bytes                    ? s.bytes < t.bytes
+                        : (s.holder < 0) != (t.holder < 0) ? s.holder < 0
+                                                             : spill_use_[b].closed_at < spill_use_[static_cast<size_t>(best)].closed_at;
     if (better) best = static_cast<long>(b);
   }
   return best;
 }
-
 StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
   long best = pick_spill(c, -1);
   if (best < 0 && !in_step_) {
@@ -592,16 +591,16 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
     // transfer finished and dropped; its wait_read reads it again into another buffer).
     const uint64_t need = elements(c) * sizeof(float);
     for (size_t b = 0; b < spills_.size() && best < 0; ++b) {
-      Spill& s = spills_[b];
-      if (s.bytes < need || s.chunk < 0 || chunks_[static_cast<size_t>(s.chunk)].handed_out) continue;
-      if (Status st = settle(s); !st.is_ok() && s.io.op() == IoOp::write) return sticky_.record(st);
+      const StagingRing::Buffer& s = spills_[b];
+      if (s.bytes < need || s.holder < 0 || chunks_[static_cast<size_t>(s.holder)].handed_out) continue;
+      if (Status st = spills_.finish(b); !st.is_ok() && s.op() == IoOp::write) return sticky_.record(st);
       detach(b);
       best = static_cast<long>(b);
     }
   }
   if (best < 0) {
     std::string held;
-    for (const Spill& s : spills_) held += fmt::format("{}{}", held.empty() ? "" : ", ", s.chunk);
+    for (size_t b = 0; b < spills_.size(); ++b) held += fmt::format("{}{}", held.empty() ? "" : ", ", spills_[b].holder);
     if (!in_step_) {
       return error(Code::failed_precondition,
                    "{}: read of chunk {}: all {} spill buffers hold reads not ended (chunks {}); at most spill_buffers "
@@ -614,78 +613,46 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
                  options_.name, c, spills_.size(), held);
   }
   const size_t b = static_cast<size_t>(best);
-  Spill& s = spills_[b];
-  if (s.chunk >= 0) {
+  StagingRing::Buffer& s = spills_[b];
+  if (s.holder >= 0) {
     // Take it back from a closed chunk: its last callback must have run (it began the write),
     // and the write must be done. The callback waits for nothing this thread does next.
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = backend_.synchronize(*s.done);
-    nvme_write_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
+    Status st = backend_.synchronize(*spill_use_[b].done);
+    spill_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
     if (!st.is_ok()) {
-      return sticky_.record(st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.chunk)));
+      return sticky_.record(st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.holder)));
     }
     STRATA_RETURN_IF_ERROR(sticky_.status());
-    st = settle(s);
+    st = spills_.finish(b);
     if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
-  s.chunk = static_cast<long>(c);
+  s.holder = static_cast<int64_t>(c);
   chunks_[c].spill = static_cast<long>(b);
   return b;
 }
 
-Status GradientOffloader::settle(Spill& s) {
-  if (!s.pending) return Status::ok();
-  const bool read = s.io.op() == IoOp::read;
-  const auto t0 = std::chrono::steady_clock::now();
-  Status st = store_->finish(s.io);
-  s.pending = false;
-  (read ? nvme_read_wait_ns_ : nvme_write_wait_ns_).fetch_add(nanos_since(t0), std::memory_order_relaxed);
-  const uint64_t bytes = store_->padded_size(elements(s.io_chunk) * sizeof(float));
-  if (st.is_ok()) (read ? nvme_read_bytes_ : nvme_write_bytes_).fetch_add(bytes, std::memory_order_relaxed);
-  if (trace_ != nullptr) {
-    trace_->span(read ? "grad nvme read" : "grad nvme write", fmt::format("{} chunk {}", options_.name, s.io_chunk),
-                 s.io_begin_us, trace_->now_us(),
-                 {{"chunk", static_cast<int64_t>(s.io_chunk)},
-                  {"bytes", static_cast<int64_t>(bytes)},
-                  {"ok", st.is_ok() ? 1 : 0}});
-  }
-  return st.with_context(
-      fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name, read ? "read" : "write", s.io_chunk));
-}
-
 Status GradientOffloader::begin_extent_io(size_t c, size_t b, IoOp op) {
-  Spill& s = spills_[b];
-  s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
-  auto* buffer = reinterpret_cast<std::byte*>(s.data);
-  StatusOr<ExtentIo> io = op == IoOp::read ? store_->begin_read(chunks_[c].extent, buffer)
-                                           : store_->begin_write(chunks_[c].extent, buffer);
-  if (!io.is_ok()) {
-    return io.status().with_context(fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name,
-                                                 op == IoOp::read ? "read" : "write", c));
-  }
-  s.io = std::move(*io);
-  s.pending = true;
-  s.io_chunk = c;
-  return Status::ok();
+  return spills_.begin(b, op, chunks_[c].extent, c, store_->padded_size(elements(c) * sizeof(float)));
 }
 
 void GradientOffloader::detach(size_t b) {
-  Spill& s = spills_[b];
-  if (s.chunk >= 0) chunks_[static_cast<size_t>(s.chunk)].spill = -1;
-  s.chunk = -1;
+  int64_t& holder = spills_[b].holder;
+  if (holder >= 0) chunks_[static_cast<size_t>(holder)].spill = -1;
+  holder = -1;
 }
-
 GradientOffloaderStats GradientOffloader::stats() const {
   GradientOffloaderStats s;
   s.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
   s.contributions = contributions_.load(std::memory_order_relaxed);
   s.accumulate_seconds = static_cast<double>(accumulate_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.partials_seconds = static_cast<double>(partials_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  s.nvme_read_bytes = nvme_read_bytes_.load(std::memory_order_relaxed);
-  s.nvme_write_bytes = nvme_write_bytes_.load(std::memory_order_relaxed);
-  s.nvme_read_wait_seconds = static_cast<double>(nvme_read_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  s.nvme_write_wait_seconds = static_cast<double>(nvme_write_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  const StagingRingStats io = spills_.stats();
+  s.nvme_read_bytes = io.read_bytes;
+  s.nvme_write_bytes = io.write_bytes;
+  s.nvme_read_wait_seconds = static_cast<double>(io.read_wait_ns) * 1e-9;
+  s.nvme_write_wait_seconds = static_cast<double>(io.write_wait_ns + spill_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 
@@ -694,10 +661,8 @@ void GradientOffloader::reset_stats() {
   contributions_.store(0);
   accumulate_ns_.store(0);
   partials_ns_.store(0);
-  nvme_read_bytes_.store(0);
-  nvme_write_bytes_.store(0);
-  nvme_read_wait_ns_.store(0);
-  nvme_write_wait_ns_.store(0);
+  spills_.reset_stats();
+  spill_wait_ns_.store(0);
 }
 
 }  // namespace strata

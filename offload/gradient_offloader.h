@@ -47,6 +47,7 @@
 #include "kernels/cpu/half.h"
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
+#include "offload/staging_ring.h"
 #include "offload/sticky_error.h"
 #include "offload/tier_manager.h"  // Tier
 #include "runtime/backend.h"
@@ -226,20 +227,11 @@ class GradientOffloader final : public GradSink {
     bool partial_ready = false;  // partial holds the sum of squares of the step's final value
     double partial = 0.0;
   };
-  // Home nvme: one pinned fp32 accumulator buffer. Ownership of `io`: the d2h thread's while a
-  // callback for the buffer is queued (between a release and its `done` mark), else the driving
-  // thread's; the stream order and the event synchronize hand it over.
-  struct Spill {
-    PinnedBuffer memory;
-    float* data = nullptr;       // aligned to the store's alignment, `bytes` long
-    uint64_t bytes = 0;          // the fp32 bytes it holds (spill_sizes)
-    long chunk = -1;             // whose value it holds (driving thread only), or -1: free
-    uint64_t closed_at = 0;      // use_clock_ when its chunk last closed or was read (LRU)
-    std::unique_ptr<Event> done; // d2h: the buffer's last callback is queued before it
-    ExtentIo io;                 // a transfer begun and not finished yet, when pending
-    bool pending = false;
-    size_t io_chunk = 0;
-    double io_begin_us = 0.0;
+  // Home nvme: the policy's state of spill buffer b (spills_[b]; its holder is the chunk whose
+  // value it holds, driving thread only, -1: free).
+  struct SpillUse {
+    uint64_t closed_at = 0;       // use_clock_ when its chunk last closed or was read (LRU)
+    std::unique_ptr<Event> done;  // d2h: the buffer's last callback is queued before it
   };
 
   GradientOffloader(Backend& backend, const GradientOffloaderOptions& options, ThreadPool* pool,
@@ -260,8 +252,8 @@ class GradientOffloader final : public GradSink {
   long pick_spill(size_t c, long except) const;
   StatusOr<size_t> take_spill(size_t c);      // pick_spill's buffer, taken back from its chunk
   Status load_for_read(size_t c);             // a buffer holding c's value (its read begun), if it has none
-  Status settle(Spill& s);                    // finishes s's pending transfer (any thread owning it)
   Status begin_extent_io(size_t c, size_t b, IoOp op);  // c's extent <-> spill b; any thread owning b
+  float* spill_data(size_t b) const { return reinterpret_cast<float*>(spills_[b].data); }
   void detach(size_t b);                      // b free, its chunk without a buffer
 
   Backend& backend_;
@@ -271,7 +263,12 @@ class GradientOffloader final : public GradSink {
   NvmeStore* const store_;  // home nvme only
   std::vector<Group> groups_;
   std::vector<Chunk> chunks_;
-  std::vector<Spill> spills_;   // home nvme
+  // Home nvme: the fp32 spill buffers (buffer i the i-th largest chunk's accumulator) and their
+  // transfers. A buffer's transfer belongs to the d2h thread while a callback for the buffer is
+  // queued (between a release and its `done` mark), else to the driving thread; the stream order
+  // and the event synchronize hand it over.
+  StagingRing spills_;
+  std::vector<SpillUse> spill_use_;  // per spill buffer
   uint64_t use_clock_ = 0;      // driving thread only
   PinnedBuffer staging_;  // one chunk's working-precision gradient, the largest chunk's size
   kernels::ParallelFor parallel_for_;  // over pool_'s workers; empty without a pool
@@ -284,10 +281,7 @@ class GradientOffloader final : public GradSink {
   std::atomic<uint64_t> contributions_{0};
   std::atomic<uint64_t> accumulate_ns_{0};
   std::atomic<uint64_t> partials_ns_{0};
-  std::atomic<uint64_t> nvme_read_bytes_{0};
-  std::atomic<uint64_t> nvme_write_bytes_{0};
-  std::atomic<uint64_t> nvme_read_wait_ns_{0};
-  std::atomic<uint64_t> nvme_write_wait_ns_{0};
+  std::atomic<uint64_t> spill_wait_ns_{0};  // taking a buffer back: its last callback (a write wait)
 };
 
 }  // namespace strata

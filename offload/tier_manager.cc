@@ -1,6 +1,8 @@
 // TierManager: slots, homes, staging and the fetch/prefetch/update paths (see tier_manager.h).
-// Staging buffers (nvme home) cycle idle -> reading -> idle (its H2D queued, `copied` marks its
-// end) or idle -> update -> writing -> idle; a buffer is taken again only once `copied` completed.
+// Staging buffers (nvme home, a StagingRing) cycle idle -> reading -> idle (its H2D queued,
+// `staging_copied_` marks its end) or idle -> update -> writing -> idle; a buffer is taken again
+// only once that H2D completed. The ring's holder of a buffer is the chunk whose committed bytes it
+// still stands for.
 #include "offload/tier_manager.h"
 
 #include <algorithm>
@@ -42,14 +44,18 @@ uint64_t max_chunk(const TierManagerOptions& o) {
   return m;
 }
 
-// ---- trace wiring: the only places the manager talks to the TraceRecorder ----------------------
-double trace_now(TraceRecorder* t) { return t ? t->now_us() : 0.0; }
-
-void trace_io(TraceRecorder* t, std::string_view track, size_t c, uint64_t bytes, double begin_us) {
-  if (t) t->span(track, fmt::format("chunk {}", c), begin_us, t->now_us(),
-                 {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+// NVMe staging: every buffer the largest chunk, padded as the store pads it, then to 4 KiB.
+std::vector<uint64_t> staging_sizes(const TierManagerOptions& o, uint64_t store_alignment) {
+  return std::vector<uint64_t>(o.nvme_staging, round_up(round_up(max_chunk(o), store_alignment), kPage));
 }
 
+StagingRingOptions staging_options(const std::string& name) {
+  StagingRingOptions r;  // tracks "nvme read" / "nvme write", spans "chunk <c>"
+  r.name = name;
+  return r;
+}
+
+// ---- trace wiring: the H2D spans (the ring records the NVMe ones) -------------------------------
 Status traced_h2d(Backend& b, TraceRecorder* t, size_t c, uint64_t bytes, const std::function<Status()>& enqueue) {
   if (!t) return enqueue();
   return t->stream_span(b, Stream::h2d, "h2d", fmt::format("chunk {}", c), enqueue,
@@ -111,8 +117,7 @@ uint64_t tier_device_bytes(const TierManagerOptions& o) {
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
   if (o.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-    const uint64_t buffer = round_up(round_up(max_chunk(o), a), kPage) + (a > kPage ? a : 0);
-    return buffer * o.nvme_staging;
+    return StagingRing::pinned_bytes(staging_sizes(o, a), a);
   }
   uint64_t total = 0;
   for (uint64_t b : o.chunk_bytes) total += round_up(b, kPage);
@@ -144,21 +149,6 @@ struct TierManager::Chunk {
   Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
 };
 
-struct TierManager::Staging {
-  enum class State : uint8_t { idle, reading, update, writing };
-  PinnedBuffer buffer;
-  std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
-  State state = State::idle;
-  size_t chunk = 0;
-  // The chunk whose current weights this buffer still holds since it committed them (while writing
-  // and after, until the buffer is taken for other bytes); -1: none. Such a chunk is copied to the
-  // device from here, not read back from NVMe.
-  int64_t copy_of = -1;
-  ExtentIo io;
-  double begin_us = 0;
-  std::unique_ptr<Event> copied;  // Stream::h2d: the end of the last copy out of this buffer
-};
-
 struct TierManager::WaitClock {
   std::atomic<int64_t> start_ns{0};  // written and read only by compute-stream callbacks, in order
   std::atomic<uint64_t> total_ns{0};
@@ -170,6 +160,7 @@ struct TierManager::WaitClock {
 TierManager::TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
                          TierManagerOptions options)
     : backend_(backend), pool_(pool), store_(store), trace_(trace), options_(std::move(options)),
+      staging_(store, trace, staging_options(options_.name)),
       wait_clock_(std::make_shared<WaitClock>()) {}
 
 StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, PinnedPool& pool, NvmeStore* store,
@@ -224,18 +215,10 @@ Status TierManager::carve() {
   }
 
   if (o.home == Tier::nvme) {
-    const uint64_t a = store_->alignment();
-    staging_bytes_ = round_up(store_->padded_size(max_chunk(o)), kPage);
-    staging_.resize(o.nvme_staging);
-    for (size_t i = 0; i < staging_.size(); i++) {
-      auto b = pool_.acquire(staging_bytes_ + (a > kPage ? a : 0));
-      if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned NVMe staging buffer {}", o.name, i));
-      Staging& st = staging_[i];
-      st.buffer = std::move(*b);
-      auto addr = reinterpret_cast<uintptr_t>(st.buffer.data());
-      st.data = reinterpret_cast<std::byte*>(round_up(addr, std::max<uint64_t>(a, 1)));
-      st.copied = backend_.create_event();
-    }
+    const std::vector<uint64_t> sizes = staging_sizes(o, std::max<uint32_t>(store_->alignment(), 1));
+    STRATA_RETURN_IF_ERROR(staging_.carve(pool_, sizes));
+    staging_bytes_ = sizes.front();
+    for (size_t i = 0; i < staging_.size(); i++) staging_copied_.push_back(backend_.create_event());
   }
   return Status::ok();
 }
@@ -244,8 +227,8 @@ TierManager::~TierManager() {
   Status s = backend_.synchronize_all();
   if (!s.is_ok()) spdlog::error("{}: synchronizing streams at shutdown: {}", options_.name, s.to_string());
   for (size_t b = 0; b < staging_.size(); b++) {
-    if (staging_[b].state == Staging::State::reading) discard_read(staging_[b].chunk);
-    if (staging_[b].state == Staging::State::writing) {
+    if (staging_reading(b)) discard_read(staging_[b].chunk());
+    if (staging_writing(b)) {
       Status w = finish_write(static_cast<int>(b));
       if (!w.is_ok()) spdlog::error("{}: NVMe write at shutdown: {}", options_.name, w.to_string());
     }
@@ -319,7 +302,7 @@ Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) 
     return backend_.copy_to_device(sl.ptr, src, bytes, Stream::h2d);
   }));
   STRATA_RETURN_IF_ERROR(backend_.record(*sl.arrived, Stream::h2d));
-  Event& source_done = staging >= 0 ? *staging_[staging].copied : *chunks_[c].home_read;
+  Event& source_done = staging >= 0 ? *staging_copied_[staging] : *chunks_[c].home_read;
   STRATA_RETURN_IF_ERROR(backend_.record(source_done, Stream::h2d));
   sl.chunk = static_cast<int64_t>(c);
   chunks_[c].slot = s;
@@ -474,32 +457,32 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
   // then one holding those of a chunk already on the device, then any.
   for (int pass = 0; pass < 3; pass++) {
     for (size_t i = 0; i < n; i++) {
-      const Staging& st = staging_[at(i)];
-      if (st.state != Staging::State::idle) continue;
-      if (pass == 0 && st.copy_of >= 0) continue;
-      if (pass == 1 && st.copy_of >= 0 && chunks_[st.copy_of].slot < 0) continue;
-      if (backend_.query(*st.copied)) return take(at(i));
+      const int64_t copy_of = staging_[at(i)].holder;
+      if (!staging_idle(at(i))) continue;
+      if (pass == 0 && copy_of >= 0) continue;
+      if (pass == 1 && copy_of >= 0 && chunks_[copy_of].slot < 0) continue;
+      if (backend_.query(*staging_copied_[at(i)])) return take(at(i));
     }
   }
   if (!may_block) return -1;
   // An idle buffer whose H2D is still running: wait for it.
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::idle) continue;
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
+    if (!staging_idle(at(i))) continue;
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A write in flight: finish it (its error, if any, is recorded and sticky) and any H2D of its
   // bytes (the written copy may have fed a slot).
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::writing) continue;
+    if (!staging_writing(at(i))) continue;
     (void)finish_write(at(i));
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A prefetch read: drop it (the chunk is read again when needed).
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::reading) continue;
-    discard_read(staging_[at(i)].chunk);
+    if (!staging_reading(at(i))) continue;
+    discard_read(staging_[at(i)].chunk());
     return take(at(i));
   }
   return error(Code::failed_precondition, "{}: no NVMe staging buffer is free (the outstanding update buffer holds the only one;"
@@ -508,51 +491,28 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
 
 Status TierManager::begin_chunk_read(size_t c, int b) {
   STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // a read must see the last committed write
-  Staging& st = staging_[b];
-  st.begin_us = trace_now(trace_);
-  auto io = store_->begin_read(chunks_[c].extent, st.data);
-  if (!io.is_ok()) return io.status().with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
-  st.io = std::move(*io);
-  st.state = Staging::State::reading;
-  st.chunk = c;
+  STRATA_RETURN_IF_ERROR(staging_.begin(b, IoOp::read, chunks_[c].extent, c, options_.chunk_bytes[c]));
   chunks_[c].reading = b;
   return Status::ok();
 }
-
 Status TierManager::finish_read(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  Status s = store_->finish(st.io);
-  st.state = Staging::State::idle;
-  chunks_[c].reading = -1;
-  if (!s.is_ok()) return s.with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
-  trace_io(trace_, "nvme read", c, options_.chunk_bytes[c], st.begin_us);
-  counters_.nvme_read_bytes += options_.chunk_bytes[c];
-  return Status::ok();
+  chunks_[staging_[b].chunk()].reading = -1;
+  return staging_.finish(b);
 }
-
 Status TierManager::finish_write(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  Status s = store_->finish(st.io);
-  st.state = Staging::State::idle;
-  chunks_[c].writing = -1;
-  if (!s.is_ok()) {
-    s = s.with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    return write_error_.record(s);
-  }
-  trace_io(trace_, "nvme write", c, options_.chunk_bytes[c], st.begin_us);
-  counters_.nvme_write_bytes += options_.chunk_bytes[c];
-  return Status::ok();
+  chunks_[staging_[b].chunk()].writing = -1;
+  return write_error_.record(staging_.finish(b));
 }
 
+bool TierManager::staging_idle(size_t b) const { return !staging_[b].pending() && static_cast<int>(b) != update_staging_; }
+bool TierManager::staging_reading(size_t b) const { return staging_[b].pending() && staging_[b].op() == IoOp::read; }
+bool TierManager::staging_writing(size_t b) const { return staging_[b].pending() && staging_[b].op() == IoOp::write; }
 void TierManager::forget_copy(int b) {
-  Staging& st = staging_[b];
-  if (st.copy_of < 0) return;
-  chunks_[st.copy_of].written = -1;
-  st.copy_of = -1;
+  int64_t& copy_of = staging_[b].holder;
+  if (copy_of < 0) return;
+  chunks_[copy_of].written = -1;
+  copy_of = -1;
 }
-
 void TierManager::discard_read(size_t c) {
   if (chunks_[c].reading < 0) return;
   (void)finish_read(chunks_[c].reading);  // an error here is met again by the next read of c
@@ -583,8 +543,6 @@ StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   }
   discard_read(c);
   STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
-  staging_[b].state = Staging::State::update;
-  staging_[b].chunk = c;
   update_chunk_ = c;
   update_staging_ = b;
   return staging_[b].data;
@@ -604,30 +562,21 @@ Status TierManager::commit_update(size_t c) {
   const int b = update_staging_;
   update_chunk_.reset();
   update_staging_ = -1;
-  Staging& st = staging_[b];
-  st.state = Staging::State::idle;
   discard_read(c);
   STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // one write per extent at a time
   STRATA_RETURN_IF_ERROR(write_error_.status());
-  st.begin_us = trace_now(trace_);
-  auto io = store_->begin_write(ch.extent, st.data);
-  if (!io.is_ok()) {
-    Status s = io.status().with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    return write_error_.record(s);
-  }
-  st.io = std::move(*io);
-  st.state = Staging::State::writing;
-  st.chunk = c;
+  Status w = staging_.begin(b, IoOp::write, ch.extent, c, options_.chunk_bytes[c]);
+  if (!w.is_ok()) return write_error_.record(w);
   ch.writing = b;
   if (ch.written >= 0) forget_copy(ch.written);  // an older commit's bytes
   ch.written = b;
-  st.copy_of = static_cast<int64_t>(c);
+  staging_[b].holder = static_cast<int64_t>(c);
   return Status::ok();
 }
 
 Status TierManager::flush() {
   for (size_t b = 0; b < staging_.size(); b++)
-    if (staging_[b].state == Staging::State::writing) (void)finish_write(static_cast<int>(b));
+    if (staging_writing(b)) (void)finish_write(static_cast<int>(b));
   return write_error_.status();
 }
 
@@ -660,7 +609,9 @@ TierStats TierManager::stats() const {
   s.sequences_replayed = p.sequences_replayed - prefetch_base_.sequences_replayed;
   for (size_t g = 0; g < slot_bytes_.size(); g++) s.device_bytes += slot_bytes_[g] * options_.group_slots[g];
   for (const Chunk& ch : chunks_) s.pinned_bytes += ch.home.size();
-  for (const Staging& st : staging_) s.pinned_bytes += st.buffer.size();
+  s.pinned_bytes += staging_.pinned_bytes();
+  s.nvme_read_bytes = staging_.stats().read_bytes;
+  s.nvme_write_bytes = staging_.stats().write_bytes;
   if (store_ != nullptr)
     for (uint64_t b : options_.chunk_bytes) s.nvme_bytes += store_->padded_size(b);
   for (const Slot& sl : slots_)
@@ -672,6 +623,7 @@ TierStats TierManager::stats() const {
 
 void TierManager::reset_stats() {
   counters_ = TierStats();
+  staging_.reset_stats();
   prefetch_base_ = prefetcher_.stats();
   wait_clock_->total_ns.store(0);
   wait_clock_->waits.store(0);

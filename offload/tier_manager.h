@@ -19,6 +19,7 @@
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
+#include "offload/staging_ring.h"
 #include "offload/sticky_error.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -147,7 +148,6 @@ class TierManager final : public WeightSource {
  private:
   struct Slot;
   struct Chunk;
-  struct Staging;
   struct WaitClock;  // shared with the compute-wait callbacks
 
   TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace, TierManagerOptions options);
@@ -168,6 +168,9 @@ class TierManager final : public WeightSource {
   Status begin_chunk_read(size_t c, int b);
   Status finish_read(int b);         // finishes staging b's read; on error frees b and returns it with context
   Status finish_write(int b);        // finishes staging b's write; records the first error (sticky)
+  bool staging_idle(size_t b) const;     // no transfer and not the outstanding update buffer
+  bool staging_reading(size_t b) const;  // a read in flight
+  bool staging_writing(size_t b) const;  // a write in flight
   void discard_read(size_t c);       // finishes and drops a prefetch read of c (its data unused)
   void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
@@ -183,8 +186,9 @@ class TierManager final : public WeightSource {
   std::vector<uint64_t> slot_bytes_;  // per group
   std::vector<Slot> slots_;
   std::vector<Chunk> chunks_;
-  std::vector<Staging> staging_;
-  uint64_t staging_bytes_ = 0;
+  StagingRing staging_;              // nvme home; holder: the chunk whose committed bytes it holds
+  std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
+  uint64_t staging_bytes_ = 0;       // each buffer's bytes
   uint32_t staging_next_ = 0;        // round-robin start for staging choice
   Prefetcher prefetcher_;
   std::optional<size_t> update_chunk_;  // the chunk whose update buffer is outstanding
