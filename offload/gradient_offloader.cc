@@ -19,23 +19,12 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kArenaAlignment = 256;   // Backend::allocate's block alignment
 constexpr uint64_t kPinnedGranule = 4096;   // PinnedPool rounds every block up to 4 KiB
 constexpr size_t kAccumulateGrain = 1 << 16;  // elements per parallel task (256 KiB of fp32)
 
-std::string group_name(const GradientOffloaderOptions& o, size_t g) {
-  if (g < o.group_names.size() && !o.group_names[g].empty()) return o.group_names[g];
-  return fmt::format("group {}", g);
-}
-
-// Largest chunk per group (0 for a group without chunks). Assumes chunk_group is in range.
-std::vector<uint64_t> group_slot_bytes(const GradientOffloaderOptions& o) {
-  std::vector<uint64_t> bytes(o.group_slots.size(), 0);
-  for (size_t c = 0; c < o.chunk_bytes.size() && c < o.chunk_group.size(); ++c) {
-    const size_t g = o.chunk_group[c];
-    if (g < bytes.size()) bytes[g] = std::max(bytes[g], o.chunk_bytes[c]);
-  }
-  return bytes;
+// Per group: slots of its largest chunk's bytes (0 for a group without chunks: no slots).
+std::vector<SlotGroupSpec> slot_specs(const GradientOffloaderOptions& o) {
+  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, 1);
 }
 
 // Home nvme: the fp32 bytes each spill buffer holds (padded to `alignment`): buffer i as the i-th
@@ -85,7 +74,7 @@ Status validate(const GradientOffloaderOptions& o, bool have_store) {
   for (size_t g = 0; g < o.group_slots.size(); ++g) {
     if (o.group_slots[g] == 0) {
       return error(Code::invalid_argument, "{}: slot group '{}' has 0 device slots (at least 1)", o.name,
-                   group_name(o, g));
+                   slot_group_name(o.group_names, g));
     }
   }
   return Status::ok();
@@ -112,14 +101,8 @@ uint64_t nanos_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 uint64_t gradient_offloader_device_bytes(const GradientOffloaderOptions& options) {
-  const std::vector<uint64_t> largest = group_slot_bytes(options);
-  uint64_t total = 0;
-  for (size_t g = 0; g < largest.size(); ++g) {
-    if (largest[g] > 0) total += options.group_slots[g] * round_up(largest[g], kArenaAlignment);
-  }
-  return total;
+  return slot_groups_device_bytes(slot_specs(options));
 }
-
 uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
   const size_t es = kernels::float_format_size(options.format);
   uint64_t total = 0, largest = 0;
@@ -162,23 +145,8 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
   if (options.home != Tier::nvme) store = nullptr;  // a store given with home cpu is not used
   std::unique_ptr<GradientOffloader> o(new GradientOffloader(backend, options, pool, trace, store));
   // From here a failure returns and the destructor frees whatever was taken.
-  const std::vector<uint64_t> slot_bytes = group_slot_bytes(options);
-  o->groups_.resize(options.group_slots.size());
-  for (size_t g = 0; g < o->groups_.size(); ++g) {
-    Group& group = o->groups_[g];
-    group.name = group_name(options, g);
-    if (slot_bytes[g] == 0) continue;  // a group without chunks needs no slots
-    group.slots.resize(options.group_slots[g]);
-    for (size_t i = 0; i < group.slots.size(); ++i) {
-      Slot& s = group.slots[i];
-      const std::string tag = fmt::format("{} slot ({}) {}/{}", options.name, group.name, i + 1, group.slots.size());
-      STRATA_ASSIGN_OR_RETURN(void* p, backend.allocate(slot_bytes[g], tag));
-      s.device = static_cast<std::byte*>(p);
-      s.bytes = slot_bytes[g];
-      s.ready = backend.create_event();
-      s.copied_out = backend.create_event();
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(o->groups_, carve_slot_groups(backend, options.name, slot_specs(options)));
+  o->group_next_.assign(o->groups_.size(), 0);
   const size_t es = kernels::float_format_size(options.format);
   uint64_t largest = 0;
   o->chunks_.resize(options.chunk_bytes.size());
@@ -229,11 +197,7 @@ GradientOffloader::~GradientOffloader() {
     Status r = store_->release(ch.extent);
     if (!r.is_ok()) spdlog::error("{}: releasing an NVMe extent: {}", options_.name, r.to_string());
   }
-  for (Group& g : groups_) {
-    for (Slot& s : g.slots) {
-      if (s.device != nullptr) (void)backend_.release(s.device);
-    }
-  }
+  groups_.clear();  // the device slots, now that no stream uses them
 }
 
 uint64_t GradientOffloader::chunk_bytes(size_t c) const { return chunks_[c].bytes; }
@@ -290,19 +254,20 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
   if (ch.slot >= 0) {
     return error(Code::failed_precondition, "{}: chunk {} is already acquired (release it first)", options_.name, c);
   }
-  Group& group = groups_[ch.group];
-  const size_t n = group.slots.size();
+  SlotGroup& group = groups_[ch.group];
+  size_t& next = group_next_[ch.group];
+  const size_t n = group.size();
   long found = -1;
   for (size_t k = 0; k < n; ++k) {
-    const size_t s = (group.next + k) % n;
-    if (group.slots[s].held_by < 0) {
+    const size_t s = (next + k) % n;
+    if (group[s].chunk < 0) {
       found = static_cast<long>(s);
       break;
     }
   }
   if (found < 0) {
     return error(Code::failed_precondition, "{}: chunk {}: all {} device slots of group '{}' are held (release one first)",
-                 options_.name, c, n, group.name);
+                 options_.name, c, n, group.name());
   }
   if (nvme() && ch.spill < 0) {
     // A buffer for c's accumulator; c's value so far (an earlier micro-batch's) comes back from its
@@ -314,16 +279,16 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
     }
   }
   if (nvme()) ch.open = true;
-  Slot& slot = group.slots[static_cast<size_t>(found)];
+  DeviceSlot& slot = group[static_cast<size_t>(found)];
   // The slot's previous copy-out must finish before the compute zeroes and writes it. The host
   // does not block: compute waits.
-  Status st = backend_.wait(Stream::compute, *slot.copied_out);
-  if (st.is_ok()) st = backend_.fill_zero(slot.device, ch.bytes, Stream::compute);
+  Status st = backend_.wait(Stream::compute, *slot.drained);
+  if (st.is_ok()) st = backend_.fill_zero(slot.ptr, ch.bytes, Stream::compute);
   if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: acquire of chunk {}", options_.name, c)));
-  group.next = (static_cast<size_t>(found) + 1) % n;
-  slot.held_by = static_cast<long>(c);
+  next = (static_cast<size_t>(found) + 1) % n;
+  slot.chunk = static_cast<int64_t>(c);
   ch.slot = found;
-  return slot.device;
+  return slot.ptr;
 }
 
 Status GradientOffloader::release(size_t c, bool last) {
@@ -333,23 +298,23 @@ Status GradientOffloader::release(size_t c, bool last) {
   }
   Chunk& ch = chunks_[c];
   if (ch.slot < 0) return error(Code::failed_precondition, "{}: release of chunk {}, which is not acquired", options_.name, c);
-  Slot& slot = groups_[ch.group].slots[static_cast<size_t>(ch.slot)];
+  DeviceSlot& slot = groups_[ch.group][static_cast<size_t>(ch.slot)];
   const uint64_t bytes = ch.bytes;
   const bool final = last && last_micro_batch_;
   const long b = ch.spill;  // home nvme: the buffer acquire gave c
-  auto copy = [&] { return backend_.copy_to_host(staging_.data(), slot.device, bytes, Stream::d2h); };
+  auto copy = [&] { return backend_.copy_to_host(staging_.data(), slot.ptr, bytes, Stream::d2h); };
 
   // Stream order on d2h makes the one staging buffer safe: this copy starts only after every
   // earlier d2h item, including the callback that consumed the previous copy, has finished; and
   // this callback runs before any later copy overwrites the staging buffer.
-  Status st = backend_.record(*slot.ready, Stream::compute);
-  if (st.is_ok()) st = backend_.wait(Stream::d2h, *slot.ready);
+  Status st = backend_.record(*slot.filled, Stream::compute);
+  if (st.is_ok()) st = backend_.wait(Stream::d2h, *slot.filled);
   if (st.is_ok()) {
     st = trace_ == nullptr ? copy()
                            : trace_->stream_span(backend_, Stream::d2h, "d2h", fmt::format("{} chunk {}", options_.name, c),
                                                  copy, {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
   }
-  if (st.is_ok()) st = backend_.record(*slot.copied_out, Stream::d2h);
+  if (st.is_ok()) st = backend_.record(*slot.drained, Stream::d2h);
   if (st.is_ok()) {
     if (nvme()) {
       st = backend_.host_callback(Stream::d2h, [this, c, b, final, last] {
@@ -361,8 +326,8 @@ Status GradientOffloader::release(size_t c, bool last) {
       st = backend_.host_callback(Stream::d2h, [this, c, final] { accumulate_callback(c, final); });
     }
   }
-  // The slot is free for a later acquire either way: that acquire orders itself after copied_out.
-  slot.held_by = -1;
+  // The slot is free for a later acquire either way: that acquire orders itself after `drained`.
+  slot.chunk = -1;
   ch.slot = -1;
   if (nvme()) {
     ch.open = !last;

@@ -10,11 +10,11 @@
 // the accumulated fp32 gradients and the global squared norm; the caller scales, clips and steps.
 //
 // Per release(c) the streams do:
-//   compute: [backward writes slot]  record(ready)
-//   d2h:     wait(ready)  copy slot -> staging  record(slot copied-out)  callback: accumulate
+//   compute: [backward writes slot]  record(slot filled)
+//   d2h:     wait(filled)  copy slot -> staging  record(slot drained)  callback: accumulate
 //            staging into chunk c's fp32 accumulator (+ chunk c's norm partial when it is the
 //            step's last contribution)
-// and the next acquire of that slot makes compute wait for its copied-out event, then zero it.
+// and the next acquire of that slot makes compute wait for its drained event, then zero it.
 //
 // Home nvme: a chunk's accumulator is in a spill buffer only from its acquire to its `last`
 // release of a micro-batch (and after that while no other chunk needs the buffer). acquire(c)
@@ -47,6 +47,7 @@
 #include "kernels/cpu/half.h"
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
+#include "offload/slot_group.h"
 #include "offload/staging_ring.h"
 #include "offload/sticky_error.h"
 #include "offload/tier_manager.h"  // Tier
@@ -198,18 +199,6 @@ class GradientOffloader final : public GradSink {
   void reset_stats();
 
  private:
-  struct Slot {
-    std::byte* device = nullptr;
-    uint64_t bytes = 0;
-    std::unique_ptr<Event> ready;       // compute: the backward's writes are queued before it
-    std::unique_ptr<Event> copied_out;  // d2h: the slot's last copy-out is queued before it
-    long held_by = -1;                  // chunk holding it, or -1 (driving thread only)
-  };
-  struct Group {
-    std::string name;
-    std::vector<Slot> slots;
-    size_t next = 0;  // round-robin cursor (driving thread only)
-  };
   struct Chunk {
     uint64_t bytes = 0;
     size_t group = 0;
@@ -261,7 +250,11 @@ class GradientOffloader final : public GradSink {
   ThreadPool* const pool_;
   TraceRecorder* const trace_;
   NvmeStore* const store_;  // home nvme only
-  std::vector<Group> groups_;
+  // Device slots per group (driving thread only). A slot's chunk: the one holding it (acquired,
+  // not released), -1: free; `filled` (compute): the backward's writes are queued before it;
+  // `drained` (d2h): its last copy-out is queued before it.
+  std::vector<SlotGroup> groups_;
+  std::vector<size_t> group_next_;  // per group, the round-robin cursor
   std::vector<Chunk> chunks_;
   // Home nvme: the fp32 spill buffers (buffer i the i-th largest chunk's accumulator) and their
   // transfers. A buffer's transfer belongs to the d2h thread while a callback for the buffer is

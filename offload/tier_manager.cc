@@ -26,16 +26,11 @@ int64_t steady_ns() {
       .count();
 }
 
-std::string group_name(const TierManagerOptions& o, size_t g) {
-  return g < o.group_names.size() && !o.group_names[g].empty() ? o.group_names[g] : fmt::format("group {}", g);
-}
+std::string group_name(const TierManagerOptions& o, size_t g) { return slot_group_name(o.group_names, g); }
 
-// Per group: the largest 4 KiB-padded chunk (0 for a group without chunks).
-std::vector<uint64_t> slot_sizes(const TierManagerOptions& o) {
-  std::vector<uint64_t> s(o.group_slots.size(), 0);
-  for (size_t c = 0; c < o.chunk_bytes.size() && c < o.chunk_group.size(); c++)
-    if (o.chunk_group[c] < s.size()) s[o.chunk_group[c]] = std::max(s[o.chunk_group[c]], round_up(o.chunk_bytes[c], kPage));
-  return s;
+// Per group: slots of its largest 4 KiB-padded chunk (0 bytes for a group without chunks).
+std::vector<SlotGroupSpec> slot_specs(const TierManagerOptions& o) {
+  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, kPage);
 }
 
 uint64_t max_chunk(const TierManagerOptions& o) {
@@ -107,13 +102,7 @@ Status check_tier_options(const TierManagerOptions& o, bool have_store) {
   return Status::ok();
 }
 
-uint64_t tier_device_bytes(const TierManagerOptions& o) {
-  const std::vector<uint64_t> sizes = slot_sizes(o);
-  uint64_t total = 0;
-  for (size_t g = 0; g < sizes.size(); g++) total += sizes[g] * o.group_slots[g];
-  return total;
-}
-
+uint64_t tier_device_bytes(const TierManagerOptions& o) { return slot_groups_device_bytes(slot_specs(o)); }
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
   if (o.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
@@ -126,20 +115,9 @@ uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment
 
 // ---- state ---------------------------------------------------------------------------------------
 
-struct TierManager::Slot {
-  std::byte* ptr = nullptr;
-  uint32_t group = 0;
-  int64_t chunk = -1;       // the chunk whose current weights are here or on their way; -1: free
-  uint32_t holds = 0;       // acquires not yet released
-  uint64_t last_use = 0;    // LRU tick
-  bool prefetched = false;  // filled ahead of an acquire that has not come yet
-  std::unique_ptr<Event> released;  // Stream::compute: the last compute use (recorded at release)
-  std::unique_ptr<Event> arrived;   // Stream::h2d: the end of the last copy into the slot
-};
-
 struct TierManager::Chunk {
   uint32_t group = 0;
-  int slot = -1;                     // slot holding the current weights, -1: none
+  int slot = -1;                     // slot of its group holding the current weights, -1: none
   PinnedBuffer home;                 // cpu home
   std::unique_ptr<Event> home_read;  // cpu home: Stream::h2d, the end of the last copy from home
   ExtentId extent = 0;               // nvme home
@@ -174,28 +152,11 @@ StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, Pin
 
 Status TierManager::carve() {
   const TierManagerOptions& o = options_;
-  slot_bytes_ = slot_sizes(o);
+  const std::vector<SlotGroupSpec> specs = slot_specs(o);
   uint64_t derived = 0;
-  for (size_t g = 0; g < slot_bytes_.size(); g++) derived += (o.group_slots[g] - 1) * slot_bytes_[g];
+  for (const SlotGroupSpec& g : specs) derived += (g.slots - 1) * g.bytes;
   window_ = o.prefetch_bytes != 0 ? o.prefetch_bytes : derived;
-
-  for (size_t g = 0; g < o.group_slots.size(); g++) {
-    for (uint32_t i = 0; i < o.group_slots[g]; i++) {
-      auto p = backend_.allocate(slot_bytes_[g], fmt::format("{} slot ({}) {}/{}", o.name, group_name(o, g), i + 1,
-                                                            o.group_slots[g]));
-      if (!p.is_ok())
-        return p.status().with_context(fmt::format(
-            "{}: the device slots need {} in all (the minimum for these slot groups; lower the slot counts or raise "
-            "the device budget)",
-            o.name, format_size(tier_device_bytes(o))));
-      Slot s;
-      s.ptr = static_cast<std::byte*>(*p);
-      s.group = static_cast<uint32_t>(g);
-      s.released = backend_.create_event();
-      s.arrived = backend_.create_event();
-      slots_.push_back(std::move(s));
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(groups_, carve_slot_groups(backend_, o.name, specs));
 
   chunks_.resize(o.chunk_bytes.size());
   for (size_t c = 0; c < chunks_.size(); c++) {
@@ -233,10 +194,7 @@ TierManager::~TierManager() {
       if (!w.is_ok()) spdlog::error("{}: NVMe write at shutdown: {}", options_.name, w.to_string());
     }
   }
-  for (Slot& sl : slots_) {
-    Status r = backend_.release(sl.ptr);
-    if (!r.is_ok()) spdlog::error("{}: releasing a device slot: {}", options_.name, r.to_string());
-  }
+  groups_.clear();  // the device slots, now that no stream uses them
   if (store_ != nullptr) {
     for (Chunk& ch : chunks_) {
       if (ch.extent == 0) continue;
@@ -259,49 +217,46 @@ Status TierManager::end_sequence() { return prefetcher_.end(); }
 // ---- slots ---------------------------------------------------------------------------------------
 
 int TierManager::pick_slot(uint32_t group, bool demand, uint64_t needed_at) const {
+  const SlotGroup& slots = groups_[group];
   int best = -1;
   uint64_t best_use = 0;
-  for (size_t i = 0; i < slots_.size(); i++) {
-    const Slot& s = slots_[i];
-    if (s.group != group || s.holds > 0) continue;
+  for (size_t i = 0; i < slots.size(); i++) {
+    const DeviceSlot& s = slots[i];
+    if (s.holds > 0) continue;
     if (s.chunk < 0) return static_cast<int>(i);
     const uint64_t use = prefetcher_.next_use(static_cast<size_t>(s.chunk));
     if (!demand && use <= needed_at) continue;  // never evict a chunk needed no later than the one fetched
-    if (best < 0 || use > best_use || (use == best_use && s.last_use < slots_[best].last_use)) {
+    if (best < 0 || use > best_use || (use == best_use && s.last_use < slots[best].last_use)) {
       best = static_cast<int>(i);
       best_use = use;
     }
   }
   return best;
 }
-
-void TierManager::evict(int s) {
-  Slot& sl = slots_[s];
+void TierManager::evict(DeviceSlot& sl) {
   if (sl.chunk >= 0) {
     chunks_[sl.chunk].slot = -1;
     counters_.evictions++;
   }
   sl.chunk = -1;
-  sl.prefetched = false;
 }
+DeviceSlot& TierManager::slot_of(size_t c) { return groups_[chunks_[c].group][chunks_[c].slot]; }
 
 void TierManager::unmap(size_t c) {
   Chunk& ch = chunks_[c];
   if (ch.slot < 0) return;
-  slots_[ch.slot].chunk = -1;
-  slots_[ch.slot].prefetched = false;
+  slot_of(c).chunk = -1;
   ch.slot = -1;
 }
-
 Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) {
-  Slot& sl = slots_[s];
-  evict(s);
+  DeviceSlot& sl = groups_[chunks_[c].group][s];
+  evict(sl);
   const uint64_t bytes = options_.chunk_bytes[c];
-  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *sl.released));  // the slot's last compute use is done
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *sl.drained));  // the slot's last compute use is done
   STRATA_RETURN_IF_ERROR(traced_h2d(backend_, trace_, c, bytes, [&] {
     return backend_.copy_to_device(sl.ptr, src, bytes, Stream::h2d);
   }));
-  STRATA_RETURN_IF_ERROR(backend_.record(*sl.arrived, Stream::h2d));
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.filled, Stream::h2d));
   Event& source_done = staging >= 0 ? *staging_copied_[staging] : *chunks_[c].home_read;
   STRATA_RETURN_IF_ERROR(backend_.record(source_done, Stream::h2d));
   sl.chunk = static_cast<int64_t>(c);
@@ -310,18 +265,18 @@ Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) 
   return Status::ok();
 }
 
-void TierManager::wait_arrival(const Slot& sl) {
+void TierManager::wait_arrival(const DeviceSlot& sl) {
   // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
   // two callbacks on that stream time the wait.
-  if (backend_.query(*sl.arrived)) return;
+  if (backend_.query(*sl.filled)) return;
   std::shared_ptr<WaitClock> clock = wait_clock_;
   const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
-  Status w = backend_.wait(Stream::compute, *sl.arrived);
+  Status w = backend_.wait(Stream::compute, *sl.filled);
   if (!w.is_ok()) {
     // No wait could be queued: order by blocking the host instead, so the data is never used early.
     spdlog::warn("{}: compute wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
                  w.to_string());
-    (void)backend_.synchronize(*sl.arrived);
+    (void)backend_.synchronize(*sl.filled);
   }
   if (timed) {
     (void)backend_.host_callback(Stream::compute, [clock] {
@@ -342,7 +297,6 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
   Chunk& ch = chunks_[c];
   if (ch.slot >= 0) {
     counters_.hits++;
-    slots_[ch.slot].prefetched = false;
   } else {
     const int s = pick_slot(ch.group, /*demand=*/true, 0);
     if (s < 0)
@@ -377,7 +331,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
       }
     }
   }
-  Slot& sl = slots_[ch.slot];
+  DeviceSlot& sl = slot_of(c);
   sl.holds++;
   sl.last_use = ++tick_;
   wait_arrival(sl);
@@ -387,10 +341,10 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
 }
 
 Status TierManager::release(size_t c) {
-  if (c >= chunks_.size() || chunks_[c].slot < 0 || slots_[chunks_[c].slot].holds == 0)
+  if (c >= chunks_.size() || chunks_[c].slot < 0 || slot_of(c).holds == 0)
     return error(Code::failed_precondition, "{}: release of chunk {}, which is not acquired", options_.name, c);
-  Slot& sl = slots_[chunks_[c].slot];
-  STRATA_RETURN_IF_ERROR(backend_.record(*sl.released, Stream::compute));
+  DeviceSlot& sl = slot_of(c);
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.drained, Stream::compute));
   sl.holds--;
   sl.last_use = ++tick_;
   return Status::ok();
@@ -422,7 +376,6 @@ void TierManager::prefetch() {
       ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
       continue;
     }
-    slots_[s].prefetched = true;
     counters_.prefetches++;
   }
   if (options_.home != Tier::nvme) return;
@@ -528,7 +481,7 @@ StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: update of chunk {} (there are {})", options_.name, c, chunks_.size());
   STRATA_RETURN_IF_ERROR(write_error_.status());
   Chunk& ch = chunks_[c];
-  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+  if (ch.slot >= 0 && slot_of(c).holds > 0)
     return error(Code::failed_precondition, "{}: update of chunk {} while it is acquired (release it first)", options_.name, c);
   if (update_chunk_.has_value()) {
     if (*update_chunk_ != c)
@@ -552,7 +505,7 @@ Status TierManager::commit_update(size_t c) {
   if (update_chunk_ != c)
     return error(Code::failed_precondition, "{}: commit of chunk {} without its update buffer", options_.name, c);
   Chunk& ch = chunks_[c];
-  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+  if (ch.slot >= 0 && slot_of(c).holds > 0)
     return error(Code::failed_precondition, "{}: commit of chunk {} while it is acquired (release it first)", options_.name, c);
   unmap(c);  // every device copy of c is stale from now on
   if (options_.home == Tier::cpu) {
@@ -607,15 +560,16 @@ TierStats TierManager::stats() const {
   const PrefetcherStats p = prefetcher_.stats();
   s.sequences_recorded = p.sequences_recorded - prefetch_base_.sequences_recorded;
   s.sequences_replayed = p.sequences_replayed - prefetch_base_.sequences_replayed;
-  for (size_t g = 0; g < slot_bytes_.size(); g++) s.device_bytes += slot_bytes_[g] * options_.group_slots[g];
+  for (const SlotGroup& g : groups_) s.device_bytes += g.bytes() * g.size();
   for (const Chunk& ch : chunks_) s.pinned_bytes += ch.home.size();
   s.pinned_bytes += staging_.pinned_bytes();
   s.nvme_read_bytes = staging_.stats().read_bytes;
   s.nvme_write_bytes = staging_.stats().write_bytes;
   if (store_ != nullptr)
     for (uint64_t b : options_.chunk_bytes) s.nvme_bytes += store_->padded_size(b);
-  for (const Slot& sl : slots_)
-    if (sl.chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[sl.chunk];
+  for (const SlotGroup& g : groups_)
+    for (size_t i = 0; i < g.size(); i++)
+      if (g[i].chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[g[i].chunk];
   s.compute_wait_seconds = static_cast<double>(wait_clock_->total_ns.load()) * 1e-9;
   s.compute_waits = wait_clock_->waits.load();
   return s;

@@ -19,6 +19,7 @@
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
+#include "offload/slot_group.h"
 #include "offload/staging_ring.h"
 #include "offload/sticky_error.h"
 #include "runtime/backend.h"
@@ -146,7 +147,6 @@ class TierManager final : public WeightSource {
   const Prefetcher& prefetcher() const { return prefetcher_; }
 
  private:
-  struct Slot;
   struct Chunk;
   struct WaitClock;  // shared with the compute-wait callbacks
 
@@ -157,7 +157,8 @@ class TierManager final : public WeightSource {
   // `demand`: any unheld slot qualifies (ties: least recently used); prefetch: only chunks used
   // strictly later than `needed_at` (Prefetcher::next_use of the chunk to fetch). -1: none.
   int pick_slot(uint32_t group, bool demand, uint64_t needed_at) const;
-  void evict(int s);
+  void evict(DeviceSlot& slot);
+  DeviceSlot& slot_of(size_t c);  // the slot holding c's weights (precondition: there is one)
   void unmap(size_t c);
   // Queues the H2D of chunk c from `src` into slot s (after the slot's last compute use) and maps it.
   Status copy_in(size_t c, int s, const std::byte* src, int staging);
@@ -174,7 +175,7 @@ class TierManager final : public WeightSource {
   void discard_read(size_t c);       // finishes and drops a prefetch read of c (its data unused)
   void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
-  void wait_arrival(const Slot& slot);
+  void wait_arrival(const DeviceSlot& slot);
 
   Backend& backend_;
   PinnedPool& pool_;
@@ -183,8 +184,7 @@ class TierManager final : public WeightSource {
   const TierManagerOptions options_;
   uint64_t window_ = 0;
   std::vector<uint64_t> padded_;      // per chunk: bytes padded to 4 KiB (slots) / store padding (staging)
-  std::vector<uint64_t> slot_bytes_;  // per group
-  std::vector<Slot> slots_;
+  std::vector<SlotGroup> groups_;     // the device slots, per group
   std::vector<Chunk> chunks_;
   StagingRing staging_;              // nvme home; holder: the chunk whose committed bytes it holds
   std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
