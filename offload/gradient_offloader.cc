@@ -19,7 +19,6 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kPinnedGranule = 4096;   // PinnedPool rounds every block up to 4 KiB
 constexpr size_t kAccumulateGrain = 1 << 16;  // elements per parallel task (256 KiB of fp32)
 
 // Per group: slots of its largest chunk's bytes (0 for a group without chunks: no slots).
@@ -103,18 +102,19 @@ uint64_t nanos_since(std::chrono::steady_clock::time_point t0) {
 uint64_t gradient_offloader_device_bytes(const GradientOffloaderOptions& options) {
   return slot_groups_device_bytes(slot_specs(options));
 }
+
 uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
   const size_t es = kernels::float_format_size(options.format);
   uint64_t total = 0, largest = 0;
   for (uint64_t b : options.chunk_bytes) {
-    if (options.home != Tier::nvme) total += round_up(b / es * sizeof(float), kPinnedGranule);
+    if (options.home != Tier::nvme) total += round_up(b / es * sizeof(float), kHostPage);
     largest = std::max(largest, b);
   }
   if (options.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
     total += StagingRing::pinned_bytes(spill_sizes(options, a), a);
   }
-  return total + round_up(largest, kPinnedGranule);
+  return total + round_up(largest, kHostPage);
 }
 
 uint64_t gradient_offloader_nvme_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
@@ -549,6 +549,7 @@ long GradientOffloader::pick_spill(size_t c, long except) const {
   }
   return best;
 }
+
 StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
   long best = pick_spill(c, -1);
   if (best < 0 && !in_step_) {
@@ -607,6 +608,7 @@ void GradientOffloader::detach(size_t b) {
   if (holder >= 0) chunks_[static_cast<size_t>(holder)].spill = -1;
   holder = -1;
 }
+
 GradientOffloaderStats GradientOffloader::stats() const {
   GradientOffloaderStats s;
   s.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);

@@ -20,13 +20,11 @@ namespace strata {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-uint64_t image_alignment(uint32_t store_alignment) { return std::max<uint64_t>(kPage, store_alignment); }
+uint64_t image_alignment(uint32_t store_alignment) { return std::max<uint64_t>(kHostPage, store_alignment); }
 
 uint64_t scales_of(const OptimizerPipelineOptions& o, size_t c) {
   return o.states == AdamStates::q8 && c < o.scale_count.size() ? o.scale_count[c] : 0;
@@ -41,7 +39,7 @@ uint64_t max_padded(const OptimizerPipelineOptions& o, uint64_t alignment) {
 
 // The nvme ring: `staging` buffers of the largest padded image, each rounded up to 4 KiB.
 std::vector<uint64_t> ring_sizes(const OptimizerPipelineOptions& o, uint64_t alignment) {
-  return std::vector<uint64_t>(o.staging, round_up(max_padded(o, alignment), kPage));
+  return std::vector<uint64_t>(o.staging, round_up(max_padded(o, alignment), kHostPage));
 }
 
 }  // namespace
@@ -109,7 +107,7 @@ uint64_t optimizer_pipeline_pinned_bytes(const OptimizerPipelineOptions& o, uint
   if (o.home == Tier::nvme) return StagingRing::pinned_bytes(ring_sizes(o, a), a);
   uint64_t total = 0;
   for (size_t c = 0; c < o.fp32_slots.size(); c++)
-    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kPage).padded, kPage);
+    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kHostPage).padded, kHostPage);
   return total;
 }
 
@@ -160,7 +158,7 @@ StatusOr<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::create(PinnedPoo
 Status OptimizerPipeline::carve() {
   const OptimizerPipelineOptions& o = options_;
   const size_t chunks = o.fp32_slots.size();
-  alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kPage;
+  alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kHostPage;
   for (size_t c = 0; c < chunks; c++)
     layouts_.push_back(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment_));
   seen_.assign(chunks, 0);
@@ -329,6 +327,7 @@ void OptimizerPipeline::begin_read(size_t pos, size_t c, int b) {
   }
   u.begin_error = staging_.begin(b, IoOp::read, extents_[c], c, layouts_[c].padded);
 }
+
 Status OptimizerPipeline::finish_read(int b) {
   const StagingUse& u = use_[b];
   Status s = u.begin_error;
@@ -340,6 +339,7 @@ Status OptimizerPipeline::finish_read(int b) {
   if (!s.is_ok()) staging_[b].holder = -1;  // the bytes are never visited
   return s;
 }
+
 Status OptimizerPipeline::finish_write(int b) {
   const size_t c = staging_[b].chunk();
   Status s = staging_.finish(b);
@@ -347,6 +347,7 @@ Status OptimizerPipeline::finish_write(int b) {
   written_[c] = s.is_ok() ? 1 : 0;
   return write_error_.record(s);
 }
+
 void OptimizerPipeline::drain() {
   for (size_t b = 0; b < staging_.size(); b++) {
     if (writing(b)) {
@@ -357,6 +358,7 @@ void OptimizerPipeline::drain() {
     }
   }
 }
+
 void OptimizerPipeline::note_in_use() {
   uint64_t busy = 0;
   for (size_t b = 0; b < staging_.size(); b++) busy += staging_[b].holder >= 0;

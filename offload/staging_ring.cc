@@ -13,11 +13,9 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kPinnedGranule = 4096;  // PinnedPool rounds every block up to 4 KiB
-
 // The pool's request for a buffer of `bytes` whose start is then aligned to `alignment`.
 uint64_t pinned_request(uint64_t bytes, uint64_t alignment) {
-  return round_up(bytes, kPinnedGranule) + (alignment > kPinnedGranule ? alignment : 0);
+  return round_up(bytes, kHostPage) + (alignment > kHostPage ? alignment : 0);
 }
 
 }  // namespace

@@ -19,8 +19,6 @@ namespace strata {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -30,7 +28,7 @@ std::string group_name(const TierManagerOptions& o, size_t g) { return slot_grou
 
 // Per group: slots of its largest 4 KiB-padded chunk (0 bytes for a group without chunks).
 std::vector<SlotGroupSpec> slot_specs(const TierManagerOptions& o) {
-  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, kPage);
+  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, kHostPage);
 }
 
 uint64_t max_chunk(const TierManagerOptions& o) {
@@ -41,7 +39,7 @@ uint64_t max_chunk(const TierManagerOptions& o) {
 
 // NVMe staging: every buffer the largest chunk, padded as the store pads it, then to 4 KiB.
 std::vector<uint64_t> staging_sizes(const TierManagerOptions& o, uint64_t store_alignment) {
-  return std::vector<uint64_t>(o.nvme_staging, round_up(round_up(max_chunk(o), store_alignment), kPage));
+  return std::vector<uint64_t>(o.nvme_staging, round_up(round_up(max_chunk(o), store_alignment), kHostPage));
 }
 
 StagingRingOptions staging_options(const std::string& name) {
@@ -103,13 +101,14 @@ Status check_tier_options(const TierManagerOptions& o, bool have_store) {
 }
 
 uint64_t tier_device_bytes(const TierManagerOptions& o) { return slot_groups_device_bytes(slot_specs(o)); }
+
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
   if (o.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
     return StagingRing::pinned_bytes(staging_sizes(o, a), a);
   }
   uint64_t total = 0;
-  for (uint64_t b : o.chunk_bytes) total += round_up(b, kPage);
+  for (uint64_t b : o.chunk_bytes) total += round_up(b, kHostPage);
   return total;
 }
 
@@ -163,7 +162,7 @@ Status TierManager::carve() {
     Chunk& ch = chunks_[c];
     ch.group = o.chunk_group[c];
     if (o.home == Tier::cpu) {
-      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kPage));
+      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kHostPage));
       if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned home of chunk {}", o.name, c));
       ch.home = std::move(*b);
       std::memset(ch.home.data(), 0, ch.home.size());
@@ -233,6 +232,7 @@ int TierManager::pick_slot(uint32_t group, bool demand, uint64_t needed_at) cons
   }
   return best;
 }
+
 void TierManager::evict(DeviceSlot& sl) {
   if (sl.chunk >= 0) {
     chunks_[sl.chunk].slot = -1;
@@ -240,6 +240,7 @@ void TierManager::evict(DeviceSlot& sl) {
   }
   sl.chunk = -1;
 }
+
 DeviceSlot& TierManager::slot_of(size_t c) { return groups_[chunks_[c].group][chunks_[c].slot]; }
 
 void TierManager::unmap(size_t c) {
@@ -248,6 +249,7 @@ void TierManager::unmap(size_t c) {
   slot_of(c).chunk = -1;
   ch.slot = -1;
 }
+
 Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) {
   DeviceSlot& sl = groups_[chunks_[c].group][s];
   evict(sl);
@@ -448,10 +450,12 @@ Status TierManager::begin_chunk_read(size_t c, int b) {
   chunks_[c].reading = b;
   return Status::ok();
 }
+
 Status TierManager::finish_read(int b) {
   chunks_[staging_[b].chunk()].reading = -1;
   return staging_.finish(b);
 }
+
 Status TierManager::finish_write(int b) {
   chunks_[staging_[b].chunk()].writing = -1;
   return write_error_.record(staging_.finish(b));
@@ -466,6 +470,7 @@ void TierManager::forget_copy(int b) {
   chunks_[copy_of].written = -1;
   copy_of = -1;
 }
+
 void TierManager::discard_read(size_t c) {
   if (chunks_[c].reading < 0) return;
   (void)finish_read(chunks_[c].reading);  // an error here is met again by the next read of c
