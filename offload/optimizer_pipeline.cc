@@ -132,7 +132,7 @@ struct OptimizerPipeline::StagingUse {
 
 OptimizerPipeline::OptimizerPipeline(PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
                                      OptimizerPipelineOptions options)
-    : pool_(pool), store_(store), trace_(trace), options_(std::move(options)), staging_(store, trace, ring_options()) {}
+    : pool_(pool), store_(store), options_(std::move(options)), staging_(store, trace, ring_options()) {}  // trace: the ring's
 
 // Spans "<label>" on "optimizer read" / "optimizer write"; errors "NVMe read of the state of <label>".
 StagingRingOptions OptimizerPipeline::ring_options() const {

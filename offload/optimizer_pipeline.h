@@ -220,7 +220,6 @@ class OptimizerPipeline {
 
   PinnedPool& pool_;
   NvmeStore* const store_;
-  TraceRecorder* const trace_;
   const OptimizerPipelineOptions options_;
   std::vector<OptimizerStateLayout> layouts_;
   std::vector<PinnedBuffer> homes_;   // cpu home, one per chunk

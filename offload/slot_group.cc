@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "runtime/units.h"

@@ -14,8 +14,6 @@
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "runtime/align.h"
 #include "runtime/backend.h"
 #include "runtime/status.h"
