@@ -12,31 +12,18 @@
 
 #include "kernels/cpu/grad_accumulate.h"
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/thread_pool.h"
 #include "runtime/units.h"
 
 namespace strata {
 namespace {
 
-constexpr uint64_t kArenaAlignment = 256;   // Backend::allocate's block alignment
-constexpr uint64_t kPinnedGranule = 4096;   // PinnedPool rounds every block up to 4 KiB
 constexpr size_t kAccumulateGrain = 1 << 16;  // elements per parallel task (256 KiB of fp32)
 
-uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
-
-std::string group_name(const GradientOffloaderOptions& o, size_t g) {
-  if (g < o.group_names.size() && !o.group_names[g].empty()) return o.group_names[g];
-  return fmt::format("group {}", g);
-}
-
-// Largest chunk per group (0 for a group without chunks). Assumes chunk_group is in range.
-std::vector<uint64_t> group_slot_bytes(const GradientOffloaderOptions& o) {
-  std::vector<uint64_t> bytes(o.group_slots.size(), 0);
-  for (size_t c = 0; c < o.chunk_bytes.size() && c < o.chunk_group.size(); ++c) {
-    const size_t g = o.chunk_group[c];
-    if (g < bytes.size()) bytes[g] = std::max(bytes[g], o.chunk_bytes[c]);
-  }
-  return bytes;
+// Per group: slots of its largest chunk's bytes (0 for a group without chunks: no slots).
+std::vector<SlotGroupSpec> slot_specs(const GradientOffloaderOptions& o) {
+  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, 1);
 }
 
 // Home nvme: the fp32 bytes each spill buffer holds (padded to `alignment`): buffer i as the i-th
@@ -86,10 +73,23 @@ Status validate(const GradientOffloaderOptions& o, bool have_store) {
   for (size_t g = 0; g < o.group_slots.size(); ++g) {
     if (o.group_slots[g] == 0) {
       return error(Code::invalid_argument, "{}: slot group '{}' has 0 device slots (at least 1)", o.name,
-                   group_name(o, g));
+                   slot_group_name(o.group_names, g));
     }
   }
   return Status::ok();
+}
+
+// Spans "<name> chunk <c>" on "grad nvme read" / "grad nvme write"; errors "NVMe read of chunk c's
+// fp32 gradient".
+StagingRingOptions spill_ring_options(const std::string& name) {
+  StagingRingOptions r;
+  r.name = name;
+  r.what = "spill buffer";
+  r.read_track = "grad nvme read";
+  r.write_track = "grad nvme write";
+  r.span_name = [name](size_t c) { return fmt::format("{} chunk {}", name, c); };
+  r.subject = [](size_t c) { return fmt::format("chunk {}'s fp32 gradient", c); };
+  return r;
 }
 
 uint64_t nanos_since(std::chrono::steady_clock::time_point t0) {
@@ -100,26 +100,21 @@ uint64_t nanos_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 uint64_t gradient_offloader_device_bytes(const GradientOffloaderOptions& options) {
-  const std::vector<uint64_t> largest = group_slot_bytes(options);
-  uint64_t total = 0;
-  for (size_t g = 0; g < largest.size(); ++g) {
-    if (largest[g] > 0) total += options.group_slots[g] * round_up(largest[g], kArenaAlignment);
-  }
-  return total;
+  return slot_groups_device_bytes(slot_specs(options));
 }
 
 uint64_t gradient_offloader_pinned_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
   const size_t es = kernels::float_format_size(options.format);
   uint64_t total = 0, largest = 0;
   for (uint64_t b : options.chunk_bytes) {
-    if (options.home != Tier::nvme) total += round_up(b / es * sizeof(float), kPinnedGranule);
+    if (options.home != Tier::nvme) total += round_up(b / es * sizeof(float), kHostPage);
     largest = std::max(largest, b);
   }
   if (options.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-    for (uint64_t bytes : spill_sizes(options, a)) total += round_up(bytes, kPinnedGranule) + (a > kPinnedGranule ? a : 0);
+    total += StagingRing::pinned_bytes(spill_sizes(options, a), a);
   }
-  return total + round_up(largest, kPinnedGranule);
+  return total + round_up(largest, kHostPage);
 }
 
 uint64_t gradient_offloader_nvme_bytes(const GradientOffloaderOptions& options, uint32_t store_alignment) {
@@ -133,7 +128,8 @@ uint64_t gradient_offloader_nvme_bytes(const GradientOffloaderOptions& options, 
 
 GradientOffloader::GradientOffloader(Backend& backend, const GradientOffloaderOptions& options, ThreadPool* pool,
                                      TraceRecorder* trace, NvmeStore* store)
-    : backend_(backend), options_(options), pool_(pool), trace_(trace), store_(store) {
+    : backend_(backend), options_(options), pool_(pool), trace_(trace), store_(store),
+      spills_(store, trace, spill_ring_options(options.name)) {
   if (pool_ != nullptr) {
     parallel_for_ = [pool = pool_](size_t n, size_t grain, const std::function<void(size_t, size_t)>& body) {
       pool->parallel_for(n, grain, body);
@@ -149,23 +145,8 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
   if (options.home != Tier::nvme) store = nullptr;  // a store given with home cpu is not used
   std::unique_ptr<GradientOffloader> o(new GradientOffloader(backend, options, pool, trace, store));
   // From here a failure returns and the destructor frees whatever was taken.
-  const std::vector<uint64_t> slot_bytes = group_slot_bytes(options);
-  o->groups_.resize(options.group_slots.size());
-  for (size_t g = 0; g < o->groups_.size(); ++g) {
-    Group& group = o->groups_[g];
-    group.name = group_name(options, g);
-    if (slot_bytes[g] == 0) continue;  // a group without chunks needs no slots
-    group.slots.resize(options.group_slots[g]);
-    for (size_t i = 0; i < group.slots.size(); ++i) {
-      Slot& s = group.slots[i];
-      const std::string tag = fmt::format("{} slot ({}) {}/{}", options.name, group.name, i + 1, group.slots.size());
-      STRATA_ASSIGN_OR_RETURN(void* p, backend.allocate(slot_bytes[g], tag));
-      s.device = static_cast<std::byte*>(p);
-      s.bytes = slot_bytes[g];
-      s.ready = backend.create_event();
-      s.copied_out = backend.create_event();
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(o->groups_, carve_slot_groups(backend, options.name, slot_specs(options)));
+  o->group_next_.assign(o->groups_.size(), 0);
   const size_t es = kernels::float_format_size(options.format);
   uint64_t largest = 0;
   o->chunks_.resize(options.chunk_bytes.size());
@@ -200,20 +181,9 @@ Status GradientOffloader::carve_nvme(PinnedPool& pinned) {
     }
     chunks_[c].extent = *e;
   }
-  const std::vector<uint64_t> sizes = spill_sizes(o, a);
-  spills_.resize(sizes.size());
-  for (size_t i = 0; i < spills_.size(); ++i) {
-    spills_[i].bytes = sizes[i];
-    StatusOr<PinnedBuffer> b = pinned.acquire(round_up(sizes[i], kPinnedGranule) + (a > kPinnedGranule ? a : 0));
-    if (!b.is_ok()) {
-      return b.status().with_context(fmt::format("{}: pinned spill buffer {} of {} ({} in all)", o.name, i + 1,
-                                                 spills_.size(), format_size(gradient_offloader_pinned_bytes(o, a))));
-    }
-    Spill& s = spills_[i];
-    s.memory = std::move(*b);
-    s.data = reinterpret_cast<float*>(round_up(reinterpret_cast<uintptr_t>(s.memory.data()), a));
-    s.done = backend_.create_event();
-  }
+  STRATA_RETURN_IF_ERROR(spills_.carve(pinned, spill_sizes(o, a)));
+  spill_use_.resize(spills_.size());
+  for (SpillUse& u : spill_use_) u.done = backend_.create_event();
   return Status::ok();
 }
 
@@ -221,19 +191,13 @@ GradientOffloader::~GradientOffloader() {
   // Every queued fill, copy and callback touches our slots or buffers: wait for them first.
   (void)backend_.synchronize(Stream::compute);
   (void)backend_.synchronize(Stream::d2h);
-  for (Spill& s : spills_) {
-    if (s.pending) (void)store_->finish(s.io);  // every transfer finished before its extent goes
-  }
+  for (size_t b = 0; b < spills_.size(); ++b) (void)spills_.finish(b);  // every transfer, before its extent goes
   for (Chunk& ch : chunks_) {
     if (ch.extent == 0) continue;
     Status r = store_->release(ch.extent);
     if (!r.is_ok()) spdlog::error("{}: releasing an NVMe extent: {}", options_.name, r.to_string());
   }
-  for (Group& g : groups_) {
-    for (Slot& s : g.slots) {
-      if (s.device != nullptr) (void)backend_.release(s.device);
-    }
-  }
+  groups_.clear();  // the device slots, now that no stream uses them
 }
 
 uint64_t GradientOffloader::chunk_bytes(size_t c) const { return chunks_[c].bytes; }
@@ -247,7 +211,7 @@ size_t GradientOffloader::accumulated_count(size_t c) const { return elements(c)
 double GradientOffloader::partial(size_t c) const { return chunks_[c].partial; }
 
 Status GradientOffloader::begin_step() {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
       return error(Code::failed_precondition, "{}: begin_step while chunk {} is still acquired", options_.name, c);
@@ -259,13 +223,13 @@ Status GradientOffloader::begin_step() {
   }
   // No callback of an earlier step may still run when the flags are reset (a no-op after finish_step).
   Status st = backend_.synchronize(Stream::d2h);
-  if (!st.is_ok()) return sticky_ = st.with_context(options_.name);
-  STRATA_RETURN_IF_ERROR(check_errors());
+  if (!st.is_ok()) return sticky_.record(st.with_context(options_.name));
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   // Home nvme: the buffers hold the last step's values; a step abandoned before finish_step may
   // leave writes in flight. Finish them, then every buffer is free.
   for (size_t b = 0; b < spills_.size(); ++b) {
-    st = settle(spills_[b]);
-    if (!st.is_ok()) return sticky_ = st;
+    st = spills_.finish(b);
+    if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
   for (Chunk& ch : chunks_) {
@@ -281,7 +245,7 @@ Status GradientOffloader::begin_step() {
 }
 
 StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
@@ -290,19 +254,20 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
   if (ch.slot >= 0) {
     return error(Code::failed_precondition, "{}: chunk {} is already acquired (release it first)", options_.name, c);
   }
-  Group& group = groups_[ch.group];
-  const size_t n = group.slots.size();
+  SlotGroup& group = groups_[ch.group];
+  size_t& next = group_next_[ch.group];
+  const size_t n = group.size();
   long found = -1;
   for (size_t k = 0; k < n; ++k) {
-    const size_t s = (group.next + k) % n;
-    if (group.slots[s].held_by < 0) {
+    const size_t s = (next + k) % n;
+    if (group[s].chunk < 0) {
       found = static_cast<long>(s);
       break;
     }
   }
   if (found < 0) {
     return error(Code::failed_precondition, "{}: chunk {}: all {} device slots of group '{}' are held (release one first)",
-                 options_.name, c, n, group.name);
+                 options_.name, c, n, group.name());
   }
   if (nvme() && ch.spill < 0) {
     // A buffer for c's accumulator; c's value so far (an earlier micro-batch's) comes back from its
@@ -310,66 +275,66 @@ StatusOr<std::byte*> GradientOffloader::acquire(size_t c) {
     STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
     if (ch.released) {
       Status st = begin_extent_io(c, b, IoOp::read);
-      if (!st.is_ok()) return sticky_ = st;
+      if (!st.is_ok()) return sticky_.record(st);
     }
   }
   if (nvme()) ch.open = true;
-  Slot& slot = group.slots[static_cast<size_t>(found)];
+  DeviceSlot& slot = group[static_cast<size_t>(found)];
   // The slot's previous copy-out must finish before the compute zeroes and writes it. The host
   // does not block: compute waits.
-  Status st = backend_.wait(Stream::compute, *slot.copied_out);
-  if (st.is_ok()) st = backend_.fill_zero(slot.device, ch.bytes, Stream::compute);
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: acquire of chunk {}", options_.name, c));
-  group.next = (static_cast<size_t>(found) + 1) % n;
-  slot.held_by = static_cast<long>(c);
+  Status st = backend_.wait(Stream::compute, *slot.drained);
+  if (st.is_ok()) st = backend_.fill_zero(slot.ptr, ch.bytes, Stream::compute);
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: acquire of chunk {}", options_.name, c)));
+  next = (static_cast<size_t>(found) + 1) % n;
+  slot.chunk = static_cast<int64_t>(c);
   ch.slot = found;
-  return slot.device;
+  return slot.ptr;
 }
 
 Status GradientOffloader::release(size_t c, bool last) {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
   Chunk& ch = chunks_[c];
   if (ch.slot < 0) return error(Code::failed_precondition, "{}: release of chunk {}, which is not acquired", options_.name, c);
-  Slot& slot = groups_[ch.group].slots[static_cast<size_t>(ch.slot)];
+  DeviceSlot& slot = groups_[ch.group][static_cast<size_t>(ch.slot)];
   const uint64_t bytes = ch.bytes;
   const bool final = last && last_micro_batch_;
   const long b = ch.spill;  // home nvme: the buffer acquire gave c
-  auto copy = [&] { return backend_.copy_to_host(staging_.data(), slot.device, bytes, Stream::d2h); };
+  auto copy = [&] { return backend_.copy_to_host(staging_.data(), slot.ptr, bytes, Stream::d2h); };
 
   // Stream order on d2h makes the one staging buffer safe: this copy starts only after every
   // earlier d2h item, including the callback that consumed the previous copy, has finished; and
   // this callback runs before any later copy overwrites the staging buffer.
-  Status st = backend_.record(*slot.ready, Stream::compute);
-  if (st.is_ok()) st = backend_.wait(Stream::d2h, *slot.ready);
+  Status st = backend_.record(*slot.filled, Stream::compute);
+  if (st.is_ok()) st = backend_.wait(Stream::d2h, *slot.filled);
   if (st.is_ok()) {
     st = trace_ == nullptr ? copy()
                            : trace_->stream_span(backend_, Stream::d2h, "d2h", fmt::format("{} chunk {}", options_.name, c),
                                                  copy, {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
   }
-  if (st.is_ok()) st = backend_.record(*slot.copied_out, Stream::d2h);
+  if (st.is_ok()) st = backend_.record(*slot.drained, Stream::d2h);
   if (st.is_ok()) {
     if (nvme()) {
       st = backend_.host_callback(Stream::d2h, [this, c, b, final, last] {
         spill_callback(c, static_cast<size_t>(b), final, last);
       });
       // Marks the buffer's last callback: taking the buffer back waits for it.
-      if (st.is_ok()) st = backend_.record(*spills_[static_cast<size_t>(b)].done, Stream::d2h);
+      if (st.is_ok()) st = backend_.record(*spill_use_[static_cast<size_t>(b)].done, Stream::d2h);
     } else {
       st = backend_.host_callback(Stream::d2h, [this, c, final] { accumulate_callback(c, final); });
     }
   }
-  // The slot is free for a later acquire either way: that acquire orders itself after copied_out.
-  slot.held_by = -1;
+  // The slot is free for a later acquire either way: that acquire orders itself after `drained`.
+  slot.chunk = -1;
   ch.slot = -1;
   if (nvme()) {
     ch.open = !last;
     ch.released = true;
-    if (last) spills_[static_cast<size_t>(b)].closed_at = ++use_clock_;
+    if (last) spill_use_[static_cast<size_t>(b)].closed_at = ++use_clock_;
   }
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: release of chunk {}", options_.name, c));
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: release of chunk {}", options_.name, c)));
   d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::ok();
 }
@@ -379,20 +344,22 @@ void GradientOffloader::accumulate_callback(size_t c, bool final) {
 }
 
 void GradientOffloader::spill_callback(size_t c, size_t b, bool final, bool last) {
-  Spill& s = spills_[b];
   // After a failure nothing more is worth doing, but a transfer begun must still be finished.
-  if (has_callback_error()) {
-    (void)settle(s);
+  if (!sticky_.ok()) {
+    (void)spills_.finish(b);
     return;
   }
   // The read acquire began (c's value from an earlier micro-batch), or c's previous write from
   // this buffer (c kept it): both begun before this callback was queued.
-  Status st = settle(s);
-  if (!st.is_ok()) return record_callback_error(st);
-  accumulate_into(c, s.data, final);
+  Status st = spills_.finish(b);
+  if (!st.is_ok()) {
+    (void)sticky_.record(st);
+    return;
+  }
+  accumulate_into(c, spill_data(b), final);
   if (last) {
     st = begin_extent_io(c, b, IoOp::write);
-    if (!st.is_ok()) record_callback_error(st);
+    if (!st.is_ok()) (void)sticky_.record(st);
   }
 }
 
@@ -437,7 +404,7 @@ double GradientOffloader::chunk_sum_squares(size_t c, const float* acc) {
 }
 
 StatusOr<double> GradientOffloader::finish_step() {
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (!in_step_) return error(Code::failed_precondition, "{}: finish_step without begin_step", options_.name);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].slot >= 0) {
@@ -445,21 +412,21 @@ StatusOr<double> GradientOffloader::finish_step() {
     }
   }
   Status st = backend_.synchronize(Stream::d2h);
-  if (!st.is_ok()) return sticky_ = st.with_context(fmt::format("{}: finish_step", options_.name));
-  STRATA_RETURN_IF_ERROR(check_errors());
+  if (!st.is_ok()) return sticky_.record(st.with_context(fmt::format("{}: finish_step", options_.name)));
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   // The callbacks are done (synchronize orders their writes before our reads). Home nvme: finish
   // every write; a chunk never released with last = true (a misuse of `last`) is written now.
   for (size_t b = 0; b < spills_.size(); ++b) {
-    Spill& s = spills_[b];
-    st = settle(s);
-    if (st.is_ok() && s.chunk >= 0 && chunks_[static_cast<size_t>(s.chunk)].open) {
-      const size_t c = static_cast<size_t>(s.chunk);
+    const int64_t holder = spills_[b].holder;
+    st = spills_.finish(b);
+    if (st.is_ok() && holder >= 0 && chunks_[static_cast<size_t>(holder)].open) {
+      const size_t c = static_cast<size_t>(holder);
       chunks_[c].open = false;
-      s.closed_at = ++use_clock_;
+      spill_use_[b].closed_at = ++use_clock_;
       st = begin_extent_io(c, b, IoOp::write);
-      if (st.is_ok()) st = settle(s);
+      if (st.is_ok()) st = spills_.finish(b);
     }
-    if (!st.is_ok()) return sticky_ = st;
+    if (!st.is_ok()) return sticky_.record(st);
   }
   in_step_ = false;
   double total = 0.0;
@@ -474,7 +441,7 @@ StatusOr<double> GradientOffloader::finish_step() {
         ch.partial = chunk_sum_squares(c, ch.accumulator.as<float>());
       } else {
         StatusOr<const float*> acc = wait_read(c);  // no I/O while c's value is still in a buffer
-        if (!acc.is_ok()) return sticky_ = acc.status();
+        if (!acc.is_ok()) return sticky_.record(acc.status());
         ch.partial = chunk_sum_squares(c, *acc);
         end_read(c);
       }
@@ -491,7 +458,7 @@ Status GradientOffloader::begin_read(size_t c) {
   if (c >= chunks_.size()) {
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunks_.size());
   }
-  STRATA_RETURN_IF_ERROR(check_errors());
+  STRATA_RETURN_IF_ERROR(sticky_.status());
   if (in_step_) {
     return error(Code::failed_precondition, "{}: read of chunk {} during a step (finish_step first)", options_.name, c);
   }
@@ -504,7 +471,7 @@ Status GradientOffloader::begin_read(size_t c) {
     const long smaller = pick_spill(c, ch.spill);
     if (smaller >= 0 && spills_[static_cast<size_t>(smaller)].bytes < spills_[static_cast<size_t>(ch.spill)].bytes) {
       const size_t own = static_cast<size_t>(ch.spill);
-      if (Status st = settle(spills_[own]); !st.is_ok()) return sticky_ = st;
+      if (Status st = spills_.finish(own); !st.is_ok()) return sticky_.record(st);
       detach(own);
     }
   }
@@ -517,7 +484,7 @@ Status GradientOffloader::load_for_read(size_t c) {
   if (chunks_[c].spill >= 0) return Status::ok();
   STRATA_ASSIGN_OR_RETURN(size_t b, take_spill(c));
   if (!chunks_[c].touched) {
-    std::memset(spills_[b].data, 0, elements(c) * sizeof(float));  // no contribution: zero
+    std::memset(spill_data(b), 0, elements(c) * sizeof(float));  // no contribution: zero
     return Status::ok();
   }
   Status st = begin_extent_io(c, b, IoOp::read);
@@ -534,14 +501,14 @@ StatusOr<const float*> GradientOffloader::wait_read(size_t c) {
     return st;
   }
   const size_t b = static_cast<size_t>(ch.spill);
-  Status st = settle(spills_[b]);
+  Status st = spills_.finish(b);
   if (!st.is_ok()) {  // the buffer's contents are not c's: end the read
     ch.reading = false;
     detach(b);
     return st;
   }
   ch.handed_out = true;
-  return static_cast<const float*>(spills_[b].data);
+  return static_cast<const float*>(spill_data(b));
 }
 
 void GradientOffloader::end_read(size_t c) {
@@ -551,50 +518,33 @@ void GradientOffloader::end_read(size_t c) {
   ch.handed_out = false;
   if (ch.spill < 0) return;  // its buffer went to a larger chunk's read before it was waited for
   const size_t b = static_cast<size_t>(ch.spill);
-  if (!settle(spills_[b]).is_ok()) {  // begun, never waited for, and failed: not c's value
+  if (!spills_.finish(b).is_ok()) {  // begun, never waited for, and failed: not c's value
     detach(b);
     return;
   }
-  spills_[b].closed_at = ++use_clock_;  // c keeps the buffer (and its value) until another needs it
+  spill_use_[b].closed_at = ++use_clock_;  // c keeps the buffer (and its value) until another needs it
 }
 
 // ---- home nvme helpers ------------------------------------------------------------------------
-
-Status GradientOffloader::check_errors() {
-  if (!sticky_.is_ok()) return sticky_;
-  std::lock_guard lock(mu_);
-  if (!callback_error_.is_ok()) sticky_ = callback_error_;
-  return sticky_;
-}
-
-void GradientOffloader::record_callback_error(Status st) {
-  std::lock_guard lock(mu_);
-  if (callback_error_.is_ok()) callback_error_ = std::move(st);
-}
-
-bool GradientOffloader::has_callback_error() {
-  std::lock_guard lock(mu_);
-  return !callback_error_.is_ok();
-}
 
 long GradientOffloader::pick_spill(size_t c, long except) const {
   const uint64_t need = elements(c) * sizeof(float);
   long best = -1;
   for (size_t b = 0; b < spills_.size(); ++b) {
-    const Spill& s = spills_[b];
+    const StagingRing::Buffer& s = spills_[b];
     if (static_cast<long>(b) == except || s.bytes < need) continue;
-    if (s.chunk >= 0) {
-      const Chunk& owner = chunks_[static_cast<size_t>(s.chunk)];
+    if (s.holder >= 0) {
+      const Chunk& owner = chunks_[static_cast<size_t>(s.holder)];
       if (owner.open || owner.reading) continue;
     }
     if (best < 0) {
       best = static_cast<long>(b);
       continue;
     }
-    const Spill& t = spills_[static_cast<size_t>(best)];
-    const bool better = s.bytes != t.bytes                  ? s.bytes < t.bytes
-                        : (s.chunk < 0) != (t.chunk < 0) ? s.chunk < 0
-                                                           : s.closed_at < t.closed_at;
+    const StagingRing::Buffer& t = spills_[static_cast<size_t>(best)];
+    const bool better = s.bytes != t.bytes                    ? s.bytes < t.bytes
+                        : (s.holder < 0) != (t.holder < 0) ? s.holder < 0
+                                                             : spill_use_[b].closed_at < spill_use_[static_cast<size_t>(best)].closed_at;
     if (better) best = static_cast<long>(b);
   }
   return best;
@@ -607,16 +557,16 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
     // transfer finished and dropped; its wait_read reads it again into another buffer).
     const uint64_t need = elements(c) * sizeof(float);
     for (size_t b = 0; b < spills_.size() && best < 0; ++b) {
-      Spill& s = spills_[b];
-      if (s.bytes < need || s.chunk < 0 || chunks_[static_cast<size_t>(s.chunk)].handed_out) continue;
-      if (Status st = settle(s); !st.is_ok() && s.io.op() == IoOp::write) return sticky_ = st;
+      const StagingRing::Buffer& s = spills_[b];
+      if (s.bytes < need || s.holder < 0 || chunks_[static_cast<size_t>(s.holder)].handed_out) continue;
+      if (Status st = spills_.finish(b); !st.is_ok() && s.op() == IoOp::write) return sticky_.record(st);
       detach(b);
       best = static_cast<long>(b);
     }
   }
   if (best < 0) {
     std::string held;
-    for (const Spill& s : spills_) held += fmt::format("{}{}", held.empty() ? "" : ", ", s.chunk);
+    for (size_t b = 0; b < spills_.size(); ++b) held += fmt::format("{}{}", held.empty() ? "" : ", ", spills_[b].holder);
     if (!in_step_) {
       return error(Code::failed_precondition,
                    "{}: read of chunk {}: all {} spill buffers hold reads not ended (chunks {}); at most spill_buffers "
@@ -629,66 +579,34 @@ StatusOr<size_t> GradientOffloader::take_spill(size_t c) {
                  options_.name, c, spills_.size(), held);
   }
   const size_t b = static_cast<size_t>(best);
-  Spill& s = spills_[b];
-  if (s.chunk >= 0) {
+  StagingRing::Buffer& s = spills_[b];
+  if (s.holder >= 0) {
     // Take it back from a closed chunk: its last callback must have run (it began the write),
     // and the write must be done. The callback waits for nothing this thread does next.
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = backend_.synchronize(*s.done);
-    nvme_write_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
+    Status st = backend_.synchronize(*spill_use_[b].done);
+    spill_wait_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
     if (!st.is_ok()) {
-      return sticky_ = st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.chunk));
+      return sticky_.record(st.with_context(fmt::format("{}: waiting for chunk {}'s accumulation", options_.name, s.holder)));
     }
-    STRATA_RETURN_IF_ERROR(check_errors());
-    st = settle(s);
-    if (!st.is_ok()) return sticky_ = st;
+    STRATA_RETURN_IF_ERROR(sticky_.status());
+    st = spills_.finish(b);
+    if (!st.is_ok()) return sticky_.record(st);
     detach(b);
   }
-  s.chunk = static_cast<long>(c);
+  s.holder = static_cast<int64_t>(c);
   chunks_[c].spill = static_cast<long>(b);
   return b;
 }
 
-Status GradientOffloader::settle(Spill& s) {
-  if (!s.pending) return Status::ok();
-  const bool read = s.io.op() == IoOp::read;
-  const auto t0 = std::chrono::steady_clock::now();
-  Status st = store_->finish(s.io);
-  s.pending = false;
-  (read ? nvme_read_wait_ns_ : nvme_write_wait_ns_).fetch_add(nanos_since(t0), std::memory_order_relaxed);
-  const uint64_t bytes = store_->padded_size(elements(s.io_chunk) * sizeof(float));
-  if (st.is_ok()) (read ? nvme_read_bytes_ : nvme_write_bytes_).fetch_add(bytes, std::memory_order_relaxed);
-  if (trace_ != nullptr) {
-    trace_->span(read ? "grad nvme read" : "grad nvme write", fmt::format("{} chunk {}", options_.name, s.io_chunk),
-                 s.io_begin_us, trace_->now_us(),
-                 {{"chunk", static_cast<int64_t>(s.io_chunk)},
-                  {"bytes", static_cast<int64_t>(bytes)},
-                  {"ok", st.is_ok() ? 1 : 0}});
-  }
-  return st.with_context(
-      fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name, read ? "read" : "write", s.io_chunk));
-}
-
 Status GradientOffloader::begin_extent_io(size_t c, size_t b, IoOp op) {
-  Spill& s = spills_[b];
-  s.io_begin_us = trace_ != nullptr ? trace_->now_us() : 0.0;
-  auto* buffer = reinterpret_cast<std::byte*>(s.data);
-  StatusOr<ExtentIo> io = op == IoOp::read ? store_->begin_read(chunks_[c].extent, buffer)
-                                           : store_->begin_write(chunks_[c].extent, buffer);
-  if (!io.is_ok()) {
-    return io.status().with_context(fmt::format("{}: NVMe {} of chunk {}'s fp32 gradient", options_.name,
-                                                 op == IoOp::read ? "read" : "write", c));
-  }
-  s.io = std::move(*io);
-  s.pending = true;
-  s.io_chunk = c;
-  return Status::ok();
+  return spills_.begin(b, op, chunks_[c].extent, c, store_->padded_size(elements(c) * sizeof(float)));
 }
 
 void GradientOffloader::detach(size_t b) {
-  Spill& s = spills_[b];
-  if (s.chunk >= 0) chunks_[static_cast<size_t>(s.chunk)].spill = -1;
-  s.chunk = -1;
+  int64_t& holder = spills_[b].holder;
+  if (holder >= 0) chunks_[static_cast<size_t>(holder)].spill = -1;
+  holder = -1;
 }
 
 GradientOffloaderStats GradientOffloader::stats() const {
@@ -697,10 +615,11 @@ GradientOffloaderStats GradientOffloader::stats() const {
   s.contributions = contributions_.load(std::memory_order_relaxed);
   s.accumulate_seconds = static_cast<double>(accumulate_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.partials_seconds = static_cast<double>(partials_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  s.nvme_read_bytes = nvme_read_bytes_.load(std::memory_order_relaxed);
-  s.nvme_write_bytes = nvme_write_bytes_.load(std::memory_order_relaxed);
-  s.nvme_read_wait_seconds = static_cast<double>(nvme_read_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  s.nvme_write_wait_seconds = static_cast<double>(nvme_write_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  const StagingRingStats io = spills_.stats();
+  s.nvme_read_bytes = io.read_bytes;
+  s.nvme_write_bytes = io.write_bytes;
+  s.nvme_read_wait_seconds = static_cast<double>(io.read_wait_ns) * 1e-9;
+  s.nvme_write_wait_seconds = static_cast<double>(io.write_wait_ns + spill_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 
@@ -709,10 +628,8 @@ void GradientOffloader::reset_stats() {
   contributions_.store(0);
   accumulate_ns_.store(0);
   partials_ns_.store(0);
-  nvme_read_bytes_.store(0);
-  nvme_write_bytes_.store(0);
-  nvme_read_wait_ns_.store(0);
-  nvme_write_wait_ns_.store(0);
+  spills_.reset_stats();
+  spill_wait_ns_.store(0);
 }
 
 }  // namespace strata

@@ -10,11 +10,11 @@
 // the accumulated fp32 gradients and the global squared norm; the caller scales, clips and steps.
 //
 // Per release(c) the streams do:
-//   compute: [backward writes slot]  record(ready)
-//   d2h:     wait(ready)  copy slot -> staging  record(slot copied-out)  callback: accumulate
+//   compute: [backward writes slot]  record(slot filled)
+//   d2h:     wait(filled)  copy slot -> staging  record(slot drained)  callback: accumulate
 //            staging into chunk c's fp32 accumulator (+ chunk c's norm partial when it is the
 //            step's last contribution)
-// and the next acquire of that slot makes compute wait for its copied-out event, then zero it.
+// and the next acquire of that slot makes compute wait for its drained event, then zero it.
 //
 // Home nvme: a chunk's accumulator is in a spill buffer only from its acquire to its `last`
 // release of a micro-batch (and after that while no other chunk needs the buffer). acquire(c)
@@ -40,7 +40,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +47,9 @@
 #include "kernels/cpu/half.h"
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
+#include "offload/slot_group.h"
+#include "offload/staging_ring.h"
+#include "offload/sticky_error.h"
 #include "offload/tier.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -197,18 +199,6 @@ class GradientOffloader final : public GradSink {
   void reset_stats();
 
  private:
-  struct Slot {
-    std::byte* device = nullptr;
-    uint64_t bytes = 0;
-    std::unique_ptr<Event> ready;       // compute: the backward's writes are queued before it
-    std::unique_ptr<Event> copied_out;  // d2h: the slot's last copy-out is queued before it
-    long held_by = -1;                  // chunk holding it, or -1 (driving thread only)
-  };
-  struct Group {
-    std::string name;
-    std::vector<Slot> slots;
-    size_t next = 0;  // round-robin cursor (driving thread only)
-  };
   struct Chunk {
     uint64_t bytes = 0;
     size_t group = 0;
@@ -226,20 +216,11 @@ class GradientOffloader final : public GradSink {
     bool partial_ready = false;  // partial holds the sum of squares of the step's final value
     double partial = 0.0;
   };
-  // Home nvme: one pinned fp32 accumulator buffer. Ownership of `io`: the d2h thread's while a
-  // callback for the buffer is queued (between a release and its `done` mark), else the driving
-  // thread's; the stream order and the event synchronize hand it over.
-  struct Spill {
-    PinnedBuffer memory;
-    float* data = nullptr;       // aligned to the store's alignment, `bytes` long
-    uint64_t bytes = 0;          // the fp32 bytes it holds (spill_sizes)
-    long chunk = -1;             // whose value it holds (driving thread only), or -1: free
-    uint64_t closed_at = 0;      // use_clock_ when its chunk last closed or was read (LRU)
-    std::unique_ptr<Event> done; // d2h: the buffer's last callback is queued before it
-    ExtentIo io;                 // a transfer begun and not finished yet, when pending
-    bool pending = false;
-    size_t io_chunk = 0;
-    double io_begin_us = 0.0;
+  // Home nvme: the policy's state of spill buffer b (spills_[b]; its holder is the chunk whose
+  // value it holds, driving thread only, -1: free).
+  struct SpillUse {
+    uint64_t closed_at = 0;       // use_clock_ when its chunk last closed or was read (LRU)
+    std::unique_ptr<Event> done;  // d2h: the buffer's last callback is queued before it
   };
 
   GradientOffloader(Backend& backend, const GradientOffloaderOptions& options, ThreadPool* pool,
@@ -255,16 +236,13 @@ class GradientOffloader final : public GradSink {
   bool nvme() const { return options_.home == Tier::nvme; }
 
   // Home nvme helpers (driving thread unless noted).
-  Status check_errors();                      // sticky_, else the callbacks' error (made sticky)
-  void record_callback_error(Status st);      // any thread: the first one wins
-  bool has_callback_error();                  // any thread
   // The buffer for c: among those that hold it, free or holding a closed chunk not being read (not
   // `except`), the smallest; ties: a free one, else the one whose chunk closed longest ago. -1: none.
   long pick_spill(size_t c, long except) const;
   StatusOr<size_t> take_spill(size_t c);      // pick_spill's buffer, taken back from its chunk
   Status load_for_read(size_t c);             // a buffer holding c's value (its read begun), if it has none
-  Status settle(Spill& s);                    // finishes s's pending transfer (any thread owning it)
   Status begin_extent_io(size_t c, size_t b, IoOp op);  // c's extent <-> spill b; any thread owning b
+  float* spill_data(size_t b) const { return reinterpret_cast<float*>(spills_[b].data); }
   void detach(size_t b);                      // b free, its chunk without a buffer
 
   Backend& backend_;
@@ -272,27 +250,31 @@ class GradientOffloader final : public GradSink {
   ThreadPool* const pool_;
   TraceRecorder* const trace_;
   NvmeStore* const store_;  // home nvme only
-  std::vector<Group> groups_;
+  // Device slots per group (driving thread only). A slot's chunk: the one holding it (acquired,
+  // not released), -1: free; `filled` (compute): the backward's writes are queued before it;
+  // `drained` (d2h): its last copy-out is queued before it.
+  std::vector<SlotGroup> groups_;
+  std::vector<size_t> group_next_;  // per group, the round-robin cursor
   std::vector<Chunk> chunks_;
-  std::vector<Spill> spills_;   // home nvme
+  // Home nvme: the fp32 spill buffers (buffer i the i-th largest chunk's accumulator) and their
+  // transfers. A buffer's transfer belongs to the d2h thread while a callback for the buffer is
+  // queued (between a release and its `done` mark), else to the driving thread; the stream order
+  // and the event synchronize hand it over.
+  StagingRing spills_;
+  std::vector<SpillUse> spill_use_;  // per spill buffer
   uint64_t use_clock_ = 0;      // driving thread only
   PinnedBuffer staging_;  // one chunk's working-precision gradient, the largest chunk's size
   kernels::ParallelFor parallel_for_;  // over pool_'s workers; empty without a pool
   bool in_step_ = false;            // driving thread only
   bool last_micro_batch_ = true;    // driving thread only; captured by value into each callback
-  Status sticky_;                   // the first failure; every later call returns it
-
-  std::mutex mu_;
-  Status callback_error_;  // GUARDED_BY(mu_): the first failure in a d2h callback
+  // The first failure, of the driving thread or a d2h callback; every later call returns it.
+  StickyError sticky_;
 
   std::atomic<uint64_t> d2h_bytes_{0};
   std::atomic<uint64_t> contributions_{0};
   std::atomic<uint64_t> accumulate_ns_{0};
   std::atomic<uint64_t> partials_ns_{0};
-  std::atomic<uint64_t> nvme_read_bytes_{0};
-  std::atomic<uint64_t> nvme_write_bytes_{0};
-  std::atomic<uint64_t> nvme_read_wait_ns_{0};
-  std::atomic<uint64_t> nvme_write_wait_ns_{0};
+  std::atomic<uint64_t> spill_wait_ns_{0};  // taking a buffer back: its last callback (a write wait)
 };
 
 }  // namespace strata

@@ -7,12 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/crc32c.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata {
 namespace {
-
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
 // Errors a second try can cure: EIO and short transfers (io_error), EAGAIN past the engine's own
 // retries (unavailable), a read that came back damaged (corruption).

@@ -1,9 +1,9 @@
 // OptimizerPipeline: layouts, carving, and the pipelined walk (see optimizer_pipeline.h).
-// Staging buffers (nvme home) cycle idle -> reading -> idle (write_back false, or an error) or
-// idle -> reading -> writing -> idle. A read is begun for walk position j into an idle buffer, or
-// into one whose write is two or more visits old (finished first), so the write of the chunk just
-// visited always overlaps the next visit; with 3 buffers that is exactly read(i+1) | visit(i) |
-// write(i-1), with more the reads run further ahead.
+// Staging buffers (nvme home, a StagingRing; busy while their holder is set) cycle idle -> reading
+// -> idle (write_back false, or an error) or idle -> reading -> writing -> idle. A read is begun for
+// walk position j into an idle buffer, or into one whose write is two or more visits old (finished
+// first), so the write of the chunk just visited always overlaps the next visit; with 3 buffers
+// that is exactly read(i+1) | visit(i) | write(i-1), with more the reads run further ahead.
 #include "offload/optimizer_pipeline.h"
 
 #include <algorithm>
@@ -13,21 +13,18 @@
 #include <spdlog/spdlog.h>
 
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-uint64_t image_alignment(uint32_t store_alignment) { return std::max<uint64_t>(kPage, store_alignment); }
+uint64_t image_alignment(uint32_t store_alignment) { return std::max<uint64_t>(kHostPage, store_alignment); }
 
 uint64_t scales_of(const OptimizerPipelineOptions& o, size_t c) {
   return o.states == AdamStates::q8 && c < o.scale_count.size() ? o.scale_count[c] : 0;
@@ -40,11 +37,9 @@ uint64_t max_padded(const OptimizerPipelineOptions& o, uint64_t alignment) {
   return m;
 }
 
-// ---- trace wiring: the only place the pipeline talks to the TraceRecorder ----------------------
-void trace_io(TraceRecorder* t, std::string_view track, size_t c, const std::string& label, uint64_t bytes,
-              double begin_us) {
-  if (t) t->span(track, label, begin_us, t->now_us(),
-                 {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+// The nvme ring: `staging` buffers of the largest padded image, each rounded up to 4 KiB.
+std::vector<uint64_t> ring_sizes(const OptimizerPipelineOptions& o, uint64_t alignment) {
+  return std::vector<uint64_t>(o.staging, round_up(max_padded(o, alignment), kHostPage));
 }
 
 }  // namespace
@@ -109,10 +104,10 @@ Status check_optimizer_pipeline_options(const OptimizerPipelineOptions& o, bool 
 
 uint64_t optimizer_pipeline_pinned_bytes(const OptimizerPipelineOptions& o, uint32_t store_alignment) {
   const uint64_t a = image_alignment(store_alignment);
-  if (o.home == Tier::nvme) return (round_up(max_padded(o, a), kPage) + (a > kPage ? a : 0)) * o.staging;
+  if (o.home == Tier::nvme) return StagingRing::pinned_bytes(ring_sizes(o, a), a);
   uint64_t total = 0;
   for (size_t c = 0; c < o.fp32_slots.size(); c++)
-    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kPage).padded, kPage);
+    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kHostPage).padded, kHostPage);
   return total;
 }
 
@@ -127,24 +122,28 @@ uint64_t optimizer_pipeline_nvme_bytes(const OptimizerPipelineOptions& o, uint32
 
 // ---- state ---------------------------------------------------------------------------------------
 
-struct OptimizerPipeline::Staging {
-  enum class State : uint8_t { idle, reading, writing };
-  PinnedBuffer buffer;
-  std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
-  State state = State::idle;
-  size_t pos = 0;             // walk position of the read or write
-  size_t chunk = 0;
-  bool zero = false;          // reading: a never-written chunk, zero-filled, no I/O
-  Status begin_error;         // reading: begin_read failed; returned at the chunk's visit
-  ExtentIo io;
-  double begin_us = 0;
+struct OptimizerPipeline::StagingUse {
+  size_t pos = 0;       // walk position of the read or write
+  bool zero = false;    // reading: a never-written chunk, zero-filled, no I/O
+  Status begin_error;   // reading: the read's begin failed; returned at the chunk's visit
 };
 
 // ---- lifetime ------------------------------------------------------------------------------------
 
 OptimizerPipeline::OptimizerPipeline(PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
                                      OptimizerPipelineOptions options)
-    : pool_(pool), store_(store), trace_(trace), options_(std::move(options)) {}
+    : pool_(pool), store_(store), options_(std::move(options)), staging_(store, trace, ring_options()) {}  // trace: the ring's
+
+// Spans "<label>" on "optimizer read" / "optimizer write"; errors "NVMe read of the state of <label>".
+StagingRingOptions OptimizerPipeline::ring_options() const {
+  StagingRingOptions r;
+  r.name = options_.name;
+  r.read_track = "optimizer read";
+  r.write_track = "optimizer write";
+  r.span_name = [this](size_t c) { return label(c); };
+  r.subject = [this](size_t c) { return "the state of " + label(c); };
+  return r;
+}
 
 StatusOr<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::create(PinnedPool& pool, NvmeStore* store,
                                                                        TraceRecorder* trace,
@@ -159,7 +158,7 @@ StatusOr<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::create(PinnedPoo
 Status OptimizerPipeline::carve() {
   const OptimizerPipelineOptions& o = options_;
   const size_t chunks = o.fp32_slots.size();
-  alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kPage;
+  alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kHostPage;
   for (size_t c = 0; c < chunks; c++)
     layouts_.push_back(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment_));
   seen_.assign(chunks, 0);
@@ -188,18 +187,8 @@ Status OptimizerPipeline::carve() {
     extents_.push_back(*e);
   }
   written_.assign(chunks, 0);
-  const uint64_t a = alignment_;
-  staging_bytes_ = round_up(max_padded(o, a), kPage);
-  staging_.resize(o.staging);
-  for (size_t i = 0; i < staging_.size(); i++) {
-    auto b = pool_.acquire(staging_bytes_ + (a > kPage ? a : 0));
-    if (!b.is_ok())
-      return b.status().with_context(fmt::format("{}: pinned NVMe staging buffer {} of {} ({} in all)", o.name, i + 1,
-                                                 staging_.size(), format_size(pinned_total)));
-    Staging& st = staging_[i];
-    st.buffer = std::move(*b);
-    st.data = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<uintptr_t>(st.buffer.data()), a));
-  }
+  STRATA_RETURN_IF_ERROR(staging_.carve(pool_, ring_sizes(o, alignment_)));
+  use_.resize(staging_.size());
   return Status::ok();
 }
 
@@ -250,7 +239,7 @@ Status OptimizerPipeline::begin_walk(std::span<const size_t> order, bool write_b
   if (walking_)
     return error(Code::failed_precondition, "{}: a walk begins while another is in progress (end it first)",
                  options_.name);
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   Status bad;
   for (size_t c : order) {
     if (c >= layouts_.size()) {
@@ -288,10 +277,10 @@ Status OptimizerPipeline::visit_next(const Visit& visit) {
 }
 
 Status OptimizerPipeline::end_walk() {
-  if (!walking_) return write_error_;
+  if (!walking_) return write_error_.status();
   walking_ = false;
   if (options_.home == Tier::nvme) drain();  // the last writes
-  return write_error_;
+  return write_error_.status();
 }
 
 Status OptimizerPipeline::abort_walk(Status why) {
@@ -312,95 +301,67 @@ Status OptimizerPipeline::visit_cpu(size_t c, const Visit& visit) {
 
 int OptimizerPipeline::take_for_read(size_t visiting) {
   for (size_t b = 0; b < staging_.size(); b++)
-    if (staging_[b].state == Staging::State::idle) return static_cast<int>(b);
+    if (staging_[b].holder < 0) return static_cast<int>(b);
   // The oldest write at least two visits old: the write of visiting - 1 overlaps this visit and
   // is not waited for here; visiting - 2's is the youngest taken.
   int best = -1;
   for (size_t b = 0; b < staging_.size(); b++) {
-    const Staging& st = staging_[b];
-    if (st.state != Staging::State::writing || st.pos + 2 > visiting) continue;
-    if (best < 0 || st.pos < staging_[best].pos) best = static_cast<int>(b);
+    if (!writing(b) || use_[b].pos + 2 > visiting) continue;
+    if (best < 0 || use_[b].pos < use_[best].pos) best = static_cast<int>(b);
   }
   if (best >= 0) (void)finish_write(best);  // an error is recorded (sticky) and checked by the walk
   return best;
 }
 
+bool OptimizerPipeline::writing(size_t b) const { return staging_[b].pending() && staging_[b].op() == IoOp::write; }
 void OptimizerPipeline::begin_read(size_t pos, size_t c, int b) {
-  Staging& st = staging_[b];
-  st.state = Staging::State::reading;
-  st.pos = pos;
-  st.chunk = c;
-  st.begin_error = Status();
-  st.zero = !written_[c];
+  StagingUse& u = use_[b];
+  staging_[b].holder = static_cast<int64_t>(c);
+  u.pos = pos;
+  u.zero = !written_[c];
+  u.begin_error = Status();
   buffer_of_[pos] = b;
-  if (st.zero) {
-    std::memset(st.data, 0, layouts_[c].padded);
+  if (u.zero) {
+    std::memset(staging_[b].data, 0, layouts_[c].padded);
     return;
   }
-  st.begin_us = trace_ ? trace_->now_us() : 0.0;
-  auto io = store_->begin_read(extents_[c], st.data);
-  if (!io.is_ok()) {
-    st.begin_error = io.status().with_context(fmt::format("{}: reading the state of {} from NVMe", options_.name, label(c)));
-    return;
-  }
-  st.io = std::move(*io);
+  u.begin_error = staging_.begin(b, IoOp::read, extents_[c], c, layouts_[c].padded);
 }
 
 Status OptimizerPipeline::finish_read(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  Status s = st.begin_error;
-  if (st.zero) {
+  const StagingUse& u = use_[b];
+  Status s = u.begin_error;
+  if (u.zero) {
     counters_.zero_fills++;
   } else if (s.is_ok()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    s = store_->finish(st.io);
-    counters_.read_wait_seconds += seconds_since(t0);
-    if (s.is_ok()) {
-      trace_io(trace_, "optimizer read", c, label(c), layouts_[c].padded, st.begin_us);
-      counters_.read_bytes += layouts_[c].padded;
-    } else {
-      s = s.with_context(fmt::format("{}: reading the state of {} from NVMe", options_.name, label(c)));
-    }
+    s = staging_.finish(b);
   }
-  if (!s.is_ok()) st.state = Staging::State::idle;  // the bytes are never visited
+  if (!s.is_ok()) staging_[b].holder = -1;  // the bytes are never visited
   return s;
 }
 
 Status OptimizerPipeline::finish_write(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  const auto t0 = std::chrono::steady_clock::now();
-  Status s = store_->finish(st.io);
-  counters_.write_wait_seconds += seconds_since(t0);
-  st.state = Staging::State::idle;
-  if (!s.is_ok()) {
-    written_[c] = 0;
-    s = s.with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
-  }
-  written_[c] = 1;
-  trace_io(trace_, "optimizer write", c, label(c), layouts_[c].padded, st.begin_us);
-  counters_.write_bytes += layouts_[c].padded;
-  return Status::ok();
+  const size_t c = staging_[b].chunk();
+  Status s = staging_.finish(b);
+  staging_[b].holder = -1;
+  written_[c] = s.is_ok() ? 1 : 0;
+  return write_error_.record(s);
 }
 
 void OptimizerPipeline::drain() {
   for (size_t b = 0; b < staging_.size(); b++) {
-    Staging& st = staging_[b];
-    if (st.state == Staging::State::reading) {
-      if (!st.zero && st.begin_error.is_ok()) (void)store_->finish(st.io);  // dropped: never visited
-      st.state = Staging::State::idle;
-    } else if (st.state == Staging::State::writing) {
+    if (writing(b)) {
       (void)finish_write(static_cast<int>(b));  // an error is recorded (sticky)
+    } else if (staging_[b].holder >= 0) {
+      (void)staging_.finish(b);  // a read begun, never visited: dropped
+      staging_[b].holder = -1;
     }
   }
 }
 
 void OptimizerPipeline::note_in_use() {
   uint64_t busy = 0;
-  for (const Staging& st : staging_) busy += st.state != Staging::State::idle;
+  for (size_t b = 0; b < staging_.size(); b++) busy += staging_[b].holder >= 0;
   counters_.peak_staging_in_use = std::max(counters_.peak_staging_in_use, busy);
 }
 
@@ -419,38 +380,33 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
   const size_t c = walk_order_[i];
   // Read ahead: the current chunk (if not begun yet) and as many after it as the ring allows.
   read_ahead(i);
-  if (!write_error_.is_ok()) return abort_walk(write_error_);  // a write finished to make room failed
+  if (!write_error_.ok()) return abort_walk(write_error_.status());  // a write finished to make room failed
   if (walk_next_ <= i)  // unreachable with >= 3 buffers; kept so the walk cannot stall
     return abort_walk(error(Code::internal, "{}: no staging buffer for {}", options_.name, label(c)));
   counters_.max_reads_ahead = std::max<uint64_t>(counters_.max_reads_ahead, walk_next_ - 1 - i);
 
   const int b = buffer_of_[i];
   if (Status r = finish_read(b); !r.is_ok()) return abort_walk(r);
-  Staging& st = staging_[b];
-  ChunkState s = view(c, st.data);
+  int64_t& holder = staging_[b].holder;
+  ChunkState s = view(c, staging_[b].data);
   const auto t0 = std::chrono::steady_clock::now();
   Status v = visit(c, s);
   counters_.visit_seconds += seconds_since(t0);
   if (!v.is_ok()) {
-    st.state = Staging::State::idle;
+    holder = -1;
     return abort_walk(v.with_context(fmt::format("{}: visiting {}", options_.name, label(c))));
   }
   counters_.chunks_visited++;
   if (!walk_write_back_) {
-    st.state = Staging::State::idle;
+    holder = -1;
     read_ahead(i + 1);  // the freed buffer reads the next chunk now, not at the next visit
     return Status::ok();
   }
-  st.state = Staging::State::writing;
-  st.begin_us = trace_ ? trace_->now_us() : 0.0;
-  auto io = store_->begin_write(extents_[c], st.data);
-  if (!io.is_ok()) {
-    st.state = Staging::State::idle;
+  if (Status w = staging_.begin(b, IoOp::write, extents_[c], c, layouts_[c].padded); !w.is_ok()) {
+    holder = -1;
     written_[c] = 0;
-    write_error_ = io.status().with_context(fmt::format("{}: writing the state of {} to NVMe", options_.name, label(c)));
-    return abort_walk(write_error_);
+    return abort_walk(write_error_.record(w));
   }
-  st.io = std::move(*io);
   return Status::ok();
 }
 
@@ -459,12 +415,20 @@ Status OptimizerPipeline::visit_nvme(size_t i, const Visit& visit) {
 OptimizerPipelineStats OptimizerPipeline::stats() const {
   OptimizerPipelineStats s = counters_;
   for (const PinnedBuffer& h : homes_) s.pinned_bytes += h.size();
-  for (const Staging& st : staging_) s.pinned_bytes += st.buffer.size();
+  s.pinned_bytes += staging_.pinned_bytes();
+  const StagingRingStats io = staging_.stats();
+  s.read_bytes = io.read_bytes;
+  s.write_bytes = io.write_bytes;
+  s.read_wait_seconds = static_cast<double>(io.read_wait_ns) * 1e-9;
+  s.write_wait_seconds = static_cast<double>(io.write_wait_ns) * 1e-9;
   if (store_ != nullptr)
     for (const OptimizerStateLayout& l : layouts_) s.nvme_bytes += l.padded;
   return s;
 }
 
-void OptimizerPipeline::reset_stats() { counters_ = OptimizerPipelineStats(); }
+void OptimizerPipeline::reset_stats() {
+  counters_ = OptimizerPipelineStats();
+  staging_.reset_stats();
+}
 
 }  // namespace strata

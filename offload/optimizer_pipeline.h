@@ -18,6 +18,8 @@
 
 #include "offload/cpu_adam.h"
 #include "offload/nvme_store.h"
+#include "offload/staging_ring.h"
+#include "offload/sticky_error.h"
 #include "offload/tier.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/status.h"
@@ -189,13 +191,14 @@ class OptimizerPipeline {
   size_t chunk_count() const { return layouts_.size(); }
   const OptimizerStateLayout& layout(size_t c) const { return layouts_[c]; }
   const OptimizerPipelineOptions& options() const { return options_; }
-  Status write_error() const { return write_error_; }
+  Status write_error() const { return write_error_.status(); }
 
   OptimizerPipelineStats stats() const;
   void reset_stats();  // counters and times to zero (per step); the carved sizes stay
 
  private:
-  struct Staging;
+  struct StagingUse;  // per staging buffer: the walk's state of its read
+  StagingRingOptions ring_options() const;
   OptimizerPipeline(PinnedPool& pool, NvmeStore* store, TraceRecorder* trace, OptimizerPipelineOptions options);
   Status carve();
   ChunkState view(size_t c, std::byte* image) const;
@@ -211,23 +214,23 @@ class OptimizerPipeline {
   void begin_read(size_t pos, size_t c, int b);  // a begin error is kept in the buffer for its visit
   Status finish_read(int b);                      // waits, checks; on error frees b
   Status finish_write(int b);                     // records the first error (sticky)
+  bool writing(size_t b) const;                   // staging b has a write in flight
   void drain();                                   // finishes every transfer in flight (errors: reads dropped, writes sticky)
   void note_in_use();
 
   PinnedPool& pool_;
   NvmeStore* const store_;
-  TraceRecorder* const trace_;
   const OptimizerPipelineOptions options_;
   std::vector<OptimizerStateLayout> layouts_;
   std::vector<PinnedBuffer> homes_;   // cpu home, one per chunk
   std::vector<ExtentId> extents_;     // nvme home, one per chunk
   std::vector<uint8_t> written_;      // nvme home: the extent holds a good write
-  std::vector<Staging> staging_;
+  StagingRing staging_;               // nvme home; holder: the chunk read, visited or written
+  std::vector<StagingUse> use_;       // per staging buffer
   std::vector<uint8_t> seen_;         // per chunk, scratch for order validation
   std::vector<int> buffer_of_;        // per walk position: staging buffer holding its read, -1: none
-  uint64_t staging_bytes_ = 0;
   uint32_t alignment_ = 4096;
-  Status write_error_;                // first failed write (sticky)
+  StickyError write_error_;           // first failed write
   // The walk in progress (begin_walk .. end_walk).
   bool walking_ = false;
   bool walk_write_back_ = false;

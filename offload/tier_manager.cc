@@ -1,6 +1,8 @@
 // TierManager: slots, homes, staging and the fetch/prefetch/update paths (see tier_manager.h).
-// Staging buffers (nvme home) cycle idle -> reading -> idle (its H2D queued, `copied` marks its
-// end) or idle -> update -> writing -> idle; a buffer is taken again only once `copied` completed.
+// Staging buffers (nvme home, a StagingRing) cycle idle -> reading -> idle (its H2D queued,
+// `staging_copied_` marks its end) or idle -> update -> writing -> idle; a buffer is taken again
+// only once that H2D completed. The ring's holder of a buffer is the chunk whose committed bytes it
+// still stands for.
 #include "offload/tier_manager.h"
 
 #include <algorithm>
@@ -10,31 +12,23 @@
 #include <spdlog/spdlog.h>
 
 #include "offload/trace.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::string group_name(const TierManagerOptions& o, size_t g) {
-  return g < o.group_names.size() && !o.group_names[g].empty() ? o.group_names[g] : fmt::format("group {}", g);
-}
+std::string group_name(const TierManagerOptions& o, size_t g) { return slot_group_name(o.group_names, g); }
 
-// Per group: the largest 4 KiB-padded chunk (0 for a group without chunks).
-std::vector<uint64_t> slot_sizes(const TierManagerOptions& o) {
-  std::vector<uint64_t> s(o.group_slots.size(), 0);
-  for (size_t c = 0; c < o.chunk_bytes.size() && c < o.chunk_group.size(); c++)
-    if (o.chunk_group[c] < s.size()) s[o.chunk_group[c]] = std::max(s[o.chunk_group[c]], round_up(o.chunk_bytes[c], kPage));
-  return s;
+// Per group: slots of its largest 4 KiB-padded chunk (0 bytes for a group without chunks).
+std::vector<SlotGroupSpec> slot_specs(const TierManagerOptions& o) {
+  return slot_group_specs(o.chunk_bytes, o.chunk_group, o.group_slots, o.group_names, kHostPage);
 }
 
 uint64_t max_chunk(const TierManagerOptions& o) {
@@ -43,14 +37,18 @@ uint64_t max_chunk(const TierManagerOptions& o) {
   return m;
 }
 
-// ---- trace wiring: the only places the manager talks to the TraceRecorder ----------------------
-double trace_now(TraceRecorder* t) { return t ? t->now_us() : 0.0; }
-
-void trace_io(TraceRecorder* t, std::string_view track, size_t c, uint64_t bytes, double begin_us) {
-  if (t) t->span(track, fmt::format("chunk {}", c), begin_us, t->now_us(),
-                 {{"chunk", static_cast<int64_t>(c)}, {"bytes", static_cast<int64_t>(bytes)}});
+// NVMe staging: every buffer the largest chunk, padded as the store pads it, then to 4 KiB.
+std::vector<uint64_t> staging_sizes(const TierManagerOptions& o, uint64_t store_alignment) {
+  return std::vector<uint64_t>(o.nvme_staging, round_up(round_up(max_chunk(o), store_alignment), kHostPage));
 }
 
+StagingRingOptions staging_options(const std::string& name) {
+  StagingRingOptions r;  // tracks "nvme read" / "nvme write", spans "chunk <c>"
+  r.name = name;
+  return r;
+}
+
+// ---- trace wiring: the H2D spans (the ring records the NVMe ones) -------------------------------
 Status traced_h2d(Backend& b, TraceRecorder* t, size_t c, uint64_t bytes, const std::function<Status()>& enqueue) {
   if (!t) return enqueue();
   return t->stream_span(b, Stream::h2d, "h2d", fmt::format("chunk {}", c), enqueue,
@@ -93,40 +91,23 @@ Status check_tier_options(const TierManagerOptions& o, bool have_store) {
   return Status::ok();
 }
 
-uint64_t tier_device_bytes(const TierManagerOptions& o) {
-  const std::vector<uint64_t> sizes = slot_sizes(o);
-  uint64_t total = 0;
-  for (size_t g = 0; g < sizes.size(); g++) total += sizes[g] * o.group_slots[g];
-  return total;
-}
+uint64_t tier_device_bytes(const TierManagerOptions& o) { return slot_groups_device_bytes(slot_specs(o)); }
 
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
   if (o.home == Tier::nvme) {
     const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-    const uint64_t buffer = round_up(round_up(max_chunk(o), a), kPage) + (a > kPage ? a : 0);
-    return buffer * o.nvme_staging;
+    return StagingRing::pinned_bytes(staging_sizes(o, a), a);
   }
   uint64_t total = 0;
-  for (uint64_t b : o.chunk_bytes) total += round_up(b, kPage);
+  for (uint64_t b : o.chunk_bytes) total += round_up(b, kHostPage);
   return total;
 }
 
 // ---- state ---------------------------------------------------------------------------------------
 
-struct TierManager::Slot {
-  std::byte* ptr = nullptr;
-  uint32_t group = 0;
-  int64_t chunk = -1;       // the chunk whose current weights are here or on their way; -1: free
-  uint32_t holds = 0;       // acquires not yet released
-  uint64_t last_use = 0;    // LRU tick
-  bool prefetched = false;  // filled ahead of an acquire that has not come yet
-  std::unique_ptr<Event> released;  // Stream::compute: the last compute use (recorded at release)
-  std::unique_ptr<Event> arrived;   // Stream::h2d: the end of the last copy into the slot
-};
-
 struct TierManager::Chunk {
   uint32_t group = 0;
-  int slot = -1;                     // slot holding the current weights, -1: none
+  int slot = -1;                     // slot of its group holding the current weights, -1: none
   PinnedBuffer home;                 // cpu home
   std::unique_ptr<Event> home_read;  // cpu home: Stream::h2d, the end of the last copy from home
   ExtentId extent = 0;               // nvme home
@@ -134,21 +115,6 @@ struct TierManager::Chunk {
   int writing = -1;                  // staging buffer with a write of this chunk in flight
   int written = -1;                  // staging buffer still holding this chunk's last committed bytes
   Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
-};
-
-struct TierManager::Staging {
-  enum class State : uint8_t { idle, reading, update, writing };
-  PinnedBuffer buffer;
-  std::byte* data = nullptr;  // aligned to the store's alignment, staging_bytes_ long
-  State state = State::idle;
-  size_t chunk = 0;
-  // The chunk whose current weights this buffer still holds since it committed them (while writing
-  // and after, until the buffer is taken for other bytes); -1: none. Such a chunk is copied to the
-  // device from here, not read back from NVMe.
-  int64_t copy_of = -1;
-  ExtentIo io;
-  double begin_us = 0;
-  std::unique_ptr<Event> copied;  // Stream::h2d: the end of the last copy out of this buffer
 };
 
 struct TierManager::WaitClock {
@@ -162,6 +128,7 @@ struct TierManager::WaitClock {
 TierManager::TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
                          TierManagerOptions options)
     : backend_(backend), pool_(pool), store_(store), trace_(trace), options_(std::move(options)),
+      staging_(store, trace, staging_options(options_.name)),
       wait_clock_(std::make_shared<WaitClock>()) {}
 
 StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, PinnedPool& pool, NvmeStore* store,
@@ -175,35 +142,18 @@ StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, Pin
 
 Status TierManager::carve() {
   const TierManagerOptions& o = options_;
-  slot_bytes_ = slot_sizes(o);
+  const std::vector<SlotGroupSpec> specs = slot_specs(o);
   uint64_t derived = 0;
-  for (size_t g = 0; g < slot_bytes_.size(); g++) derived += (o.group_slots[g] - 1) * slot_bytes_[g];
+  for (const SlotGroupSpec& g : specs) derived += (g.slots - 1) * g.bytes;
   window_ = o.prefetch_bytes != 0 ? o.prefetch_bytes : derived;
-
-  for (size_t g = 0; g < o.group_slots.size(); g++) {
-    for (uint32_t i = 0; i < o.group_slots[g]; i++) {
-      auto p = backend_.allocate(slot_bytes_[g], fmt::format("{} slot ({}) {}/{}", o.name, group_name(o, g), i + 1,
-                                                            o.group_slots[g]));
-      if (!p.is_ok())
-        return p.status().with_context(fmt::format(
-            "{}: the device slots need {} in all (the minimum for these slot groups; lower the slot counts or raise "
-            "the device budget)",
-            o.name, format_size(tier_device_bytes(o))));
-      Slot s;
-      s.ptr = static_cast<std::byte*>(*p);
-      s.group = static_cast<uint32_t>(g);
-      s.released = backend_.create_event();
-      s.arrived = backend_.create_event();
-      slots_.push_back(std::move(s));
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(groups_, carve_slot_groups(backend_, o.name, specs));
 
   chunks_.resize(o.chunk_bytes.size());
   for (size_t c = 0; c < chunks_.size(); c++) {
     Chunk& ch = chunks_[c];
     ch.group = o.chunk_group[c];
     if (o.home == Tier::cpu) {
-      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kPage));
+      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kHostPage));
       if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned home of chunk {}", o.name, c));
       ch.home = std::move(*b);
       std::memset(ch.home.data(), 0, ch.home.size());
@@ -216,18 +166,10 @@ Status TierManager::carve() {
   }
 
   if (o.home == Tier::nvme) {
-    const uint64_t a = store_->alignment();
-    staging_bytes_ = round_up(store_->padded_size(max_chunk(o)), kPage);
-    staging_.resize(o.nvme_staging);
-    for (size_t i = 0; i < staging_.size(); i++) {
-      auto b = pool_.acquire(staging_bytes_ + (a > kPage ? a : 0));
-      if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned NVMe staging buffer {}", o.name, i));
-      Staging& st = staging_[i];
-      st.buffer = std::move(*b);
-      auto addr = reinterpret_cast<uintptr_t>(st.buffer.data());
-      st.data = reinterpret_cast<std::byte*>(round_up(addr, std::max<uint64_t>(a, 1)));
-      st.copied = backend_.create_event();
-    }
+    const std::vector<uint64_t> sizes = staging_sizes(o, std::max<uint32_t>(store_->alignment(), 1));
+    STRATA_RETURN_IF_ERROR(staging_.carve(pool_, sizes));
+    staging_bytes_ = sizes.front();
+    for (size_t i = 0; i < staging_.size(); i++) staging_copied_.push_back(backend_.create_event());
   }
   return Status::ok();
 }
@@ -236,16 +178,13 @@ TierManager::~TierManager() {
   Status s = backend_.synchronize_all();
   if (!s.is_ok()) spdlog::error("{}: synchronizing streams at shutdown: {}", options_.name, s.to_string());
   for (size_t b = 0; b < staging_.size(); b++) {
-    if (staging_[b].state == Staging::State::reading) discard_read(staging_[b].chunk);
-    if (staging_[b].state == Staging::State::writing) {
+    if (staging_reading(b)) discard_read(staging_[b].chunk());
+    if (staging_writing(b)) {
       Status w = finish_write(static_cast<int>(b));
       if (!w.is_ok()) spdlog::error("{}: NVMe write at shutdown: {}", options_.name, w.to_string());
     }
   }
-  for (Slot& sl : slots_) {
-    Status r = backend_.release(sl.ptr);
-    if (!r.is_ok()) spdlog::error("{}: releasing a device slot: {}", options_.name, r.to_string());
-  }
+  groups_.clear();  // the device slots, now that no stream uses them
   if (store_ != nullptr) {
     for (Chunk& ch : chunks_) {
       if (ch.extent == 0) continue;
@@ -268,15 +207,16 @@ Status TierManager::end_sequence() { return prefetcher_.end(); }
 // ---- slots ---------------------------------------------------------------------------------------
 
 int TierManager::pick_slot(uint32_t group, bool demand, uint64_t needed_at) const {
+  const SlotGroup& slots = groups_[group];
   int best = -1;
   uint64_t best_use = 0;
-  for (size_t i = 0; i < slots_.size(); i++) {
-    const Slot& s = slots_[i];
-    if (s.group != group || s.holds > 0) continue;
+  for (size_t i = 0; i < slots.size(); i++) {
+    const DeviceSlot& s = slots[i];
+    if (s.holds > 0) continue;
     if (s.chunk < 0) return static_cast<int>(i);
     const uint64_t use = prefetcher_.next_use(static_cast<size_t>(s.chunk));
     if (!demand && use <= needed_at) continue;  // never evict a chunk needed no later than the one fetched
-    if (best < 0 || use > best_use || (use == best_use && s.last_use < slots_[best].last_use)) {
+    if (best < 0 || use > best_use || (use == best_use && s.last_use < slots[best].last_use)) {
       best = static_cast<int>(i);
       best_use = use;
     }
@@ -284,34 +224,33 @@ int TierManager::pick_slot(uint32_t group, bool demand, uint64_t needed_at) cons
   return best;
 }
 
-void TierManager::evict(int s) {
-  Slot& sl = slots_[s];
+void TierManager::evict(DeviceSlot& sl) {
   if (sl.chunk >= 0) {
     chunks_[sl.chunk].slot = -1;
     counters_.evictions++;
   }
   sl.chunk = -1;
-  sl.prefetched = false;
 }
+
+DeviceSlot& TierManager::slot_of(size_t c) { return groups_[chunks_[c].group][chunks_[c].slot]; }
 
 void TierManager::unmap(size_t c) {
   Chunk& ch = chunks_[c];
   if (ch.slot < 0) return;
-  slots_[ch.slot].chunk = -1;
-  slots_[ch.slot].prefetched = false;
+  slot_of(c).chunk = -1;
   ch.slot = -1;
 }
 
 Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) {
-  Slot& sl = slots_[s];
-  evict(s);
+  DeviceSlot& sl = groups_[chunks_[c].group][s];
+  evict(sl);
   const uint64_t bytes = options_.chunk_bytes[c];
-  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *sl.released));  // the slot's last compute use is done
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *sl.drained));  // the slot's last compute use is done
   STRATA_RETURN_IF_ERROR(traced_h2d(backend_, trace_, c, bytes, [&] {
     return backend_.copy_to_device(sl.ptr, src, bytes, Stream::h2d);
   }));
-  STRATA_RETURN_IF_ERROR(backend_.record(*sl.arrived, Stream::h2d));
-  Event& source_done = staging >= 0 ? *staging_[staging].copied : *chunks_[c].home_read;
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.filled, Stream::h2d));
+  Event& source_done = staging >= 0 ? *staging_copied_[staging] : *chunks_[c].home_read;
   STRATA_RETURN_IF_ERROR(backend_.record(source_done, Stream::h2d));
   sl.chunk = static_cast<int64_t>(c);
   chunks_[c].slot = s;
@@ -319,18 +258,18 @@ Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) 
   return Status::ok();
 }
 
-void TierManager::wait_arrival(const Slot& sl) {
+void TierManager::wait_arrival(const DeviceSlot& sl) {
   // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
   // two callbacks on that stream time the wait.
-  if (backend_.query(*sl.arrived)) return;
+  if (backend_.query(*sl.filled)) return;
   std::shared_ptr<WaitClock> clock = wait_clock_;
   const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
-  Status w = backend_.wait(Stream::compute, *sl.arrived);
+  Status w = backend_.wait(Stream::compute, *sl.filled);
   if (!w.is_ok()) {
     // No wait could be queued: order by blocking the host instead, so the data is never used early.
     spdlog::warn("{}: compute wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
                  w.to_string());
-    (void)backend_.synchronize(*sl.arrived);
+    (void)backend_.synchronize(*sl.filled);
   }
   if (timed) {
     (void)backend_.host_callback(Stream::compute, [clock] {
@@ -344,14 +283,13 @@ void TierManager::wait_arrival(const Slot& sl) {
 
 StatusOr<std::byte*> TierManager::acquire(size_t c) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: acquire of chunk {} (there are {})", options_.name, c, chunks_.size());
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   if (update_chunk_ == c)
     return error(Code::failed_precondition, "{}: acquire of chunk {} while its update buffer is outstanding (commit it first)",
                  options_.name, c);
   Chunk& ch = chunks_[c];
   if (ch.slot >= 0) {
     counters_.hits++;
-    slots_[ch.slot].prefetched = false;
   } else {
     const int s = pick_slot(ch.group, /*demand=*/true, 0);
     if (s < 0)
@@ -386,7 +324,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
       }
     }
   }
-  Slot& sl = slots_[ch.slot];
+  DeviceSlot& sl = slot_of(c);
   sl.holds++;
   sl.last_use = ++tick_;
   wait_arrival(sl);
@@ -396,10 +334,10 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
 }
 
 Status TierManager::release(size_t c) {
-  if (c >= chunks_.size() || chunks_[c].slot < 0 || slots_[chunks_[c].slot].holds == 0)
+  if (c >= chunks_.size() || chunks_[c].slot < 0 || slot_of(c).holds == 0)
     return error(Code::failed_precondition, "{}: release of chunk {}, which is not acquired", options_.name, c);
-  Slot& sl = slots_[chunks_[c].slot];
-  STRATA_RETURN_IF_ERROR(backend_.record(*sl.released, Stream::compute));
+  DeviceSlot& sl = slot_of(c);
+  STRATA_RETURN_IF_ERROR(backend_.record(*sl.drained, Stream::compute));
   sl.holds--;
   sl.last_use = ++tick_;
   return Status::ok();
@@ -408,7 +346,7 @@ Status TierManager::release(size_t c) {
 // ---- prefetch ------------------------------------------------------------------------------------
 
 void TierManager::prefetch() {
-  if (!prefetcher_.replaying() || !write_error_.is_ok()) return;
+  if (!prefetcher_.replaying() || !write_error_.ok()) return;
   const std::vector<size_t> device = prefetcher_.upcoming(window_, options_.chunk_bytes);
   // Hop 2 (to the device): chunks in the window whose home (or finished read) is ready.
   for (size_t u : device) {
@@ -431,7 +369,6 @@ void TierManager::prefetch() {
       ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
       continue;
     }
-    slots_[s].prefetched = true;
     counters_.prefetches++;
   }
   if (options_.home != Tier::nvme) return;
@@ -466,32 +403,32 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
   // then one holding those of a chunk already on the device, then any.
   for (int pass = 0; pass < 3; pass++) {
     for (size_t i = 0; i < n; i++) {
-      const Staging& st = staging_[at(i)];
-      if (st.state != Staging::State::idle) continue;
-      if (pass == 0 && st.copy_of >= 0) continue;
-      if (pass == 1 && st.copy_of >= 0 && chunks_[st.copy_of].slot < 0) continue;
-      if (backend_.query(*st.copied)) return take(at(i));
+      const int64_t copy_of = staging_[at(i)].holder;
+      if (!staging_idle(at(i))) continue;
+      if (pass == 0 && copy_of >= 0) continue;
+      if (pass == 1 && copy_of >= 0 && chunks_[copy_of].slot < 0) continue;
+      if (backend_.query(*staging_copied_[at(i)])) return take(at(i));
     }
   }
   if (!may_block) return -1;
   // An idle buffer whose H2D is still running: wait for it.
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::idle) continue;
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
+    if (!staging_idle(at(i))) continue;
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A write in flight: finish it (its error, if any, is recorded and sticky) and any H2D of its
   // bytes (the written copy may have fed a slot).
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::writing) continue;
+    if (!staging_writing(at(i))) continue;
     (void)finish_write(at(i));
-    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_[at(i)].copied));
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A prefetch read: drop it (the chunk is read again when needed).
   for (size_t i = 0; i < n; i++) {
-    if (staging_[at(i)].state != Staging::State::reading) continue;
-    discard_read(staging_[at(i)].chunk);
+    if (!staging_reading(at(i))) continue;
+    discard_read(staging_[at(i)].chunk());
     return take(at(i));
   }
   return error(Code::failed_precondition, "{}: no NVMe staging buffer is free (the outstanding update buffer holds the only one;"
@@ -500,50 +437,29 @@ StatusOr<int> TierManager::take_staging(bool may_block) {
 
 Status TierManager::begin_chunk_read(size_t c, int b) {
   STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // a read must see the last committed write
-  Staging& st = staging_[b];
-  st.begin_us = trace_now(trace_);
-  auto io = store_->begin_read(chunks_[c].extent, st.data);
-  if (!io.is_ok()) return io.status().with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
-  st.io = std::move(*io);
-  st.state = Staging::State::reading;
-  st.chunk = c;
+  STRATA_RETURN_IF_ERROR(staging_.begin(b, IoOp::read, chunks_[c].extent, c, options_.chunk_bytes[c]));
   chunks_[c].reading = b;
   return Status::ok();
 }
 
 Status TierManager::finish_read(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  Status s = store_->finish(st.io);
-  st.state = Staging::State::idle;
-  chunks_[c].reading = -1;
-  if (!s.is_ok()) return s.with_context(fmt::format("{}: reading chunk {} from NVMe", options_.name, c));
-  trace_io(trace_, "nvme read", c, options_.chunk_bytes[c], st.begin_us);
-  counters_.nvme_read_bytes += options_.chunk_bytes[c];
-  return Status::ok();
+  chunks_[staging_[b].chunk()].reading = -1;
+  return staging_.finish(b);
 }
 
 Status TierManager::finish_write(int b) {
-  Staging& st = staging_[b];
-  const size_t c = st.chunk;
-  Status s = store_->finish(st.io);
-  st.state = Staging::State::idle;
-  chunks_[c].writing = -1;
-  if (!s.is_ok()) {
-    s = s.with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
-  }
-  trace_io(trace_, "nvme write", c, options_.chunk_bytes[c], st.begin_us);
-  counters_.nvme_write_bytes += options_.chunk_bytes[c];
-  return Status::ok();
+  chunks_[staging_[b].chunk()].writing = -1;
+  return write_error_.record(staging_.finish(b));
 }
 
+bool TierManager::staging_idle(size_t b) const { return !staging_[b].pending() && static_cast<int>(b) != update_staging_; }
+bool TierManager::staging_reading(size_t b) const { return staging_[b].pending() && staging_[b].op() == IoOp::read; }
+bool TierManager::staging_writing(size_t b) const { return staging_[b].pending() && staging_[b].op() == IoOp::write; }
 void TierManager::forget_copy(int b) {
-  Staging& st = staging_[b];
-  if (st.copy_of < 0) return;
-  chunks_[st.copy_of].written = -1;
-  st.copy_of = -1;
+  int64_t& copy_of = staging_[b].holder;
+  if (copy_of < 0) return;
+  chunks_[copy_of].written = -1;
+  copy_of = -1;
 }
 
 void TierManager::discard_read(size_t c) {
@@ -559,9 +475,9 @@ Status TierManager::finish_chunk_write(size_t c) {
 
 StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: update of chunk {} (there are {})", options_.name, c, chunks_.size());
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   Chunk& ch = chunks_[c];
-  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+  if (ch.slot >= 0 && slot_of(c).holds > 0)
     return error(Code::failed_precondition, "{}: update of chunk {} while it is acquired (release it first)", options_.name, c);
   if (update_chunk_.has_value()) {
     if (*update_chunk_ != c)
@@ -576,8 +492,6 @@ StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   }
   discard_read(c);
   STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
-  staging_[b].state = Staging::State::update;
-  staging_[b].chunk = c;
   update_chunk_ = c;
   update_staging_ = b;
   return staging_[b].data;
@@ -587,7 +501,7 @@ Status TierManager::commit_update(size_t c) {
   if (update_chunk_ != c)
     return error(Code::failed_precondition, "{}: commit of chunk {} without its update buffer", options_.name, c);
   Chunk& ch = chunks_[c];
-  if (ch.slot >= 0 && slots_[ch.slot].holds > 0)
+  if (ch.slot >= 0 && slot_of(c).holds > 0)
     return error(Code::failed_precondition, "{}: commit of chunk {} while it is acquired (release it first)", options_.name, c);
   unmap(c);  // every device copy of c is stale from now on
   if (options_.home == Tier::cpu) {
@@ -597,32 +511,22 @@ Status TierManager::commit_update(size_t c) {
   const int b = update_staging_;
   update_chunk_.reset();
   update_staging_ = -1;
-  Staging& st = staging_[b];
-  st.state = Staging::State::idle;
   discard_read(c);
   STRATA_RETURN_IF_ERROR(finish_chunk_write(c));  // one write per extent at a time
-  STRATA_RETURN_IF_ERROR(write_error_);
-  st.begin_us = trace_now(trace_);
-  auto io = store_->begin_write(ch.extent, st.data);
-  if (!io.is_ok()) {
-    Status s = io.status().with_context(fmt::format("{}: writing chunk {} to NVMe", options_.name, c));
-    if (write_error_.is_ok()) write_error_ = s;
-    return s;
-  }
-  st.io = std::move(*io);
-  st.state = Staging::State::writing;
-  st.chunk = c;
+  STRATA_RETURN_IF_ERROR(write_error_.status());
+  Status w = staging_.begin(b, IoOp::write, ch.extent, c, options_.chunk_bytes[c]);
+  if (!w.is_ok()) return write_error_.record(w);
   ch.writing = b;
   if (ch.written >= 0) forget_copy(ch.written);  // an older commit's bytes
   ch.written = b;
-  st.copy_of = static_cast<int64_t>(c);
+  staging_[b].holder = static_cast<int64_t>(c);
   return Status::ok();
 }
 
 Status TierManager::flush() {
   for (size_t b = 0; b < staging_.size(); b++)
-    if (staging_[b].state == Staging::State::writing) (void)finish_write(static_cast<int>(b));
-  return write_error_;
+    if (staging_writing(b)) (void)finish_write(static_cast<int>(b));
+  return write_error_.status();
 }
 
 Status TierManager::read(size_t c, std::byte* host) {
@@ -632,7 +536,7 @@ Status TierManager::read(size_t c, std::byte* host) {
     std::memcpy(host, chunks_[c].home.data(), bytes);
     return Status::ok();
   }
-  STRATA_RETURN_IF_ERROR(write_error_);
+  STRATA_RETURN_IF_ERROR(write_error_.status());
   if (chunks_[c].written >= 0) {
     std::memcpy(host, staging_[chunks_[c].written].data, bytes);
     return Status::ok();
@@ -652,13 +556,16 @@ TierStats TierManager::stats() const {
   const PrefetcherStats p = prefetcher_.stats();
   s.sequences_recorded = p.sequences_recorded - prefetch_base_.sequences_recorded;
   s.sequences_replayed = p.sequences_replayed - prefetch_base_.sequences_replayed;
-  for (size_t g = 0; g < slot_bytes_.size(); g++) s.device_bytes += slot_bytes_[g] * options_.group_slots[g];
+  for (const SlotGroup& g : groups_) s.device_bytes += g.bytes() * g.size();
   for (const Chunk& ch : chunks_) s.pinned_bytes += ch.home.size();
-  for (const Staging& st : staging_) s.pinned_bytes += st.buffer.size();
+  s.pinned_bytes += staging_.pinned_bytes();
+  s.nvme_read_bytes = staging_.stats().read_bytes;
+  s.nvme_write_bytes = staging_.stats().write_bytes;
   if (store_ != nullptr)
     for (uint64_t b : options_.chunk_bytes) s.nvme_bytes += store_->padded_size(b);
-  for (const Slot& sl : slots_)
-    if (sl.chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[sl.chunk];
+  for (const SlotGroup& g : groups_)
+    for (size_t i = 0; i < g.size(); i++)
+      if (g[i].chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[g[i].chunk];
   s.compute_wait_seconds = static_cast<double>(wait_clock_->total_ns.load()) * 1e-9;
   s.compute_waits = wait_clock_->waits.load();
   return s;
@@ -666,6 +573,7 @@ TierStats TierManager::stats() const {
 
 void TierManager::reset_stats() {
   counters_ = TierStats();
+  staging_.reset_stats();
   prefetch_base_ = prefetcher_.stats();
   wait_clock_->total_ns.store(0);
   wait_clock_->waits.store(0);

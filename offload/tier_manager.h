@@ -19,6 +19,9 @@
 #include "offload/chunk_source.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
+#include "offload/slot_group.h"
+#include "offload/staging_ring.h"
+#include "offload/sticky_error.h"
 #include "offload/tier.h"
 #include "runtime/backend.h"
 #include "runtime/pinned_pool.h"
@@ -142,9 +145,7 @@ class TierManager final : public WeightSource {
   const Prefetcher& prefetcher() const { return prefetcher_; }
 
  private:
-  struct Slot;
   struct Chunk;
-  struct Staging;
   struct WaitClock;  // shared with the compute-wait callbacks
 
   TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace, TierManagerOptions options);
@@ -154,7 +155,8 @@ class TierManager final : public WeightSource {
   // `demand`: any unheld slot qualifies (ties: least recently used); prefetch: only chunks used
   // strictly later than `needed_at` (Prefetcher::next_use of the chunk to fetch). -1: none.
   int pick_slot(uint32_t group, bool demand, uint64_t needed_at) const;
-  void evict(int s);
+  void evict(DeviceSlot& slot);
+  DeviceSlot& slot_of(size_t c);  // the slot holding c's weights (precondition: there is one)
   void unmap(size_t c);
   // Queues the H2D of chunk c from `src` into slot s (after the slot's last compute use) and maps it.
   Status copy_in(size_t c, int s, const std::byte* src, int staging);
@@ -165,10 +167,13 @@ class TierManager final : public WeightSource {
   Status begin_chunk_read(size_t c, int b);
   Status finish_read(int b);         // finishes staging b's read; on error frees b and returns it with context
   Status finish_write(int b);        // finishes staging b's write; records the first error (sticky)
+  bool staging_idle(size_t b) const;     // no transfer and not the outstanding update buffer
+  bool staging_reading(size_t b) const;  // a read in flight
+  bool staging_writing(size_t b) const;  // a write in flight
   void discard_read(size_t c);       // finishes and drops a prefetch read of c (its data unused)
   void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
-  void wait_arrival(const Slot& slot);
+  void wait_arrival(const DeviceSlot& slot);
 
   Backend& backend_;
   PinnedPool& pool_;
@@ -177,16 +182,16 @@ class TierManager final : public WeightSource {
   const TierManagerOptions options_;
   uint64_t window_ = 0;
   std::vector<uint64_t> padded_;      // per chunk: bytes padded to 4 KiB (slots) / store padding (staging)
-  std::vector<uint64_t> slot_bytes_;  // per group
-  std::vector<Slot> slots_;
+  std::vector<SlotGroup> groups_;     // the device slots, per group
   std::vector<Chunk> chunks_;
-  std::vector<Staging> staging_;
-  uint64_t staging_bytes_ = 0;
+  StagingRing staging_;              // nvme home; holder: the chunk whose committed bytes it holds
+  std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
+  uint64_t staging_bytes_ = 0;       // each buffer's bytes
   uint32_t staging_next_ = 0;        // round-robin start for staging choice
   Prefetcher prefetcher_;
   std::optional<size_t> update_chunk_;  // the chunk whose update buffer is outstanding
   int update_staging_ = -1;
-  Status write_error_;               // first failed NVMe write (sticky)
+  StickyError write_error_;          // first failed NVMe write
   uint64_t tick_ = 0;                // LRU clock
   TierStats counters_;               // the counter fields of stats()
   PrefetcherStats prefetch_base_;    // prefetcher stats at reset_stats()

@@ -21,12 +21,12 @@
 #include "offload/optimizer_pipeline.h"
 #include "offload/resident_weights.h"
 #include "offload/tier_manager.h"
+#include "runtime/align.h"
 #include "runtime/units.h"
 
 namespace strata::model {
 namespace {
 constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 bool cpu_optimizer(const TrainOptions& o) { return o.cpu_optimizer(); }
 bool optimizer_on_nvme(const TrainOptions& o) { return o.optimizer_home == Tier::nvme; }
