@@ -32,8 +32,8 @@ uint64_t scales_of(const OptimizerPipelineOptions& o, size_t c) {
 
 uint64_t max_padded(const OptimizerPipelineOptions& o, uint64_t alignment) {
   uint64_t m = 0;
-  for (size_t c = 0; c < o.fp32_slots.size(); c++)
-    m = std::max(m, optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment).padded);
+  for (size_t c = 0; c < o.fp32_elements.size(); c++)
+    m = std::max(m, optimizer_state_layout(o.states, o.fp32_elements[c], scales_of(o, c), alignment).padded);
   return m;
 }
 
@@ -44,11 +44,11 @@ std::vector<uint64_t> ring_sizes(const OptimizerPipelineOptions& o, uint64_t ali
 
 }  // namespace
 
-OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_slots, uint64_t scale_count,
+OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_elements, uint64_t scale_count,
                                             uint64_t alignment) {
   OptimizerStateLayout l;
   l.states = states;
-  l.fp32_slots = fp32_slots;
+  l.fp32_elements = fp32_elements;
   l.scale_count = states == AdamStates::q8 ? scale_count : 0;
   uint64_t at = 0;
   auto place = [&](StateRegion& r, uint64_t bytes) {
@@ -56,13 +56,13 @@ OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_slo
     r = StateRegion{at, bytes};
     at += bytes;
   };
-  place(l.master, fp32_slots * sizeof(float));
+  place(l.master, fp32_elements * sizeof(float));
   if (states == AdamStates::f32) {
-    place(l.m, fp32_slots * sizeof(float));
-    place(l.v, fp32_slots * sizeof(float));
+    place(l.m, fp32_elements * sizeof(float));
+    place(l.v, fp32_elements * sizeof(float));
   } else {
-    place(l.m_code, fp32_slots);
-    place(l.v_code, fp32_slots);
+    place(l.m_code, fp32_elements);
+    place(l.v_code, fp32_elements);
     place(l.m_scale, l.scale_count * sizeof(float));
     place(l.v_scale, l.scale_count * sizeof(float));
   }
@@ -73,23 +73,23 @@ OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_slo
 
 Status check_optimizer_pipeline_options(const OptimizerPipelineOptions& o, bool have_store) {
   const std::string& n = o.name;
-  if (o.fp32_slots.empty()) return error(Code::invalid_argument, "{}: no chunks", n);
+  if (o.fp32_elements.empty()) return error(Code::invalid_argument, "{}: no chunks", n);
   const bool q8 = o.states == AdamStates::q8;
-  if (q8 && o.scale_count.size() != o.fp32_slots.size())
+  if (q8 && o.scale_count.size() != o.fp32_elements.size())
     return error(Code::invalid_argument, "{}: {} chunks but {} scale counts (8-bit states need one per chunk)", n,
-                 o.fp32_slots.size(), o.scale_count.size());
-  if (!q8 && !o.scale_count.empty() && o.scale_count.size() != o.fp32_slots.size())
-    return error(Code::invalid_argument, "{}: {} chunks but {} scale counts", n, o.fp32_slots.size(), o.scale_count.size());
-  for (size_t c = 0; c < o.fp32_slots.size(); c++) {
-    if (o.fp32_slots[c] == 0) return error(Code::invalid_argument, "{}: chunk {} has 0 fp32 slots", n, c);
+                 o.fp32_elements.size(), o.scale_count.size());
+  if (!q8 && !o.scale_count.empty() && o.scale_count.size() != o.fp32_elements.size())
+    return error(Code::invalid_argument, "{}: {} chunks but {} scale counts", n, o.fp32_elements.size(), o.scale_count.size());
+  for (size_t c = 0; c < o.fp32_elements.size(); c++) {
+    if (o.fp32_elements[c] == 0) return error(Code::invalid_argument, "{}: chunk {} has 0 fp32 elements", n, c);
     if (q8 && o.scale_count[c] == 0)
       return error(Code::invalid_argument, "{}: chunk {} has 8-bit states but 0 block scales", n, c);
     if (!q8 && !o.scale_count.empty() && o.scale_count[c] != 0)
       return error(Code::invalid_argument, "{}: chunk {} has {} block scales, but the states are fp32 (scales are for 8-bit states)",
                    n, c, o.scale_count[c]);
   }
-  if (!o.labels.empty() && o.labels.size() != o.fp32_slots.size())
-    return error(Code::invalid_argument, "{}: {} chunks but {} labels", n, o.fp32_slots.size(), o.labels.size());
+  if (!o.labels.empty() && o.labels.size() != o.fp32_elements.size())
+    return error(Code::invalid_argument, "{}: {} chunks but {} labels", n, o.fp32_elements.size(), o.labels.size());
   if (o.home != Tier::cpu && o.home != Tier::nvme)
     return error(Code::invalid_argument, "{}: the optimizer states' home must be cpu or nvme, not {}", n, tier_name(o.home));
   if (o.home == Tier::nvme && !have_store)
@@ -106,8 +106,8 @@ uint64_t optimizer_pipeline_pinned_bytes(const OptimizerPipelineOptions& o, uint
   const uint64_t a = image_alignment(store_alignment);
   if (o.home == Tier::nvme) return StagingRing::pinned_bytes(ring_sizes(o, a), a);
   uint64_t total = 0;
-  for (size_t c = 0; c < o.fp32_slots.size(); c++)
-    total += round_up(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), kHostPage).padded, kHostPage);
+  for (size_t c = 0; c < o.fp32_elements.size(); c++)
+    total += round_up(optimizer_state_layout(o.states, o.fp32_elements[c], scales_of(o, c), kHostPage).padded, kHostPage);
   return total;
 }
 
@@ -115,8 +115,8 @@ uint64_t optimizer_pipeline_nvme_bytes(const OptimizerPipelineOptions& o, uint32
   if (o.home != Tier::nvme) return 0;
   const uint64_t a = image_alignment(store_alignment);
   uint64_t total = 0;
-  for (size_t c = 0; c < o.fp32_slots.size(); c++)
-    total += optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), a).padded;
+  for (size_t c = 0; c < o.fp32_elements.size(); c++)
+    total += optimizer_state_layout(o.states, o.fp32_elements[c], scales_of(o, c), a).padded;
   return total;
 }
 
@@ -157,10 +157,10 @@ StatusOr<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::create(PinnedPoo
 
 Status OptimizerPipeline::carve() {
   const OptimizerPipelineOptions& o = options_;
-  const size_t chunks = o.fp32_slots.size();
+  const size_t chunks = o.fp32_elements.size();
   alignment_ = store_ != nullptr ? static_cast<uint32_t>(image_alignment(store_->alignment())) : kHostPage;
   for (size_t c = 0; c < chunks; c++)
-    layouts_.push_back(optimizer_state_layout(o.states, o.fp32_slots[c], scales_of(o, c), alignment_));
+    layouts_.push_back(optimizer_state_layout(o.states, o.fp32_elements[c], scales_of(o, c), alignment_));
   seen_.assign(chunks, 0);
   buffer_of_.assign(chunks, -1);
   const uint64_t pinned_total = optimizer_pipeline_pinned_bytes(o, alignment_);
@@ -211,7 +211,7 @@ ChunkState OptimizerPipeline::view(size_t c, std::byte* image) const {
   const OptimizerStateLayout& l = layouts_[c];
   ChunkState s;
   s.chunk = c;
-  s.fp32_slots = l.fp32_slots;
+  s.fp32_elements = l.fp32_elements;
   s.scale_count = l.scale_count;
   s.master = reinterpret_cast<float*>(image + l.master.offset);
   if (l.states == AdamStates::f32) {

@@ -39,17 +39,17 @@ struct StateRegion {
 
 inline constexpr uint64_t kStateRegionAlignment = 64;  // every region starts on a cache line
 
-// Where each state of one chunk sits in its image. n = fp32_slots (the chunk's fp32 master bytes
+// Where each state of one chunk sits in its image. n = fp32_elements (the chunk's fp32 master bytes
 // / 4, padding included), s = scale_count:
 //   f32: master (4n) | m (4n fp32) | v (4n fp32)
 //   q8 : master (4n) | m_code (n int8) | v_code (n uint8) | m_scale (4s fp32) | v_scale (4s fp32)
 // in that order, each region starting on a kStateRegionAlignment boundary. A tensor whose master
-// starts at fp32 slot k of the chunk has its fp32 moments at slot k of m and v, or its codes at
-// byte k of m_code and v_code (one code per slot, as Trainer lays out pinned 8-bit states); its
+// starts at fp32 element k of the chunk has its fp32 moments at element k of m and v, or its codes at
+// byte k of m_code and v_code (one code per element, as Trainer lays out pinned 8-bit states); its
 // block scales are a run of the chunk's scales, in tensor order (the caller's bookkeeping).
 struct OptimizerStateLayout {
   AdamStates states = AdamStates::f32;
-  uint64_t fp32_slots = 0;
+  uint64_t fp32_elements = 0;
   uint64_t scale_count = 0;
   StateRegion master;
   StateRegion m, v;                 // f32 only
@@ -61,16 +61,16 @@ struct OptimizerStateLayout {
 
 // Pure. `alignment`: the padding of the whole image (4096, or the store's alignment if larger;
 // a power of two >= kStateRegionAlignment). scale_count is ignored for f32.
-OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_slots, uint64_t scale_count,
+OptimizerStateLayout optimizer_state_layout(AdamStates states, uint64_t fp32_elements, uint64_t scale_count,
                                             uint64_t alignment = 4096);
 
 // ---- options and preflight ----------------------------------------------------------------------
 
 struct OptimizerPipelineOptions {
-  // Per chunk (indexed as ParamLayout::chunks of the master layout): fp32 slots (master bytes / 4),
+  // Per chunk (indexed as ParamLayout::chunks of the master layout): fp32 elements (master bytes / 4),
   // and for q8 the total block scales of its tensors (sum of kernels::adam8bit_blocks(elements));
   // for f32 scale_count is empty or all zero.
-  std::vector<uint64_t> fp32_slots;
+  std::vector<uint64_t> fp32_elements;
   std::vector<uint64_t> scale_count;
   AdamStates states = AdamStates::f32;
   Tier home = Tier::cpu;  // cpu (pinned, visited in place) or nvme (one extent per chunk)
@@ -97,12 +97,12 @@ uint64_t optimizer_pipeline_nvme_bytes(const OptimizerPipelineOptions& options, 
 // ---- the visit's view of one chunk --------------------------------------------------------------
 
 // Typed pointers into one chunk's image, valid only during the visit. f32: master, m, v
-// (fp32_slots each); q8: master (fp32_slots), m_code and v_code (fp32_slots each), m_scale and
+// (fp32_elements each); q8: master (fp32_elements), m_code and v_code (fp32_elements each), m_scale and
 // v_scale (scale_count each); the pointers of the other kind are null. `image` is the whole image
 // (layout.bytes), e.g. for a checkpoint that copies it out or in at once.
 struct ChunkState {
   size_t chunk = 0;
-  uint64_t fp32_slots = 0;
+  uint64_t fp32_elements = 0;
   uint64_t scale_count = 0;
   float* master = nullptr;
   float* m = nullptr;

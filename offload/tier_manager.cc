@@ -115,6 +115,7 @@ struct TierManager::Chunk {
   int writing = -1;                  // staging buffer with a write of this chunk in flight
   int written = -1;                  // staging buffer still holding this chunk's last committed bytes
   Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
+  bool update_due = false;           // expect_update: new bytes come before the next use; not fetched ahead
 };
 
 struct TierManager::WaitClock {
@@ -351,7 +352,7 @@ void TierManager::prefetch() {
   // Hop 2 (to the device): chunks in the window whose home (or finished read) is ready.
   for (size_t u : device) {
     Chunk& ch = chunks_[u];
-    if (ch.slot >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
+    if (ch.slot >= 0 || update_chunk_ == u || ch.update_due || !ch.read_error.is_ok()) continue;
     if (options_.home == Tier::nvme && ch.reading < 0 && ch.written < 0) continue;  // read below; H2D later
     const int s = pick_slot(ch.group, /*demand=*/false, prefetcher_.next_use(u));
     if (s < 0) continue;
@@ -377,7 +378,9 @@ void TierManager::prefetch() {
       prefetcher_.upcoming(window_ + staging_bytes_ * staging_.size(), options_.chunk_bytes);
   for (size_t u : reads) {
     Chunk& ch = chunks_[u];
-    if (ch.slot >= 0 || ch.reading >= 0 || ch.written >= 0 || update_chunk_ == u || !ch.read_error.is_ok()) continue;
+    if (ch.slot >= 0 || ch.reading >= 0 || ch.written >= 0 || update_chunk_ == u || ch.update_due ||
+        !ch.read_error.is_ok())
+      continue;
     auto b = take_staging(/*may_block=*/false);
     if (!b.is_ok() || *b < 0) break;
     Status st = begin_chunk_read(u, *b);
@@ -464,6 +467,7 @@ void TierManager::forget_copy(int b) {
 
 void TierManager::discard_read(size_t c) {
   if (chunks_[c].reading < 0) return;
+  counters_.discarded_reads++;
   (void)finish_read(chunks_[c].reading);  // an error here is met again by the next read of c
 }
 
@@ -497,6 +501,10 @@ StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
   return staging_[b].data;
 }
 
+void TierManager::expect_update(size_t c, bool expected) {
+  if (c < chunks_.size()) chunks_[c].update_due = expected;
+}
+
 Status TierManager::commit_update(size_t c) {
   if (update_chunk_ != c)
     return error(Code::failed_precondition, "{}: commit of chunk {} without its update buffer", options_.name, c);
@@ -504,6 +512,7 @@ Status TierManager::commit_update(size_t c) {
   if (ch.slot >= 0 && slot_of(c).holds > 0)
     return error(Code::failed_precondition, "{}: commit of chunk {} while it is acquired (release it first)", options_.name, c);
   unmap(c);  // every device copy of c is stale from now on
+  ch.update_due = false;
   if (options_.home == Tier::cpu) {
     update_chunk_.reset();
     return Status::ok();

@@ -74,6 +74,8 @@ struct TierStats {
   uint64_t staged_hits = 0;       // nvme: acquires whose read was in flight, the H2D started at acquire
   uint64_t written_hits = 0;      // nvme, of staged_hits: served from the staging buffer of the chunk's
                                   // last commit (an update just written), no read from NVMe
+  uint64_t discarded_reads = 0;   // nvme: reads finished and dropped unused (an update replaced the
+                                  // chunk's bytes, or the staging buffer was needed first)
   uint64_t prefetches = 0;        // H2D copies issued ahead of an acquire
   uint64_t prefetch_reads = 0;    // nvme reads begun ahead of an acquire
   uint64_t evictions = 0;         // slots taken from a cached chunk
@@ -132,6 +134,10 @@ class TierManager final : public WeightSource {
   // Invalidates c's device copies; nvme: begins the write (finished on staging reuse, before a read
   // of c, or in flush()). failed_precondition while c is held or without update_buffer(c).
   Status commit_update(size_t c) override;
+  // Marks chunk c (expected) as about to be replaced: the prefetcher fetches it neither from NVMe
+  // nor to the device until commit_update(c) or expect_update(c, false). A read already in
+  // flight is left to finish (and dropped at the commit). An index out of range is ignored.
+  void expect_update(size_t c, bool expected) override;
   // Finishes every NVMe write; the first write error, naming its chunk (sticky: a failed write left
   // that chunk without valid weights, so every later call returns it).
   Status flush() override;

@@ -31,7 +31,7 @@ std::span<const std::byte> bytes_of(std::span<const float> v) {
 
 constexpr const char* kMomentsDescription =
     "m.<chunk>, v.<chunk>: fp32 Adam moments of each fp32 layout chunk, padded bytes included; 8-bit states: "
-    "m_code.<chunk> (I8), v_code.<chunk> (U8), one per fp32 slot, and m_scale.<chunk>, v_scale.<chunk> (F32), "
+    "m_code.<chunk> (I8), v_code.<chunk> (U8), one per fp32 element, and m_scale.<chunk>, v_scale.<chunk> (F32), "
     "the block scales of the chunk's tensors";
 
 StatusOr<uint64_t> metadata_number(const SafetensorsFile& f, const std::string& key) {
@@ -215,9 +215,9 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     for (size_t i : params_of[piece.chunk]) {
       const ParamSpec& p = layout.params[i];
       const uint64_t slot = p.offset / sizeof(float);
-      const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + p.elements, piece.slot_end);
+      const uint64_t lo = std::max(slot, piece.element_begin), hi = std::min(slot + p.elements, piece.element_end);
       if (lo >= hi) continue;
-      const float* values = state.master + (lo - piece.slot_begin);
+      const float* values = state.master + (lo - piece.element_begin);
       SafetensorsWriter& file = *model_files[place[i].first];
       if (lo == slot && hi == slot + p.elements && p.whole()) {
         STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, values))));

@@ -20,10 +20,10 @@ std::vector<OptimizerBuffer> optimizer_buffers(size_t chunk, const OptimizerStat
 std::vector<OptimizerBuffer> optimizer_buffers(const StatePiece& piece, const OptimizerStateLayout& layout,
                                                std::byte* image) {
   std::vector<OptimizerBuffer> buffers = optimizer_buffers(piece.chunk, layout, image);
-  // fp32 m, v: 4 bytes per slot; 8-bit codes: 1 byte per slot, then the scales: 4 bytes each.
+  // fp32 m, v: 4 bytes per element; 8-bit codes: 1 byte per element, then the scales: 4 bytes each.
   const bool q8 = layout.states == AdamStates::q8;
   for (size_t i = 0; i < buffers.size(); ++i)
-    buffers[i].offset = !q8 ? piece.slot_begin * sizeof(float) : i < 2 ? piece.slot_begin : piece.scale_begin * sizeof(float);
+    buffers[i].offset = !q8 ? piece.element_begin * sizeof(float) : i < 2 ? piece.element_begin : piece.scale_begin * sizeof(float);
   return buffers;
 }
 

@@ -18,7 +18,7 @@ namespace strata::model {
 
 // One named buffer of a chunk's optimizer state, as a checkpoint stores it. fp32 moments:
 // "m.<chunk>", "v.<chunk>" F32, the chunk's padded fp32 bytes. 8-bit moments: "m_code.<chunk>" I8
-// and "v_code.<chunk>" U8 (one byte per padded fp32 slot of the chunk), "m_scale.<chunk>",
+// and "v_code.<chunk>" U8 (one byte per padded fp32 element of the chunk), "m_scale.<chunk>",
 // "v_scale.<chunk>" F32 (the block scales of the chunk's tensors, in order). A piece of the state
 // (model/plan/placement.h) holds `bytes` of it from byte `offset` on; `data` points into the piece's
 // image during a visit (null when only the names and sizes are wanted).

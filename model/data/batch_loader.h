@@ -70,14 +70,14 @@ class BatchLoader {
 
  private:
   struct Ready {
-    uint32_t slot;
+    uint32_t buffer;
     LoaderPosition position;
   };
   BatchLoader(TokenDataset dataset, WindowSampler sampler, const BatchLoaderOptions& options);
   void run() EXCLUDES(mu_);
-  void fill(uint32_t slot, LoaderPosition p, std::vector<uint64_t>& starts, std::vector<int32_t>& row);
+  void fill(uint32_t buffer, LoaderPosition p, std::vector<uint64_t>& starts, std::vector<int32_t>& row);
 
-  // Constant once create() has returned (a slot's bytes belong to whoever holds its number).
+  // Constant once create() has returned (a buffer's bytes belong to whoever holds its number).
   const TokenDataset dataset_;
   // Its const advance()/check() are called from both threads; row_starts(), which caches, only
   // from the loader thread.
@@ -85,14 +85,14 @@ class BatchLoader {
   const uint32_t batch_size_;
   const uint32_t seq_len_;
   const uint64_t batches_per_epoch_;
-  std::vector<PinnedBuffer> slots_;  // each: inputs (B*T int32) then targets (B*T int32)
+  std::vector<PinnedBuffer> buffers_;  // each: inputs (B*T int32) then targets (B*T int32)
 
   // State below is protected by mu_.
   mutable Mutex mu_;
-  CondVar cv_;  // a slot freed, a batch ready, a seek, or stopping_
-  std::deque<uint32_t> free_slots_ GUARDED_BY(mu_);
+  CondVar cv_;  // a buffer freed, a batch ready, a seek, or stopping_
+  std::deque<uint32_t> free_buffers_ GUARDED_BY(mu_);
   std::deque<Ready> ready_ GUARDED_BY(mu_);
-  int64_t held_slot_ GUARDED_BY(mu_) = -1;        // slot of the batch last returned by next()
+  int64_t held_buffer_ GUARDED_BY(mu_) = -1;  // buffer of the batch last returned by next()
   LoaderPosition fill_position_ GUARDED_BY(mu_);  // next batch the loader thread fills
   LoaderPosition next_position_ GUARDED_BY(mu_);  // next batch next() returns
   uint64_t generation_ GUARDED_BY(mu_) = 0;       // bumped by seek(): fills of an older generation are dropped

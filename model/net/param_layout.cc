@@ -7,12 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "runtime/align.h"
 #include "runtime/mutex.h"
 
 namespace strata::model {
 namespace {
-
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // One HF tensor of a field: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
 // tile of it: rows [row_begin, row_begin + tile_rows) (tile_rows 0: all).
@@ -43,10 +42,10 @@ class ChunkBuilder {
     layout_.chunks.push_back({.kind = kind, .layer = layer, .name = std::move(name)});
   }
   ChunkSpec& spec() { return layout_.chunks[chunk_]; }
-  ~ChunkBuilder() { layout_.chunks[chunk_].bytes = align_up(cursor_, kChunkAlignment); }
+  ~ChunkBuilder() { layout_.chunks[chunk_].bytes = round_up(cursor_, kChunkAlignment); }
 
   void field(int field, std::initializer_list<Member> members) {
-    cursor_ = align_up(cursor_, kParamAlignment);
+    cursor_ = round_up(cursor_, kParamAlignment);
     const uint64_t field_offset = cursor_;
     for (const auto& m : members) {
       ParamSpec p;

@@ -99,18 +99,18 @@ std::optional<std::vector<StatePiece>> cut_pieces(const ParamLayout& layout, siz
       last_offset = p.offset;
       const uint64_t slot = p.offset / sizeof(float);
       uint64_t done = 0;  // elements of p in earlier pieces
-      while (p.elements - done > piece_params - std::min(piece_params, slot + done - piece.slot_begin)) {
-        const uint64_t room = piece_params - std::min(piece_params, slot + done - piece.slot_begin);
+      while (p.elements - done > piece_params - std::min(piece_params, slot + done - piece.element_begin)) {
+        const uint64_t room = piece_params - std::min(piece_params, slot + done - piece.element_begin);
         const uint64_t take = room / kBlock * kBlock;  // 0: cut before this tensor's rest
-        piece.slot_end = slot + done + take;
+        piece.element_end = slot + done + take;
         piece.scale_end = scale_at + (done + take) / kBlock;
-        if (piece.slot_end > piece.slot_begin) pieces.push_back(piece);
-        piece = StatePiece{.chunk = c, .slot_begin = piece.slot_end, .scale_begin = piece.scale_end};
+        if (piece.element_end > piece.element_begin) pieces.push_back(piece);
+        piece = StatePiece{.chunk = c, .element_begin = piece.element_end, .scale_begin = piece.scale_end};
         done += take;
       }
       scale_at += kernels::adam8bit_blocks(p.elements);
     }
-    piece.slot_end = layout.chunks[c].bytes / sizeof(float);
+    piece.element_end = layout.chunks[c].bytes / sizeof(float);
     piece.scale_end = scale_at;
     pieces.push_back(piece);
   }
@@ -148,7 +148,7 @@ OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layou
   for (const StatePiece& p : pieces) per_chunk[p.chunk]++;
   std::vector<size_t> index(master_layout.chunks.size(), 0);
   for (const StatePiece& p : pieces) {
-    o.fp32_slots.push_back(p.slots());
+    o.fp32_elements.push_back(p.elements());
     o.scale_count.push_back(q8 ? p.scales() : 0);
     const size_t k = ++index[p.chunk];
     o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)

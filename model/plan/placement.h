@@ -38,26 +38,26 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
 GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
                                           const std::string& name);
 
-// One piece of the optimizer state: chunk `chunk`'s fp32 slots [slot_begin, slot_end) of the
+// One piece of the optimizer state: chunk `chunk`'s fp32 elements [element_begin, element_end) of the
 // master layout and (8-bit moments) its block scales [scale_begin, scale_end), in the chunk's
 // tensor order. The pieces of a chunk are consecutive and cover it exactly.
 struct StatePiece {
   size_t chunk = 0;
-  uint64_t slot_begin = 0, slot_end = 0;
+  uint64_t element_begin = 0, element_end = 0;
   uint64_t scale_begin = 0, scale_end = 0;
-  uint64_t slots() const { return slot_end - slot_begin; }
+  uint64_t elements() const { return element_end - element_begin; }
   uint64_t scales() const { return scale_end - scale_begin; }
 };
 // The pieces of every chunk of `master_layout`, chunk after chunk: a chunk of at most
-// `piece_params` fp32 slots is one piece; a larger one is cut into pieces of at most piece_params
-// slots (the chunk's end padding may add to its last piece), each cut at a tensor's start or
+// `piece_params` fp32 elements is one piece; a larger one is cut into pieces of at most piece_params
+// elements (the chunk's end padding may add to its last piece), each cut at a tensor's start or
 // inside a tensor at a multiple of kernels::kAdam8bitBlock elements from its start, so every 8-bit
 // block (and every SIMD vector of the Adam kernels) stays whole: AdamW over the pieces is the same
 // bits as over the chunk. Precondition: piece_params >= kernels::kAdam8bitBlock.
 std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params);
 
 // The trainer's optimizer state: one image per piece (optimizer_state_pieces with
-// options.sub_group_size: fp32 slots, and for 8-bit moments its block scales), homed where
+// options.sub_group_size: fp32 elements, and for 8-bit moments its block scales), homed where
 // options.optimizer_home says (always cpu for the optimizer on the device: the pinned images
 // mirror the device state), labelled "chunk <c>" or "chunk <c> piece <k>/<n>".
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options);

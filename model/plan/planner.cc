@@ -26,7 +26,6 @@
 
 namespace strata::model {
 namespace {
-constexpr uint64_t kPinnedBlock = 4096;  // PinnedPool rounds every block up to 4 KiB
 
 bool cpu_optimizer(const TrainOptions& o) { return o.cpu_optimizer(); }
 bool optimizer_on_nvme(const TrainOptions& o) { return o.optimizer_home == Tier::nvme; }
@@ -54,9 +53,9 @@ TierManagerOptions weight_options(const ParamLayout& layout, const TrainOptions&
 // fp32 master bytes of the optimizer's images (the rest of an image is moments and padding).
 uint64_t master_bytes(const OptimizerPipelineOptions& po) {
   uint64_t total = 0;
-  for (size_t i = 0; i < po.fp32_slots.size(); ++i) {
+  for (size_t i = 0; i < po.fp32_elements.size(); ++i) {
     const uint64_t scales = po.scale_count.empty() ? 0 : po.scale_count[i];
-    total += optimizer_state_layout(po.states, po.fp32_slots[i], scales).master.bytes;
+    total += optimizer_state_layout(po.states, po.fp32_elements[i], scales).master.bytes;
   }
   return total;
 }
@@ -105,7 +104,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
   lo.sampling.batch_size = uint32_t(o.micro_batch);
   lo.sampling.seq_len = uint32_t(o.seq);
   b.at(Tier::cpu, PlanState::other) += batch_loader_pinned_bytes(lo) * (o.evaluates() ? 2 : 1) +
-                                           round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kPinnedBlock);
+                                           round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kHostPage);
 }
 
 void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
@@ -156,7 +155,7 @@ NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& 
   if (o.weight_home == Tier::nvme)
     r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
   const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
-  if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_slots.size() * 4096;
+  if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
   if (grads_on_nvme(o)) {
     const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
     r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;

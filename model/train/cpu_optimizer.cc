@@ -29,15 +29,15 @@ Status CpuOptimizer::adam(size_t p, const ChunkState& state, const float* grads,
     for (const PieceTensor& r : state_.tensors(p)) {
       if (r.decay != decayed) continue;
       CpuAdamTensor t;
-      t.param = state.master + r.master_slot;
+      t.param = state.master + r.master_element;
       if (q8) {
-        t.m_code = state.m_code + r.master_slot;
-        t.v_code = state.v_code + r.master_slot;
+        t.m_code = state.m_code + r.master_element;
+        t.v_code = state.v_code + r.master_element;
         t.m_scale = state.m_scale + r.scale_at;
         t.v_scale = state.v_scale + r.scale_at;
       } else {
-        t.m = state.m + r.master_slot;
-        t.v = state.v + r.master_slot;
+        t.m = state.m + r.master_element;
+        t.v = state.v + r.master_element;
       }
       t.n = r.n;
       t.grad = grads + r.work_at;
@@ -73,7 +73,7 @@ Status CpuOptimizer::update_piece(size_t p, ChunkState& state) {
   const double t0 = trace_ ? trace_->now_us() : 0;
   STRATA_RETURN_IF_ERROR(adam(p, state, updating_.grads, updating_.out));
   if (options_.dtype == DType::f32)
-    std::memcpy(updating_.out + piece.slot_begin * sizeof(float), state.master, piece.slots() * sizeof(float));
+    std::memcpy(updating_.out + piece.element_begin * sizeof(float), state.master, piece.elements() * sizeof(float));
   if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
   if (!state_.last_of_chunk(p)) return Status::ok();
   grads_.end_read(c);

@@ -80,8 +80,8 @@ Status DeviceOptimizer::copy_state(bool to_device) {
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
   const auto copy = [&](size_t i, ChunkState& state) -> Status {
     const StatePiece& piece = state_.pieces()[i];
-    const uint64_t at = master_offsets_[piece.chunk] + piece.slot_begin * sizeof(float);
-    const uint64_t bytes = piece.slots() * sizeof(float);
+    const uint64_t at = master_offsets_[piece.chunk] + piece.element_begin * sizeof(float);
+    const uint64_t bytes = piece.elements() * sizeof(float);
     std::pair<std::byte*, float*> pairs[] = {{device_masters_, state.master}, {device_m_, state.m}, {device_v_, state.v}};
     for (auto [device, host] : pairs) {
       if (device == nullptr) continue;

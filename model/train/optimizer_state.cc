@@ -48,10 +48,10 @@ void OptimizerState::build_tensors(const ParamLayout& layout, const ParamLayout&
     const uint64_t slot = masters.params[i].offset / sizeof(float);
     for (size_t k : pieces_of(p.chunk)) {
       const StatePiece& piece = pieces_[k];
-      const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + p.elements, piece.slot_end);
+      const uint64_t lo = std::max(slot, piece.element_begin), hi = std::min(slot + p.elements, piece.element_end);
       if (lo >= hi) continue;
       // A cut inside a tensor is a whole number of 8-bit blocks from its start (placement.h).
-      tensors_[k].push_back(PieceTensor{.master_slot = lo - piece.slot_begin,
+      tensors_[k].push_back(PieceTensor{.master_element = lo - piece.element_begin,
                                         .scale_at = scales[p.chunk] + (lo - slot) / kernels::kAdam8bitBlock -
                                                     piece.scale_begin,
                                         .work_at = p.offset / layout.element_bytes + (lo - slot),
@@ -70,11 +70,11 @@ Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back)
     const size_t c = piece.chunk;
     if (first_piece_[c + 1] - first_piece_[c] == 1) return produce(c, state.master);
     if (have != c) {
-      values.assign(chunk_layouts_[c].fp32_slots, 0.0f);
+      values.assign(chunk_layouts_[c].fp32_elements, 0.0f);
       STRATA_RETURN_IF_ERROR(produce(c, values.data()));
       have = c;
     }
-    std::copy_n(values.data() + piece.slot_begin, piece.slots(), state.master);
+    std::copy_n(values.data() + piece.element_begin, piece.elements(), state.master);
     return Status::ok();
   };
   return pipeline_->for_each_chunk(order_, fill, write_back);
@@ -87,8 +87,8 @@ StatusOr<std::vector<float>> OptimizerState::master(const ParamSpec& spec) {
       pieces_of(spec.chunk),
       [&](size_t i, ChunkState& state) {
         const StatePiece& piece = pieces_[i];
-        const uint64_t lo = std::max(slot, piece.slot_begin), hi = std::min(slot + spec.elements, piece.slot_end);
-        if (lo < hi) std::copy_n(state.master + (lo - piece.slot_begin), hi - lo, out.begin() + (lo - slot));
+        const uint64_t lo = std::max(slot, piece.element_begin), hi = std::min(slot + spec.elements, piece.element_end);
+        if (lo < hi) std::copy_n(state.master + (lo - piece.element_begin), hi - lo, out.begin() + (lo - slot));
         return Status::ok();
       },
       /*write_back=*/false));

@@ -29,7 +29,7 @@ namespace strata::model {
 
 // One tensor's share of one piece.
 struct PieceTensor {
-  uint64_t master_slot = 0;  // first fp32 slot in the piece (master, fp32 moments, 8-bit codes)
+  uint64_t master_element = 0;  // first fp32 element in the piece (master, fp32 moments, 8-bit codes)
   uint64_t scale_at = 0;     // 8-bit: first block scale in the piece's scales
   uint64_t work_at = 0;      // first element in the chunk's working layout (gradient, copy-out)
   uint64_t n = 0;
@@ -69,7 +69,7 @@ class OptimizerState {
   const std::vector<PieceTensor>& tensors(size_t p) const { return tensors_[p]; }
 
   // One walk over every piece that sets its masters to its chunk's fp32 values (master layout,
-  // the chunk's padded slots, padding zero) from `produce`, called once per chunk: into the
+  // the chunk's padded elements, padding zero) from `produce`, called once per chunk: into the
   // piece's image when the chunk is one piece, else into one buffer of the chunk.
   using ChunkValues = std::function<Status(size_t chunk, float* values)>;
   Status fill_masters(const ChunkValues& produce, bool write_back);

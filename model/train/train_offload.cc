@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
     if (states_on_nvme)
       spdlog::info("offload: optimizer state homed on nvme ({} in {} images: {} chunks, pieces of at most {} "
                    "parameters; {} pinned staging buffers of {})",
-                   format_size(optimizer_pipeline_nvme_bytes(po)), po.fp32_slots.size(), layout.chunks.size(),
+                   format_size(optimizer_pipeline_nvme_bytes(po)), po.fp32_elements.size(), layout.chunks.size(),
                    o.sub_group_size, po.staging, format_size(optimizer_pipeline_pinned_bytes(po) / po.staging));
     if (grads_on_nvme)
       spdlog::info("offload: gradients spill to nvme ({} of fp32 sums, accumulated through {} pinned buffers)",

@@ -64,7 +64,7 @@ struct TrainOptions {
   bool cpu_optimizer() const { return optimizer_home != Tier::device; }
   uint32_t optimizer_staging = 4;
   // Parameters per optimizer piece (DeepSpeed's sub_group_size): a chunk's state larger than this
-  // is read, updated and written in pieces of at most this many fp32 slots (model/plan/placement.h), so
+  // is read, updated and written in pieces of at most this many fp32 elements (model/plan/placement.h), so
   // a staging buffer holds 12 (fp32 moments) or 6 (8-bit) bytes times this, whatever the chunk.
   uint64_t sub_group_size = uint64_t(1) << 24;
   // Memory-centric tiling: rows per tile of the (V, C) token table and untied head

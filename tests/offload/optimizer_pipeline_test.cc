@@ -51,13 +51,13 @@ struct Rig {
   std::unique_ptr<NvmeStore> store;
 };
 
-// fp32 slots per chunk: odd sizes, a one-slot chunk, a multi-page one.
+// fp32 elements per chunk: odd sizes, a one-slot chunk, a multi-page one.
 const std::vector<uint64_t> kSlots = {1024, 3000, 2053, 1, 5000, 700, 4096, 333};
 
 OptimizerPipelineOptions options_for(Tier home, AdamStates states, uint32_t staging,
                                      const std::vector<uint64_t>& slots = kSlots) {
   OptimizerPipelineOptions o;
-  o.fp32_slots = slots;
+  o.fp32_elements = slots;
   if (states == AdamStates::q8)
     for (uint64_t n : slots) o.scale_count.push_back(kernels::adam8bit_blocks(n) + 1);  // e.g. two tensors
   o.states = states;
@@ -129,7 +129,7 @@ void expect_regions_sane(const OptimizerStateLayout& l, std::vector<StateRegion>
 TEST(OptimizerStateLayout, Fp32RegionsAreAlignedDisjointAndSized) {
   for (uint64_t n : {1ull, 15ull, 16ull, 1000ull, 1024ull, 123457ull}) {
     const OptimizerStateLayout l = optimizer_state_layout(AdamStates::f32, n, 99, 4096);
-    EXPECT_EQ(l.fp32_slots, n);
+    EXPECT_EQ(l.fp32_elements, n);
     EXPECT_EQ(l.scale_count, 0u);  // ignored for fp32 states
     EXPECT_EQ(l.master.offset, 0u);
     EXPECT_EQ(l.master.bytes, 4 * n);
@@ -175,10 +175,10 @@ TEST(OptimizerPipeline, OptionsAreChecked) {
   q.scale_count.pop_back();
   EXPECT_EQ(r.make(q).status().code(), Code::invalid_argument);
   OptimizerPipelineOptions f = options_for(Tier::cpu, AdamStates::f32, 3);
-  f.scale_count.assign(f.fp32_slots.size(), 1);
+  f.scale_count.assign(f.fp32_elements.size(), 1);
   EXPECT_EQ(r.make(f).status().code(), Code::invalid_argument);
   f.scale_count.clear();
-  f.fp32_slots[2] = 0;
+  f.fp32_elements[2] = 0;
   EXPECT_EQ(r.make(f).status().code(), Code::invalid_argument);
   EXPECT_EQ(r.pool->stats().in_use, 0u);
 }
@@ -330,7 +330,7 @@ TEST_P(PipelineAdam, StepsThroughThePipelineEqualPlainBuffersBitForBit) {
   o.states = states;
   o.staging = 3;
   for (const ChunkPlan& cp : plans) {
-    o.fp32_slots.push_back(cp.slots);
+    o.fp32_elements.push_back(cp.slots);
     if (states == AdamStates::q8) o.scale_count.push_back(cp.scales);
   }
   Rig r(home);

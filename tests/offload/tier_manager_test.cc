@@ -286,6 +286,45 @@ TEST(TierManager, AChunkJustUpdatedIsCopiedFromItsWriteNotReadBack) {
   ASSERT_TRUE(m.flush().is_ok());
 }
 
+// expect_update: a chunk whose bytes an update is about to replace is fetched ahead by neither hop
+// (an NVMe read or an H2D copy of it would be thrown away at the commit); acquire still returns its
+// current bytes. The mark ends at the chunk's commit or when withdrawn (an update that ended early).
+TEST_P(TierHomes, ChunksExpectingAnUpdateAreNotFetchedAhead) {
+  Rig r(GetParam());
+  constexpr size_t kLayers = 6;
+  auto tm = r.make(model_options(GetParam(), kLayers, 2));
+  ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+  TierManager& m = **tm;
+  write_all(m, 1);
+  const std::vector<size_t> order = step_order(kLayers);
+  run_sequence(r, m, order, 1, false);  // records the order
+  const auto fetched_ahead = [&] { return m.stats().prefetches + m.stats().prefetch_reads; };
+
+  m.reset_stats();
+  run_sequence(r, m, order, 1, false);
+  EXPECT_GT(fetched_ahead(), 0u) << "unmarked, the replay fetches ahead";
+
+  for (size_t c = 0; c < m.chunk_count(); c++) m.expect_update(c, true);
+  m.expect_update(m.chunk_count() + 5, true);  // out of range: ignored
+  m.reset_stats();
+  run_sequence(r, m, order, 1, false);  // acquires by demand, the current (version 1) bytes
+  EXPECT_EQ(fetched_ahead(), 0u) << "a chunk about to be replaced was fetched ahead";
+
+  for (size_t c = 0; c < m.chunk_count(); c += 2) m.expect_update(c, false);  // withdrawn
+  for (size_t c = 1; c < m.chunk_count(); c += 2) write_chunk(m, c, 2);      // committed
+  m.reset_stats();
+  ASSERT_TRUE(m.begin_sequence("train").is_ok());
+  for (size_t c : order) {
+    auto p = m.acquire(c);
+    ASSERT_TRUE(p.is_ok()) << "chunk " << c << ": " << p.status().to_string();
+    ASSERT_TRUE(holds_version(*r.backend, *p, c, m.chunk_bytes(c), c % 2 == 1 ? 2 : 1)) << "chunk " << c;
+    ASSERT_TRUE(m.release(c).is_ok());
+  }
+  ASSERT_TRUE(m.end_sequence().is_ok());
+  EXPECT_GT(fetched_ahead(), 0u) << "withdrawn and committed chunks are fetched ahead again";
+  ASSERT_TRUE(m.flush().is_ok());
+}
+
 TEST_P(TierHomes, EvictionNeverReusesAHeldSlot) {
   Rig r(GetParam());
   auto tm = r.make(model_options(GetParam(), 6, 2));

@@ -35,30 +35,30 @@ void expect_valid_pieces(const ParamLayout& masters, const std::vector<StatePiec
     uint64_t at = 0, scale_at = 0;
     for (; i < pieces.size() && pieces[i].chunk == c; ++i) {
       const StatePiece& piece = pieces[i];
-      EXPECT_EQ(piece.slot_begin, at) << "chunk " << c;
+      EXPECT_EQ(piece.element_begin, at) << "chunk " << c;
       EXPECT_EQ(piece.scale_begin, scale_at) << "chunk " << c;
-      EXPECT_GT(piece.slots(), 0u);
+      EXPECT_GT(piece.elements(), 0u);
       EXPECT_GT(piece.scales(), 0u);
-      if (piece.slot_end != slots) EXPECT_LE(piece.slots(), cap) << "chunk " << c;
-      at = piece.slot_end;
+      if (piece.element_end != slots) EXPECT_LE(piece.elements(), cap) << "chunk " << c;
+      at = piece.element_end;
       scale_at = piece.scale_end;
       // The cut after this piece: at a tensor start, or inside one on a block boundary, with the
       // scales counted to it.
-      if (piece.slot_end == slots) continue;
+      if (piece.element_end == slots) continue;
       uint64_t scales_before = 0;
       bool on_boundary = false;
       for (const ParamSpec& p : masters.params) {
         if (size_t(p.chunk) != c) continue;
         const uint64_t begin = p.offset / sizeof(float), end = begin + p.elements;
-        if (piece.slot_end >= end) {
+        if (piece.element_end >= end) {
           scales_before += kernels::adam8bit_blocks(p.elements);
-        } else if (piece.slot_end >= begin) {
-          const uint64_t inside = piece.slot_end - begin;
+        } else if (piece.element_end >= begin) {
+          const uint64_t inside = piece.element_end - begin;
           on_boundary = inside % kernels::kAdam8bitBlock == 0;
           scales_before += inside / kernels::kAdam8bitBlock;
         }
       }
-      EXPECT_TRUE(on_boundary) << "chunk " << c << " cut at slot " << piece.slot_end;
+      EXPECT_TRUE(on_boundary) << "chunk " << c << " cut at slot " << piece.element_end;
       EXPECT_EQ(piece.scale_end, scales_before) << "chunk " << c;
     }
     EXPECT_EQ(at, slots) << "chunk " << c << " is not covered";
@@ -101,7 +101,7 @@ TEST(OptimizerPieces, Llama3bStagingIsBoundedByThePiece) {
   EXPECT_EQ(embedding_pieces, size_t((embedding + o.sub_group_size - 1) / o.sub_group_size));
 
   const OptimizerPipelineOptions po = optimizer_state_options(masters, o);
-  ASSERT_EQ(po.fp32_slots.size(), pieces.size());
+  ASSERT_EQ(po.fp32_elements.size(), pieces.size());
   ASSERT_EQ(po.labels.size(), pieces.size());
   EXPECT_EQ(po.labels[0], "chunk 0 piece 1/" + std::to_string(embedding_pieces));
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
