@@ -27,9 +27,8 @@
 namespace strata::model {
 namespace {
 
-bool cpu_optimizer(const TrainOptions& o) { return o.cpu_optimizer(); }
 bool optimizer_on_nvme(const TrainOptions& o) { return o.optimizer_home == Tier::nvme; }
-bool grads_on_nvme(const TrainOptions& o) { return cpu_optimizer(o) && o.grad_home == Tier::nvme; }
+bool grads_on_nvme(const TrainOptions& o) { return o.cpu_optimizer() && o.grad_home == Tier::nvme; }
 
 // Shared (param_layout.h): the candidates of one plan size the same few layouts many times.
 std::shared_ptr<const ParamLayout> working_layout(const ModelConfig& c, const TrainOptions& o) {
@@ -80,7 +79,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
   else
     b.at(Tier::cpu, o.weight_home == Tier::cpu ? PlanState::weights : PlanState::staging) +=
         tier_pinned_bytes(weight_options(layout, o, config.name));
-  if (cpu_optimizer(o)) {
+  if (o.cpu_optimizer()) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
     const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
     GradientOffloaderOptions d2h = go;
@@ -180,8 +179,8 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
   const bool paged = o.weight_home != Tier::device;
   if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
-  if (!paged && cpu_optimizer(o)) t.h2d += weights;    // the updated weights, uploaded once
-  if (cpu_optimizer(o)) t.d2h += weights * k;          // each micro-batch's gradients
+  if (!paged && o.cpu_optimizer()) t.h2d += weights;    // the updated weights, uploaded once
+  if (o.cpu_optimizer()) t.d2h += weights * k;          // each micro-batch's gradients
   t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
   // MLP tiles under checkpointing: a layer's backward fetches its first weight's tiles twice, for
   // the recomputation and for the backward (two tile slots cannot keep them; the last layer is
@@ -215,13 +214,13 @@ StepTime plan_step_time(const ModelConfig& config, const TrainOptions& o, const 
   s.compute_s = training_flops_per_step(config, o) * (o.activation_checkpointing ? 4.0 / 3.0 : 1.0) / flops;
   s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
   s.nvme_s = double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write;
-  s.adam_s = cpu_optimizer(o) ? double(parameter_count(config)) / rates.adam : 0.0;
+  s.adam_s = o.cpu_optimizer() ? double(parameter_count(config)) / rates.adam : 0.0;
   s.forward_s = s.compute_s / double(o.grad_accum) * (o.activation_checkpointing ? 0.25 : 1.0 / 3.0);
   if (rates.shared_cores) {
     s.crc_s = double(t.nvme_read + t.nvme_write) / rates.crc;
     s.step_s = s.compute_s + s.pcie_s + s.adam_s + s.crc_s + s.nvme_s;
   } else {
-    const bool overlapped = !cpu_optimizer(o) || o.overlap_optimizer;
+    const bool overlapped = !o.cpu_optimizer() || o.overlap_optimizer;
     const double path = overlapped ? std::max(s.forward_s, s.adam_s) + (s.compute_s - s.forward_s) : s.compute_s;
     s.step_s = std::max({path, s.pcie_s, s.nvme_s}) + (overlapped ? 0.0 : s.adam_s);
   }
@@ -303,8 +302,8 @@ namespace {
 // (once per step) 1; per tier: device 0, cpu 1, nvme 2.
 int placement_rank(const TrainOptions& o) {
   const int w = o.weight_home == Tier::device ? 0 : o.weight_home == Tier::cpu ? 1 : 2;
-  const int g = !cpu_optimizer(o) ? 0 : o.grad_home == Tier::cpu ? 1 : 2;
-  const int opt = !cpu_optimizer(o) ? 0 : o.optimizer_home == Tier::cpu ? 1 : 2;
+  const int g = !o.cpu_optimizer() ? 0 : o.grad_home == Tier::cpu ? 1 : 2;
+  const int opt = !o.cpu_optimizer() ? 0 : o.optimizer_home == Tier::cpu ? 1 : 2;
   return 4 * w + 2 * g + opt;
 }
 
@@ -666,8 +665,8 @@ std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const 
 
 std::string placement_summary(const TrainOptions& o) {
   const std::string_view weights = o.weight_home == Tier::device ? "gpu" : offload_value(o.weight_home);
-  const std::string_view optimizer = cpu_optimizer(o) ? offload_value(o.optimizer_home) : "gpu";
-  const std::string_view grads = !cpu_optimizer(o) ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
+  const std::string_view optimizer = o.cpu_optimizer() ? offload_value(o.optimizer_home) : "gpu";
+  const std::string_view grads = !o.cpu_optimizer() ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
   return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
                      o.activation_checkpointing ? "on" : "off");
 }
@@ -681,7 +680,7 @@ std::string candidate_summary(const PlanCandidate& c) {
 std::string placement_flags(const TrainOptions& o) {
   std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", offload_value(o.weight_home),
                                   offload_value(o.optimizer_home));
-  if (cpu_optimizer(o)) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
+  if (o.cpu_optimizer()) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
   if (o.activation_checkpointing) flags += " --activation-checkpointing";
   return flags;
 }
