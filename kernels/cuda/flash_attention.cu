@@ -28,9 +28,10 @@ namespace {
 constexpr int kTile = 64;  // rows a block owns, and columns of each inner tile
 constexpr int kWarps = 4;  // each warp owns 16 of the block's rows
 constexpr int kThreads = 32 * kWarps;
-// At head size 64 the dk, dv kernel's registers are capped for three blocks per multiprocessor (its
-// pipelined walk otherwise takes ~210, two blocks where the unpipelined one ran three; the cap
-// spills 40 bytes); at 128 it needs all 255 (a cap spills ~600 bytes) and shared memory allows two.
+// At head size 64 the backward kernels' registers are capped for three blocks per multiprocessor
+// (the dk, dv kernel's pipelined walk otherwise takes ~210, two blocks where the unpipelined one ran
+// three; the cap spills 40 bytes; the dq kernel would take 177); at 128 they need all 255 (a cap
+// spills ~600 bytes) and shared memory allows two.
 template <int HS>
 constexpr int kDkvBlocksPerSm = HS == 64 ? 3 : 1;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -51,10 +52,13 @@ struct Mma<__nv_bfloat16> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  // Two floats as a packed pair, `lo` in the low half (the lower column), round to nearest even.
+  // Two floats as a packed pair, `lo` in the low half (the lower column), round to nearest even: one
+  // cvt for both (the same bits as detail::f32_to_bf16_bits for every value but NaN, whose payload
+  // the hardware does not keep).
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    return static_cast<uint32_t>(detail::f32_to_bf16_bits(lo)) |
-           (static_cast<uint32_t>(detail::f32_to_bf16_bits(hi)) << 16);
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
   }
 };
 template <>
@@ -66,11 +70,21 @@ struct Mma<__half> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    return static_cast<uint32_t>(detail::f32_to_f16_bits(lo)) |
-           (static_cast<uint32_t>(detail::f32_to_f16_bits(hi)) << 16);
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {  // as above, IEEE fp16
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
   }
 };
+
+// 2^x on the special-function unit alone (results below 2^-126 flush to 0; exp2f adds a range fix
+// of three instructions per score for them). Every kernel here uses it, so the backward's P is the
+// forward's to the bit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -223,6 +237,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
     for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // 32-bit copies for the masks (forward() checks that T's tiles fit).
+  const int row32[2] = {static_cast<int>(rows[0]), static_cast<int>(rows[1])};
+  const int T32 = static_cast<int>(s.T);
 
   for (int kt = 0; kt <= qt; ++kt) {
     const int cur = kt & 1;
@@ -251,24 +268,31 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
         Mma<T>::run(sc[2 * np + 1], qf[kb], bf[2], bf[3]);
       }
 
-    const bool diagonal = kt == qt;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[n][e] *= scale_log2;
+    // Only the diagonal tile has keys after a row or past T (a tile before it ends below q0 < T).
+    if (kt == qt) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = kt * kTile + n * 8 + t4 * 2 + (e & 1);
+          if (col > row32[e >> 1] || col >= T32) sc[n][e] = -INFINITY;
+        }
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int64_t col = static_cast<int64_t>(kt) * kTile + n * 8 + t4 * 2 + c;
-          float x = sc[n][2 * i + c] * scale_log2;
-          if ((diagonal && col > rows[i]) || col >= s.T) x = -INFINITY;
-          sc[n][2 * i + c] = x;
-          tile_max = fmaxf(tile_max, x);
-        }
+        for (int c = 0; c < 2; ++c) tile_max = fmaxf(tile_max, sc[n][2 * i + c]);
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[i], tile_max);
-      const float correction = exp2f(row_max[i] - new_max);  // 0 on the first tile
+      const float correction = fast_exp2(row_max[i] - new_max);  // 0 on the first tile
       row_max[i] = new_max;
       row_sum[i] *= correction;
 #pragma unroll
@@ -280,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
       for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float p = exp2f(sc[n][2 * i + c] - new_max);
+          const float p = fast_exp2(sc[n][2 * i + c] - new_max);
           sc[n][2 * i + c] = p;
           row_sum[i] += p;
         }
@@ -334,7 +358,7 @@ struct RowTerms {
 };
 
 template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
+__global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
                                                       const T* out, const float* lse, Shape s, float scale_log2,
                                                       float scale, RowTerms terms) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -370,6 +394,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
     load_a<HS>(dof[kb], sV(1), warp * 16, kb * 16);
   }
   const int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  const int row32[2] = {static_cast<int>(rows[0]), static_cast<int>(rows[1])};
+  const int T32 = static_cast<int>(s.T);
   const float row_d[2] = {sD[warp * 16 + g], sD[warp * 16 + g + 8]};
   const float row_lse[2] = {sL[warp * 16 + g], sL[warp * 16 + g + 8]};
   if (terms.d != nullptr && threadIdx.x < kTile && q0 + threadIdx.x < s.T) {
@@ -414,17 +440,23 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(T* dq, const T* dout, cons
         Mma<T>::run(dp[2 * np], dof[kb], bv[0], bv[1]);
         Mma<T>::run(dp[2 * np + 1], dof[kb], bv[2], bv[3]);
       }
-    const bool diagonal = kt == qt;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int64_t col = static_cast<int64_t>(kt) * kTile + n * 8 + t4 * 2 + (e & 1);
-        const bool masked = (diagonal && col > rows[i]) || col >= s.T;
-        const float pr = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - row_lse[i]);
-        p[n][e] = pr * (dp[n][e] - row_d[i]);  // dS
-      }
+      for (int e = 0; e < 4; ++e) p[n][e] = fast_exp2(p[n][e] * scale_log2 - row_lse[e >> 1]);
+    if (kt == qt) {  // as in the forward, only the diagonal tile has masked keys
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = kt * kTile + n * 8 + t4 * 2 + (e & 1);
+          if (col > row32[e >> 1] || col >= T32) p[n][e] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[n][e] *= dp[n][e] - row_d[e >> 1];  // dS
     p_times_tile<T, HS>(acc, p, sK(cur));
     __syncthreads();  // buffer cur is free for the iteration after next's tiles
   }
@@ -494,6 +526,8 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dkv_kernel(T* d
   queue_step(0, 0);
   cp_async_commit();
   const int64_t keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  const int key32[2] = {static_cast<int>(keys[0]), static_cast<int>(keys[1])};
+  const int k0_32 = static_cast<int>(k0), T32 = static_cast<int>(s.T);
 
   float dk_acc[HS / 8][4], dv_acc[HS / 8][4];
 #pragma unroll
@@ -520,15 +554,21 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dkv_kernel(T* d
     // S^T (this warp's 16 keys x 64 queries) = K Q^T, then P^T.
     float p[8][4];
     rows_times_cols<T, HS>(p, sK, warp * 16, sQ(cur));
-    const bool diagonal = q0 == k0;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + t4 * 2 + (e & 1);
-        const bool masked = (diagonal && q0 + c < keys[e >> 1]) || q0 + c >= s.T;
-        p[n][e] = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - sL(cur)[c]);
-      }
+      for (int e = 0; e < 4; ++e) p[n][e] = fast_exp2(p[n][e] * scale_log2 - sL(cur)[n * 8 + t4 * 2 + (e & 1)]);
+    // Masked: queries before a key (the diagonal tile) and rows past T (the last query tile).
+    const int q0_32 = static_cast<int>(q0);
+    if (q0_32 == k0_32 || q0_32 + kTile > T32) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int query = q0_32 + n * 8 + t4 * 2 + (e & 1);
+          if ((q0_32 == k0_32 && query < key32[e >> 1]) || query >= T32) p[n][e] = 0.0f;
+        }
+    }
     p_times_tile<T, HS>(dv_acc, p, sO(cur));  // dv += P^T dO
     float ds[8][4];
     rows_times_cols<T, HS>(ds, sV, warp * 16, sO(cur));  // dP^T = V dO^T

@@ -4,7 +4,9 @@
 //   forward  out^T (OC, N)  = weight^T^T (OC, C) . inp^T (C, N)   -> gemm(T, N, m=OC, n=N, k=C)
 //   dinp     dinp^T (C, N) += weight^T (C, OC) . dout^T (OC, N)   -> gemm(N, N, m=C,  n=N, k=OC)
 //   dweight  dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)     -> gemm(N, T, m=C,  n=OC, k=N)
-// The biased forward is one cuBLASLt matmul with the bias epilogue (planned once per shape). A
+// The biased forward is one cuBLASLt matmul with the bias epilogue (planned once per shape); so is
+// an overwriting 16-bit dweight with its dbias (the BGRADB epilogue: dout's column sums over the N
+// rows, formed in the same kernel). A
 // 16-bit accumulating GEMM writes its fp32 product, tile by tile, to ctx.product (beta = 0) and
 // finish_tile_kernel forms round(old + product) in place; the Lt-less biased forward uses the same
 // tiles with round(bias + product). An overwriting GEMM writes T straight (beta = 0). dbias is a
@@ -22,17 +24,22 @@
 namespace strata::kernels::cuda {
 
 // --- the cuBLASLt plan cache -----------------------------------------------------------------------
+// D (m, n; leading dimension ldd) = op_a(A) op_b(B) with `epilogue`, column-major as cuBLAS. The
+// defaults are the biased forward's: A = weight^T stored (k, m), B = inp^T stored (k, n).
 struct LtPlanKey {
   cudaDataType_t type;
   bool tf32;
   int64_t m, n, k;
   int64_t ldd;  // the output's leading dimension (>= m)
   uint32_t align_a, align_b, align_d, align_bias;
+  cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
+  int64_t lda = 0, ldb = 0;  // 0: k (the biased forward's packed operands)
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   bool operator==(const LtPlanKey&) const = default;
 };
 
-// Descriptors of one biased-forward shape and the algorithm the heuristic picked for it. The bias
-// pointer is set on `desc` at each call.
+// Descriptors of one cuBLASLt matmul shape (a biased forward, or a dweight with its bias gradient)
+// and the algorithm the heuristic picked for it. The bias pointer is set on `desc` at each call.
 struct LtPlan {
   LtPlanKey key{};
   cublasLtMatmulDesc_t desc = nullptr;
@@ -261,21 +268,24 @@ cublasStatus_t set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttrib
   return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value));
 }
 
-// Builds the descriptors of `key` (out^T (m, n) = weight^T^T . inp^T + bias, see the top of this
-// file) and asks the heuristic for one algorithm that reduces in fp32 (no reduction in the output
-// type, none "in place" in the output buffer) and fits the workspace. plan.has_algo stays false
-// when none does.
+// Builds the descriptors of `key` (the forward: out^T (m, n) = weight^T^T . inp^T + bias; the
+// dweight: dweight^T (m, n) = inp^T . dout with dbias, see the top of this file) and asks the
+// heuristic for one algorithm that reduces in fp32 (no reduction in the output type, none "in
+// place" in the output buffer) and fits the workspace. plan.has_algo stays false when none does.
 cublasStatus_t build_plan(const GemmContext& ctx, const LtPlanKey& key, cublasComputeType_t compute, LtPlan& plan) {
   plan.key = key;
   STRATA_LT_TRY(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
-  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T)));
-  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N)));
-  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(key.op_a)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(key.op_b)));
+  STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(key.epilogue)));
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(key.type)));
-  // weight^T as stored: (k, m) with ld k, transposed; inp^T: (k, n) with ld k; out^T: (m, n), ld
-  // key.ldd (m, or out's padded row stride).
-  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.a, key.type, key.k, key.m, key.k));
-  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.b, key.type, key.k, key.n, key.k));
+  // A as stored: (k, m) when transposed (the forward's weight^T), else (m, k) (the dweight's inp^T);
+  // B: (k, n), or (n, k) when transposed (the dweight's dout^T); D: (m, n) with ld key.ldd (m, or
+  // out's padded row stride).
+  const bool ta = key.op_a == CUBLAS_OP_T, tb = key.op_b == CUBLAS_OP_T;
+  const int64_t lda = key.lda != 0 ? key.lda : key.k, ldb = key.ldb != 0 ? key.ldb : key.k;
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.a, key.type, ta ? key.k : key.m, ta ? key.m : key.k, lda));
+  STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.b, key.type, tb ? key.n : key.k, tb ? key.k : key.n, ldb));
   STRATA_LT_TRY(cublasLtMatrixLayoutCreate(&plan.d, key.type, key.m, key.n, key.ldd));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -331,30 +341,57 @@ cublasStatus_t find_plan(const GemmContext& ctx, const LtPlanKey& key, cublasCom
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// out = weight . inp + bias through cuBLASLt; *done = false (and success) when cuBLASLt has no
-// algorithm for the shape, so the caller falls back.
+// D = op_a(A) op_b(B) with key's epilogue and `bias` (the bias it adds, or the bias gradient it
+// writes), beta = 0, through cuBLASLt; *done = false (and success) when cuBLASLt has no algorithm
+// for the shape, so the caller falls back.
+template <typename T>
+cublasStatus_t lt_matmul(const GemmContext& ctx, const LtPlanKey& key, const GemmOptions& options, const T* A,
+                         const T* B, T* D, const void* bias, cudaStream_t stream, bool* done) {
+  *done = false;
+  std::unique_ptr<LtPlan> uncached;
+  LtPlan* plan = nullptr;
+  STRATA_LT_TRY(find_plan(ctx, key, compute_type<T>(options), uncached, &plan));
+  if (!plan->has_algo) return CUBLAS_STATUS_SUCCESS;
+  STRATA_LT_TRY(set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  const float alpha = 1.0f, beta = 0.0f;
+  const uint64_t workspace = ctx.lt_workspace != nullptr ? ctx.lt_workspace_bytes : 0;
+  const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan->desc, &alpha, A, plan->a, B, plan->b, &beta, D, plan->d, D,
+                                           plan->d, &plan->algo, ctx.lt_workspace, workspace, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return CUBLAS_STATUS_SUCCESS;  // e.g. a bias alignment it rejects
+  if (st == CUBLAS_STATUS_SUCCESS) *done = true;
+  return st;
+}
+
+// out = weight . inp + bias (the BIAS epilogue).
 template <typename T>
 cublasStatus_t lt_biased_forward(const GemmContext& ctx, T* out, const T* inp, const T* weight, const T* bias,
                                  int64_t N, int64_t C, int64_t OC, int64_t ldo, const GemmOptions& options,
                                  cudaStream_t stream, bool* done) {
-  *done = false;
   const LtPlanKey key{data_type<T>(),       std::is_same_v<T, float> && options.allow_tf32,
                       OC,                   N,
                       C,                    ldo,
                       alignment_of(weight), alignment_of(inp),
                       alignment_of(out),    alignment_of(bias)};
-  std::unique_ptr<LtPlan> uncached;
-  LtPlan* plan = nullptr;
-  STRATA_LT_TRY(find_plan(ctx, key, compute_type<T>(options), uncached, &plan));
-  if (!plan->has_algo) return CUBLAS_STATUS_SUCCESS;
-  STRATA_LT_TRY(set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias)));
-  const float alpha = 1.0f, beta = 0.0f;
-  const uint64_t workspace = ctx.lt_workspace != nullptr ? ctx.lt_workspace_bytes : 0;
-  const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, out,
-                                           plan->d, out, plan->d, &plan->algo, ctx.lt_workspace, workspace, stream);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return CUBLAS_STATUS_SUCCESS;  // e.g. a bias alignment it rejects
-  if (st == CUBLAS_STATUS_SUCCESS) *done = true;
-  return st;
+  return lt_matmul<T>(ctx, key, options, weight, inp, out, bias, stream, done);
+}
+
+// dweight^T (C, OC) = inp^T (C, N) . dout (N, OC) and dbias (OC) = dout's column sums over the N
+// rows, both overwritten, in one matmul (the BGRADB epilogue reduces op(B) = dout over k = N).
+template <typename T>
+cublasStatus_t lt_dweight_bias_grad(const GemmContext& ctx, T* dweight, T* dbias, const T* inp, const T* dout,
+                                    int64_t N, int64_t C, int64_t OC, int64_t ldd, const GemmOptions& options,
+                                    cudaStream_t stream, bool* done) {
+  LtPlanKey key{data_type<T>(),     std::is_same_v<T, float> && options.allow_tf32,
+                C,                  OC,
+                N,                  C,
+                alignment_of(inp),  alignment_of(dout),
+                alignment_of(dweight), alignment_of(dbias)};
+  key.op_a = CUBLAS_OP_N;
+  key.op_b = CUBLAS_OP_T;
+  key.lda = C;
+  key.ldb = ldd;
+  key.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  return lt_matmul<T>(ctx, key, options, inp, dout, dweight, dbias, stream, done);
 }
 
 #undef STRATA_LT_TRY
@@ -518,7 +555,16 @@ GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias
     }
     if (!status.ok()) return status;
   }
-  if (dweight != nullptr && C > 0) {
+  // An overwriting 16-bit dweight with a dbias and no tail: one cuBLASLt matmul forms both.
+  bool dbias_done = false;
+  if constexpr (is_16bit<T>()) {
+    if (dweight != nullptr && dbias != nullptr && C > 0 && main == OC && stores.overwrite_dweight &&
+        ctx.lt != nullptr) {
+      status.cublas = lt_dweight_bias_grad(ctx, dweight, dbias, inp, dout, N, C, OC, ldd, options, stream, &dbias_done);
+      if (!status.ok()) return status;
+    }
+  }
+  if (dweight != nullptr && C > 0 && !dbias_done) {
     if (main > 0) {
       status = gemm_store<T>(ctx, stores.overwrite_dweight, CUBLAS_OP_N, CUBLAS_OP_T, C, main, N, inp, C, dout, ldd,
                              dweight, C, options, stream);
@@ -532,7 +578,7 @@ GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias
     }
   }
   // The product tiles are free again (stream order): they hold the column sums' partials.
-  if (dbias != nullptr) {
+  if (dbias != nullptr && !dbias_done) {
     status.cuda = detail::add_column_sums(dbias, N, OC, RowValue<T>{dout, ldd}, stream, ctx.product,
                                           ctx.product_floats, stores.overwrite_dweight);
   }

@@ -11,8 +11,10 @@
 // The caller owns every handle and buffer in GemmContext; each call binds the cuBLAS handle to
 // `stream`, host pointer mode and the math mode GemmOptions implies, so a mode left on the handle
 // by someone else never changes the arithmetic. Not thread-safe per context (as cuBLAS), and the
-// workspaces are stream-ordered scratch: one stream at a time. dbias is a fixed-order column sum;
-// everything is deterministic run to run on one GPU. Asynchronous; returns the first failure.
+// workspaces are stream-ordered scratch: one stream at a time. dbias is a fixed-order column sum,
+// or, beside an overwriting 16-bit dweight, cuBLASLt's BGRADB epilogue of that same matmul (its
+// sums in fp32, rounded once); everything is deterministic run to run on one GPU. Asynchronous;
+// returns the first failure.
 #pragma once
 
 #include <cublasLt.h>
@@ -71,7 +73,8 @@ inline constexpr size_t kGemmProductFloats = size_t{16} << 20;
 // Everything a GEMM call uses beyond its operands; the caller creates it once (never per step).
 struct GemmContext {
   cublasHandle_t cublas = nullptr;  // every GEMM without a bias epilogue
-  cublasLtHandle_t lt = nullptr;    // the biased forward (CUBLASLT_EPILOGUE_BIAS); null: see below
+  cublasLtHandle_t lt = nullptr;    // the biased forward (CUBLASLT_EPILOGUE_BIAS) and dweight + dbias
+                                    // (CUBLASLT_EPILOGUE_BGRADB); null: see below
   void* lt_workspace = nullptr;     // cuBLASLt scratch (256-byte aligned), lt_workspace_bytes of it
   size_t lt_workspace_bytes = 0;
   // fp32 product tiles: 16-bit accumulating GEMMs whose output (m x n) exceeds product_floats run
@@ -119,7 +122,9 @@ struct GradStores {
 // dbias (OC) += sum_n dout[n] (or = each, by `stores`). Each gradient may be null (not computed).
 // Each value is formed in fp32 and rounded once to T. dout_stride: dout's row stride in elements
 // (0 means OC, else >= OC; its padding is never read), dout's leading dimension in both GEMMs; a
-// padded stride splits OC as the forward does (see matmul_forward).
+// padded stride splits OC as the forward does (see matmul_forward). When dweight and dbias are
+// both overwritten, T is 16-bit, nothing is split and cuBLASLt offers an algorithm, one matmul
+// with the BGRADB epilogue forms both (dbias's sums in that kernel's order, not the column sums').
 template <typename T>
 GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                            const T* weight, int64_t N, int64_t C, int64_t OC, GemmOptions options,

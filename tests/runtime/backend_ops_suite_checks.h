@@ -95,6 +95,17 @@ TEST_P(BackendOpsTest, AccumulateWidenedAndBlockSumsOfSquaresMatchTheHostDefinit
       EXPECT_EQ(p, kernels::sum_squares_block(want.data() + at, std::min<size_t>(kernels::kSumSquaresBlock, n - at)))
           << "block " << k;
     }
+    // From one float in: not 16-byte aligned (the CUDA backend's other kernel), the same definition.
+    ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f() + 1, n - 1).is_ok());
+    const std::vector<uint8_t> shifted = read_bytes(partials);
+    for (int64_t k = 0; k < blocks; ++k) {
+      double p;
+      std::memcpy(&p, shifted.data() + k * sizeof(double), sizeof(double));
+      const size_t at = size_t(k) * kernels::kSumSquaresBlock;
+      EXPECT_EQ(p, kernels::sum_squares_block(want.data() + 1 + at,
+                                              std::min<size_t>(kernels::kSumSquaresBlock, n - 1 - at)))
+          << "block " << k << " of the shifted range";
+    }
   }
 }
 
