@@ -147,6 +147,20 @@ Status ComputeOps::matmul_backward(DType dt, void* dinp, void* dweight, void* db
   return queue_matmul_backward(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC, ldd, dinp_store, dweight_store);
 }
 
+Status ComputeOps::matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N,
+                                             int64_t C, GradStore dinp_store) {
+  OpArgs a(*this, "matmul_backward_input_sum");
+  a.activations(dt).sizes({{"N", N}, {"C", C}}).tensor("dinp", dinp, dt, {N, C});
+  a.require(!terms.empty() && terms.size() <= kMaxInputGradTerms, "{} terms; give 1 to {}", terms.size(),
+            kMaxInputGradTerms);
+  for (const InputGradTerm& t : terms) {
+    a.sizes({{"OC", t.OC}}).tensor("dout", t.dout, dt, {N, t.OC}).tensor("weight", t.weight, dt, {t.OC, C});
+    a.require(t.dout != dinp && t.weight != dinp, "a term's dout or weight aliases dinp");
+  }
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_matmul_backward_input_sum(dt, dinp, terms, N, C, dinp_store);
+}
+
 Status ComputeOps::layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                      const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
   OpArgs a(*this, "layernorm_forward");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "kernels/cpu/adam.h"
@@ -47,6 +48,14 @@ namespace strata {
 // into a buffer that would otherwise be zeroed for it.
 enum class GradStore : uint8_t { add, overwrite };
 
+// One projection's share of an input gradient (matmul_backward_input_sum): dout (N, OC) @ weight
+// (OC, C), both `dt` elements, packed rows.
+struct InputGradTerm {
+  const void* dout = nullptr;
+  const void* weight = nullptr;
+  int64_t OC = 0;
+};
+
 class ComputeOps {
  public:
   virtual ~ComputeOps() = default;
@@ -68,6 +77,14 @@ class ComputeOps {
   Status matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                          const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride = 0,
                          GradStore dinp_store = GradStore::add, GradStore dweight_store = GradStore::add);
+  // dinp (N, C) += (or = by dinp_store) the sum over `terms` of dout_t @ weight_t: the input
+  // gradient of projections that share one input (q, k and v). In a 16-bit type it is formed in
+  // fp32 over all the terms and rounded once, where one matmul_backward per term would round after
+  // each; an fp32 dinp is its own accumulator (one fp32 add per term, as separate calls). 1 to
+  // kMaxInputGradTerms terms, none aliasing dinp.
+  static constexpr size_t kMaxInputGradTerms = 4;
+  Status matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N, int64_t C,
+                                   GradStore dinp_store = GradStore::add);
 
   // ---- norms over rows of (N, C); eps > 0 ------------------------------------------------------
   // out = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N) fp32.
@@ -190,6 +207,8 @@ class ComputeOps {
   virtual Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
                                        const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
                                        int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) = 0;
+  virtual Status queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms,
+                                                 int64_t N, int64_t C, GradStore dinp_store) = 0;
   virtual Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                          const void* weight, const void* bias, int64_t N, int64_t C, float eps) = 0;
   virtual Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,

@@ -105,6 +105,22 @@ Status CpuComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight,
   });
 }
 
+// The terms' products added into one fp32 view of dinp (sgemm with beta = 1), narrowed once.
+Status CpuComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms,
+                                                      int64_t N, int64_t C, GradStore dinp_store) {
+  for (const InputGradTerm& t : terms) {
+    STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward_input_sum", N, C, t.OC, 0));
+  }
+  const std::vector<InputGradTerm> held(terms.begin(), terms.end());  // the queued work outlives `terms`
+  return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
+    float* d = grad_view(a, dinp, N * C, dinp_store);
+    for (const InputGradTerm& t : held) {
+      kernels::matmul_backward(d, nullptr, nullptr, a.in(t.dout, N * t.OC), nullptr, a.in(t.weight, t.OC * C), N, C,
+                               t.OC);
+    }
+  });
+}
+
 Status CpuComputeOps::queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                               const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {

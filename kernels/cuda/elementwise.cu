@@ -1,5 +1,8 @@
 // GELU, SwiGLU, residual and RoPE kernels (contract in elementwise.cuh): grid-stride loops, one
-// thread per element (per pair for RoPE), the same fp32 formulas as kernels/cpu/ops_elementwise.cc.
+// thread per element (per pair for RoPE), the same fp32 formulas as kernels/cpu/ops_elementwise.cc
+// (GELU for 16-bit types: the same function on the special-function unit, see gelu_of).
+#include <type_traits>
+
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
@@ -29,6 +32,34 @@ __device__ __forceinline__ float gelu_grad(float x, float dy) {
   return local_grad * dy;
 }
 
+// For 16-bit T the same tanh approximation through the logistic function, 0.5 (1 + tanh(u)) =
+// 1 / (1 + e^(-2u)), on the special-function unit (__expf, __fdividef): a few 1e-6 relative from
+// the tanhf form, far below a 16-bit rounding, in a quarter of the instructions (tanhf left both
+// kernels compute-bound: 2.3 ms of gpt2-124m's step on an H200 against ~1.4 ms for their bytes). fp32
+// keeps tanhf, the CPU's formula. Limits: -0 for x -> -inf's finite side, x for large x, NaN for
+// +-inf * 0 as the tanhf form gives.
+template <typename T>
+__device__ __forceinline__ float gelu_of(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return gelu(x);
+  } else {
+    const float two_u = 2.0f * kGeluScale * (x + kGeluCubic * x * x * x);
+    return x * __fdividef(1.0f, 1.0f + __expf(-two_u));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float gelu_grad_of(float x, float dy) {
+  if constexpr (std::is_same_v<T, float>) {
+    return gelu_grad(x, dy);
+  } else {
+    const float two_u = 2.0f * kGeluScale * (x + kGeluCubic * x * x * x);
+    const float s = __fdividef(1.0f, 1.0f + __expf(-two_u));  // 0.5 (1 + tanh(u)); sech^2(u) = 4 s (1 - s)
+    const float local_grad = s + 2.0f * x * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    return local_grad * dy;
+  }
+}
+
 using detail::kGroup;
 using detail::load_group;
 using detail::store_group;
@@ -42,7 +73,7 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
     float x[kGroup<T>];
     load_group<T, kVector>(x, inp, g, n);
 #pragma unroll
-    for (int i = 0; i < kGroup<T>; ++i) x[i] = gelu(x[i]);
+    for (int i = 0; i < kGroup<T>; ++i) x[i] = gelu_of<T>(x[i]);
     store_group<T, kVector>(out, x, g, n);
   }
 }
@@ -56,11 +87,11 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
     load_group<T, kVector>(dy, dout, g, n);
     if (overwrite) {
 #pragma unroll
-      for (int i = 0; i < kGroup<T>; ++i) d[i] = gelu_grad(x[i], dy[i]);
+      for (int i = 0; i < kGroup<T>; ++i) d[i] = gelu_grad_of<T>(x[i], dy[i]);
     } else {
       load_group<T, kVector>(d, dinp, g, n);
 #pragma unroll
-      for (int i = 0; i < kGroup<T>; ++i) d[i] = d[i] + gelu_grad(x[i], dy[i]);
+      for (int i = 0; i < kGroup<T>; ++i) d[i] = d[i] + gelu_grad_of<T>(x[i], dy[i]);
     }
     store_group<T, kVector>(dinp, d, g, n);
   }

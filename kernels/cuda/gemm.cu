@@ -181,16 +181,16 @@ __global__ void finish_tile_kernel(T* out, int64_t ldc, const float* product, in
 
 inline constexpr int64_t kFinishMaxGridY = 65535;
 
-// Cm (m, n, ldc) = round(Cm + op(A) op(B) + tail) for kAccumulate, or round(bias + op(A) op(B) +
-// tail) otherwise (bias may be null; the tail term is NoTail's 0 unless given), through product
-// tiles of at most ctx.product_floats: columns [c0, c0 + cols) and, only when one column is larger
-// than the workspace, rows [r0, r0 + rows). A tile's columns are padded to a multiple of 4 floats
-// (16 bytes), so the product's leading dimension never limits cuBLAS to unvectorized kernels. Each
-// tile: one GEMM with beta = 0 into fp32 (k = 0: the tile zeroed), then one finish_tile_kernel.
-template <typename T, bool kAccumulate, typename Tail = NoTail>
-GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
-                            int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
-                            const T* bias, const GemmOptions& options, cudaStream_t stream, Tail tail = {}) {
+// Cm (m, n, ldc) = round(Cm + value + tail) for kAccumulate, or round(bias + value + tail)
+// otherwise (bias may be null; the tail term is NoTail's 0 unless given), through product tiles of
+// at most ctx.product_floats: columns [c0, c0 + cols) and, only when one column is larger than the
+// workspace, rows [r0, r0 + rows). A tile's columns are padded to a multiple of 4 floats (16
+// bytes), so the product's leading dimension never limits cuBLAS to unvectorized kernels. Each
+// tile: `fill(r0, rows, c0, cols, ldp)` writes the tile's fp32 value at ctx.product (leading
+// dimension ldp) and returns its status, then one finish_tile_kernel.
+template <typename T, bool kAccumulate, typename Tail, typename Fill>
+GemmStatus via_product_tiles(const GemmContext& ctx, int64_t m, int64_t n, T* Cm, int64_t ldc, const T* bias,
+                             cudaStream_t stream, Tail tail, Fill fill) {
   GemmStatus status;
   if (ctx.product == nullptr || ctx.product_floats == 0) {
     status.cublas = CUBLAS_STATUS_NOT_INITIALIZED;
@@ -204,19 +204,9 @@ GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cubl
   const int64_t tile_cols = n < max_cols ? n : max_cols;
   for (int64_t c0 = 0; c0 < n; c0 += tile_cols) {
     const int64_t cols = n - c0 < tile_cols ? n - c0 : tile_cols;
-    // Column c of op(B) starts at B + c * ldb (op N) or B + c (op T).
-    const T* b_tile = op_b == CUBLAS_OP_N ? B + c0 * ldb : B + c0;
     for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
       const int64_t rows = m - r0 < tile_rows ? m - r0 : tile_rows;
-      // Row r of op(A) starts at A + r (op N) or A + r * lda (op T).
-      const T* a_tile = op_a == CUBLAS_OP_N ? A + r0 : A + r0 * lda;
-      if (k > 0) {
-        status.cublas = gemm<T>(ctx.cublas, op_a, op_b, rows, cols, k, a_tile, lda, b_tile, ldb, 0.0f, ctx.product,
-                                CUDA_R_32F, ldp, options);
-      } else {  // an empty sum (the whole OC is a tail): the tile is zero
-        status.cuda = cudaMemset2DAsync(ctx.product, ldp * sizeof(float), 0, rows * sizeof(float), cols, stream);
-      }
-      if (!status.ok()) return status;
+      if (status = fill(r0, rows, c0, cols, ldp); !status.ok()) return status;
       const int64_t row_blocks = (rows + detail::kBlock - 1) / detail::kBlock;
       const dim3 grid(static_cast<unsigned>(row_blocks < detail::kMaxGridX ? row_blocks : detail::kMaxGridX),
                       static_cast<unsigned>(cols < kFinishMaxGridY ? cols : kFinishMaxGridY));
@@ -226,6 +216,28 @@ GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cubl
     }
   }
   return status;
+}
+
+// value = op(A) op(B): one GEMM per tile with beta = 0 into fp32 (k = 0: the tile zeroed).
+template <typename T, bool kAccumulate, typename Tail = NoTail>
+GemmStatus gemm_via_product(const GemmContext& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
+                            int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* Cm, int64_t ldc,
+                            const T* bias, const GemmOptions& options, cudaStream_t stream, Tail tail = {}) {
+  return via_product_tiles<T, kAccumulate>(
+      ctx, m, n, Cm, ldc, bias, stream, tail, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols, int64_t ldp) {
+        GemmStatus st;
+        // Column c of op(B) starts at B + c * ldb (op N) or B + c (op T); row r of op(A) at A + r
+        // (op N) or A + r * lda (op T).
+        const T* b_tile = op_b == CUBLAS_OP_N ? B + c0 * ldb : B + c0;
+        const T* a_tile = op_a == CUBLAS_OP_N ? A + r0 : A + r0 * lda;
+        if (k > 0) {
+          st.cublas = gemm<T>(ctx.cublas, op_a, op_b, rows, cols, k, a_tile, lda, b_tile, ldb, 0.0f, ctx.product,
+                              CUDA_R_32F, ldp, options);
+        } else {  // an empty sum (the whole OC is a tail): the tile is zero
+          st.cuda = cudaMemset2DAsync(ctx.product, ldp * sizeof(float), 0, rows * sizeof(float), cols, stream);
+        }
+        return st;
+      });
 }
 
 // Cm (m, n) += op(A) op(B) + tail (or = when `overwrite`), each element rounded once to T. One
@@ -585,11 +597,57 @@ GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias
   return status;
 }
 
+template <typename T>
+GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> terms, int64_t N,
+                                     int64_t C, GemmOptions options, cudaStream_t stream, bool overwrite) {
+  GemmStatus status;
+  for (const DinpTerm<T>& t : terms) {
+    if (!valid_shape(N, C, t.OC, t.OC)) {
+      status.cublas = CUBLAS_STATUS_INVALID_VALUE;
+      return status;
+    }
+  }
+  if (N == 0 || C == 0) return status;
+  if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
+  // dinp^T (C, N) (+)= weight_t^T (C, OC_t) . dout_t^T (OC_t, N): gemm(N, N, m = C, n = N, k = OC_t).
+  if constexpr (!is_16bit<T>()) {
+    bool first = true;
+    for (const DinpTerm<T>& t : terms) {
+      if (t.OC == 0) continue;
+      const float beta = first && overwrite ? 0.0f : 1.0f;
+      status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, t.OC, t.weight, C, t.dout, t.OC, beta, dinp,
+                              data_type<T>(), C, options);
+      if (!status.ok()) return status;
+      first = false;
+    }
+    if (first && overwrite) status.cuda = cudaMemsetAsync(dinp, 0, sizeof(T) * N * C, stream);
+    return status;
+  } else {
+    const auto fill = [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols, int64_t ldp) {
+      GemmStatus st;
+      bool first = true;
+      for (const DinpTerm<T>& t : terms) {
+        if (t.OC == 0) continue;
+        st.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, rows, cols, t.OC, t.weight + r0, C, t.dout + c0 * t.OC,
+                            t.OC, first ? 0.0f : 1.0f, ctx.product, CUDA_R_32F, ldp, options);
+        if (!st.ok()) return st;
+        first = false;
+      }
+      if (first) st.cuda = cudaMemset2DAsync(ctx.product, ldp * sizeof(float), 0, rows * sizeof(float), cols, stream);
+      return st;
+    };
+    if (overwrite) return via_product_tiles<T, false>(ctx, C, N, dinp, C, nullptr, stream, NoTail{}, fill);
+    return via_product_tiles<T, true>(ctx, C, N, dinp, C, nullptr, stream, NoTail{}, fill);
+  }
+}
+
 #define STRATA_INSTANTIATE_GEMM(T)                                                                                \
   template GemmStatus matmul_forward<T>(const GemmContext&, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                         int64_t, GemmOptions, cudaStream_t, int64_t);                             \
   template GemmStatus matmul_backward<T>(const GemmContext&, T*, T*, T*, const T*, const T*, const T*, int64_t,    \
-                                         int64_t, int64_t, GemmOptions, cudaStream_t, int64_t, GradStores);
+                                         int64_t, int64_t, GemmOptions, cudaStream_t, int64_t, GradStores);        \
+  template GemmStatus matmul_backward_input_sum<T>(const GemmContext&, T*, std::span<const DinpTerm<T>>, int64_t, \
+                                                   int64_t, GemmOptions, cudaStream_t, bool);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM
 

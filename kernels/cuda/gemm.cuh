@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace strata::kernels::cuda {
 
@@ -137,5 +138,23 @@ constexpr int64_t aligned_rows(int64_t OC) {
   constexpr int64_t kVector = 16 / static_cast<int64_t>(sizeof(T));
   return OC / kVector * kVector;
 }
+
+// One term of matmul_backward_input_sum: dout (N, OC) @ weight (OC, C), packed rows.
+template <typename T>
+struct DinpTerm {
+  const T* dout = nullptr;
+  const T* weight = nullptr;
+  int64_t OC = 0;
+};
+
+// dinp (N, C) += (or = when `overwrite`) the sum over `terms` of dout_t @ weight_t, each element
+// formed in fp32 and rounded once to T: for 16-bit T the terms' GEMMs add into one fp32 product
+// tile (the first with beta = 0, the rest with beta = 1 into fp32) and one pass forms round(old +
+// sum), or round(sum); column tiles when (C x N) exceeds ctx.product_floats. fp32 T: cuBLAS with
+// beta = 1 straight into dinp. The projections that share an input (q, k, v) get one rounding
+// instead of one per projection, and one pass over dinp instead of one per accumulating term.
+template <typename T>
+GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> terms, int64_t N,
+                                     int64_t C, GemmOptions options, cudaStream_t stream, bool overwrite);
 
 }  // namespace strata::kernels::cuda

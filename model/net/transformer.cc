@@ -655,7 +655,7 @@ Status Transformer::attention_backward(const LayerParams& p, const LayerParams& 
   const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
   const bool llama = config_.arch == Arch::llama;
   const ActivationGrads& d = dacts_;
-  constexpr GradStore kSet = GradStore::overwrite, kAdd = GradStore::add;
+  constexpr GradStore kSet = GradStore::overwrite;
   // Attention and RoPE add into their gradients: those start at zero. datt and dln are written by
   // their first GEMM, and every weight and bias gradient (each written once into the sink's zeroed
   // chunk) is overwritten.
@@ -675,14 +675,18 @@ Status Transformer::attention_backward(const LayerParams& p, const LayerParams& 
     STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
     STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
   }
-  // The three projections share the input: their input gradients all accumulate into dln.
+  // The three projections share the input: dln is the sum of their input gradients, formed in
+  // fp32 and rounded once; then each projection's weight (and bias) gradient.
+  const InputGradTerm terms[] = {
+      {d.dq, p.qkv_w, C}, {d.dk, at(p.qkv_w, C * C), KV}, {d.dv, at(p.qkv_w, (C + KV) * C), KV}};
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward_input_sum(options_.dtype, d.dln, terms, N, C, kSet));
   std::byte* gb = g.qkv_b;  // GPT-2 only
   STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(options_.dtype, d.dln, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C, 0, kSet, kSet));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr,
-                                              d.dk, a.ln1, at(p.qkv_w, C * C), N, C, KV, 0, kAdd, kSet));
-  return ops_.matmul_backward(options_.dtype, d.dln, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr, d.dv,
-                              a.ln1, at(p.qkv_w, (C + KV) * C), N, C, KV, 0, kAdd, kSet);
+      ops_.matmul_backward(options_.dtype, nullptr, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C, 0, kSet, kSet));
+  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, nullptr, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr,
+                                              d.dk, a.ln1, at(p.qkv_w, C * C), N, C, KV, 0, kSet, kSet));
+  return ops_.matmul_backward(options_.dtype, nullptr, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr,
+                              d.dv, a.ln1, at(p.qkv_w, (C + KV) * C), N, C, KV, 0, kSet, kSet);
 }
 
 Status Transformer::norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout,

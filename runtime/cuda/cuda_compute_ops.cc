@@ -154,6 +154,19 @@ Status CudaComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight
   return gemm_status(with_element_type(dt, gemm), "matmul_backward");
 }
 
+Status CudaComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms,
+                                                       int64_t N, int64_t C, GradStore dinp_store) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const auto gemm = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kc::DinpTerm<T> typed[ComputeOps::kMaxInputGradTerms];
+    for (size_t i = 0; i < terms.size(); ++i) typed[i] = {as<T>(terms[i].dout), as<T>(terms[i].weight), terms[i].OC};
+    return kc::matmul_backward_input_sum(gemm_context(), as<T>(dinp), std::span<const kc::DinpTerm<T>>(typed, terms.size()),
+                                         N, C, kc::GemmOptions{tf32_}, stream_, dinp_store == GradStore::overwrite);
+  };
+  return gemm_status(with_element_type(dt, gemm), "matmul_backward_input_sum");
+}
+
 Status CudaComputeOps::queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                                const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
   return launch(dt, "layernorm_forward", [&](auto tag) {

@@ -50,6 +50,8 @@ class CudaComputeOps final : public ComputeOps {
 
   Status queue_matmul_forward(DType dt, void* out, const void* inp, const void* weight, const void* bias, int64_t N,
                               int64_t C, int64_t OC, int64_t out_stride) override;
+  Status queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N,
+                                         int64_t C, GradStore dinp_store) override;
   Status queue_matmul_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                const void* weight, int64_t N, int64_t C, int64_t OC, int64_t dout_stride,
                                GradStore dinp_store, GradStore dweight_store) override;

@@ -143,6 +143,51 @@ TEST_P(BackendOpsTest, AdamWUpdateOfDeviceResidentStates) {
 // column sum of 16 rows of a quarter ulp of 1, which per-row rounding would lose (1 + ulp/4 rounds
 // back to 1) and one rounding keeps: 1 + 4 ulp. Every value is exact, so every backend matches
 // bit for bit.
+// matmul_backward_input_sum adds every term's product in fp32 and rounds once to a 16-bit type.
+// Three terms (OC 1, 2, 4) each put a quarter ulp of 1 into every element: onto 1 that is 1 + 3/4
+// ulp, which rounds to 1 + ulp, where a rounding after each term would keep 1 (1 + ulp/4 rounds
+// back); overwriting NaNs gives the 3/4 ulp alone. Exact values: every backend the same bits.
+// Then random terms against a double reference.
+TEST_P(BackendOpsTest, InputGradientOfSharedInputRoundsOnce) {
+  const double ulp = 2 * unit_roundoff(dt());  // of 1.0
+  const int64_t N = 5, C = 3;
+  std::vector<Tensor> douts, weights;
+  std::vector<InputGradTerm> terms;
+  for (const int64_t OC : {1, 2, 4}) {
+    douts.push_back(act(N * OC, std::vector<double>(N * OC, ulp / 4 / double(OC))));
+    weights.push_back(act(OC * C, std::vector<double>(OC * C, 1.0)));
+  }
+  for (size_t t = 0; t < douts.size(); ++t) terms.push_back({douts[t].data, weights[t].data, int64_t(1) << t});
+  Tensor added = act(N * C, std::vector<double>(N * C, 1.0));
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), added.data, terms, N, C).is_ok());
+  // fp32 is its own accumulator: each term's add rounds, as separate calls would.
+  EXPECT_EQ(read(added), std::vector<double>(N * C, dt() == DType::f32 ? 1.0 : 1.0 + ulp));
+  Tensor set = act(N * C, std::vector<double>(N * C, NAN));
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), set.data, terms, N, C, GradStore::overwrite).is_ok());
+  EXPECT_EQ(read(set), std::vector<double>(N * C, 0.75 * ulp));
+
+  const int64_t M = 9, K = 7;
+  std::vector<Tensor> rd, rw;
+  std::vector<InputGradTerm> random_terms;
+  for (const int64_t OC : {3, 2, 5}) {
+    rd.push_back(act(M * OC, random(M * OC)));
+    rw.push_back(act(OC * K, random(OC * K)));
+  }
+  for (size_t t = 0; t < rd.size(); ++t) {
+    random_terms.push_back({rd[t].data, rw[t].data, static_cast<int64_t>(rd[t].host.size()) / M});
+  }
+  Tensor g = act(M * K, random(M * K));
+  std::vector<double> want = g.host;
+  for (size_t t = 0; t < rd.size(); ++t) {
+    const auto OC = int64_t(rd[t].host.size()) / M;
+    for (int64_t n = 0; n < M; ++n)
+      for (int64_t c = 0; c < K; ++c)
+        for (int64_t o = 0; o < OC; ++o) want[n * K + c] += rd[t].host[n * OC + o] * rw[t].host[o * K + c];
+  }
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), g.data, random_terms, M, K).is_ok());
+  expect_near(read(g), want, Tol{8 * ulp, 2 * ulp}, "dinp");  // |values| <= ~4: a few roundings
+}
+
 TEST_P(BackendOpsTest, AccumulatingIntoAGradientRoundsOnce) {
   const double ulp = 2 * unit_roundoff(dt());  // of 1.0
   std::vector<double> old = {1.0, 1.0 + ulp, 1.0, -1.0, 3.0, 0.0};
