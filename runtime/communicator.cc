@@ -8,9 +8,6 @@
 #include <optional>
 
 #include "runtime/mpi_communicator.h"
-#if defined(STRATA_HAVE_NCCL)
-#include "runtime/cuda/nccl_communicator.h"
-#endif
 
 namespace strata {
 
@@ -124,12 +121,9 @@ StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, cons
                  "a world of {} ranks from {}-style variables needs a rendezvous strata does not have yet; "
                  "launch with mpirun -np {}", launch.size, launcher_name(launch.launcher), launch.size);
   if (backend.kind() == BackendKind::cpu) return make_mpi_communicator(backend, options);
-#if defined(STRATA_HAVE_NCCL)
-  return make_nccl_communicator(backend, launch, options);
-#else
-  return error(Code::unavailable, "{} ranks on the CUDA backend need NCCL, which this binary was built without",
+  // TODO(issue #25): make_nccl_communicator (runtime/cuda/nccl_communicator.h) once it exists.
+  return error(Code::unavailable, "{} ranks on the CUDA backend need the NCCL communicator, which is not built yet",
                launch.size);
-#endif
 }
 
 }  // namespace strata
