@@ -36,10 +36,12 @@ StatusOr<LaunchInfo> detect_launch();
 
 // ---- the communicator --------------------------------------------------------------------------
 struct CommOptions {
-  // A collective whose peers have not all answered within this many seconds fails (naming the
-  // silent ranks) instead of hanging; the communicator is then broken (every later call returns
-  // that error) and the process should exit non-zero. 0 waits forever.
-  double timeout_seconds = 60.0;
+  // A collective in which no message to or from a peer completes for this many seconds fails
+  // (naming the ranks it still waits for) instead of hanging; the communicator is then broken
+  // (every later call returns that error) and the process should exit non-zero. Counted from the
+  // last completed message, not the collective's start, so a large collective that is moving is
+  // never cut off. The default keeps a dead rank's peers under 30 s to their error. 0 waits forever.
+  double timeout_seconds = 20.0;
 };
 
 // Contract, every implementation:
@@ -51,7 +53,7 @@ struct CommOptions {
 //   One stream drives a communicator at a time.
 // * An error found before queueing is returned; one found while running (a peer's MPI error, a
 //   timeout) is sticky: synchronize() and every later call return it. Messages name the collective,
-//   this rank and the peer: "reduce_scatter #12 on rank 0 of 4: no data from rank 3 after 5.0 s".
+//   this rank and the peer: "reduce_scatter #12 on rank 0 of 4: no data from rank 3 for 5.0 s".
 // * Exactness: reduce_scatter and all_reduce add the ranks' fp32 contributions in rank order,
 //   acc = x_0; acc += x_1; ...; acc += x_{N-1} (kernels/cpu/grad_accumulate.h's
 //   accumulate_widened: the first contribution is taken as is, so a -0.0 stays -0.0, as one rank's

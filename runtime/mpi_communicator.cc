@@ -1,6 +1,6 @@
 // MpiCommunicator: every collective as point-to-point messages on a duplicate of MPI_COMM_WORLD,
 // posted at once (MPI_Irecv then MPI_Isend, messages of at most 1 GiB) and polled with MPI_Testsome
-// against the deadline; the ordered fp32 sums on the owner with kernels::accumulate_widened. Linear
+// against CommOptions' timeout; the ordered fp32 sums on the owner with kernels::accumulate_widened. Linear
 // algorithms (each rank talks to every other directly, broadcast from the root to each rank): right
 // for the few ranks of a workstation; a tree or ring is future work if a bench asks for it.
 #include "runtime/mpi_communicator.h"
@@ -211,7 +211,8 @@ class MpiCommunicator final : public Communicator {
     return st.with_context(fmt::format("{} on rank {} of {}", op, rank_, size_));
   }
 
-  // Posts every receive, then every send, and polls until all complete or the deadline passes.
+  // Posts every receive, then every send, and polls until all complete, or fails when none
+  // completes for the timeout.
   Status exchange(std::string_view op, uint64_t seq, const std::vector<Piece>& sends,
                   const std::vector<Piece>& recvs) REQUIRES(run_mu_) {
     const int tag = static_cast<int>(seq % kTagSpace);
@@ -247,7 +248,7 @@ class MpiCommunicator final : public Communicator {
     for (const Piece& p : sends) STRATA_RETURN_IF_ERROR(post(p, false));
 
     using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
+    auto last_progress = Clock::now();  // the timeout counts from the last completed message
     std::vector<int> done(reqs.size());
     std::vector<MPI_Status> statuses(reqs.size());
     int idle_polls = 0;
@@ -266,9 +267,10 @@ class MpiCommunicator final : public Communicator {
       if (outcount == MPI_UNDEFINED) return Status::ok();  // every request complete
       if (outcount > 0) {
         idle_polls = 0;
+        last_progress = Clock::now();
         continue;
       }
-      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
       if (options_.timeout_seconds > 0 && waited > options_.timeout_seconds) {
         std::set<int> silent, not_receiving;
         for (size_t k = 0; k < reqs.size(); ++k) {
@@ -278,7 +280,7 @@ class MpiCommunicator final : public Communicator {
         const std::set<int>& who = silent.empty() ? not_receiving : silent;
         std::string ranks;
         for (int p : who) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", p);
-        return fail(fmt::format("{} rank{} {} after {:.1f} s (timeout {:.1f} s): the peer is dead or stuck",
+        return fail(fmt::format("{} rank{} {} for {:.1f} s (timeout {:.1f} s): the peer is dead or stuck",
                                 silent.empty() ? "nothing taken by" : "no data from", who.size() > 1 ? "s" : "",
                                 ranks, waited, options_.timeout_seconds));
       }

@@ -3,9 +3,13 @@
 // a mismatch, which makes mpirun exit non-zero.
 //   comm_mpi_check collectives : every collective against a reference computed on each rank; the
 //                                ordered sums bit for bit, with values whose sum depends on order.
+//   comm_mpi_check fail        : the collectives, then rank 1 exits 1: mpirun must exit non-zero
+//                                (the harness check that a failing rank fails the collectives test).
 //   comm_mpi_check silent|kill : rank 1 stays out of an all_reduce (silent: alive; kill: SIGKILLs
 //                                itself); every other rank must get an error naming rank 1 within
-//                                the timeout and prints COMM_FAULT_OK (tests/runtime/comm_fault_check.sh).
+//                                the timeout, print COMM_FAULT_OK and exit 3 (abort_mpi_world), as a
+//                                run does (tests/runtime/comm_fault_check.sh).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -194,6 +198,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mode == "collectives") return run_collectives(**backend, **comm);
+  if (mode == "fail") return std::max(run_collectives(**backend, **comm), (*comm)->rank() == 1 ? 1 : 0);
   if ((*comm)->size() < 2) {
     std::fprintf(stderr, "mode %s needs at least 2 ranks\n", mode.c_str());
     return 2;

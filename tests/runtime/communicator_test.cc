@@ -110,6 +110,14 @@ class LocalCommunicatorTest : public ::testing::Test {
   std::unique_ptr<Communicator> comm_;
 };
 
+// Issue #25: a SIGKILLed rank's peers exit naming it in under 30 s, under a launcher that leaves
+// them running (mpirun --enable-recovery, a lost node): the timeout is what finds it there.
+TEST(CommOptions, DefaultTimeoutFindsADeadRankInUnderThirtySeconds) {
+  const CommOptions defaults;
+  EXPECT_GT(defaults.timeout_seconds, 0.0);
+  EXPECT_LT(defaults.timeout_seconds, 30.0);
+}
+
 TEST_F(LocalCommunicatorTest, IsRankZeroOfOne) {
   EXPECT_EQ(comm_->rank(), 0);
   EXPECT_EQ(comm_->size(), 1);
