@@ -67,7 +67,7 @@ class MpiCommunicator final : public Communicator {
 
   Status all_gather(const void* send, void* recv, uint64_t bytes, Stream s) override {
     STRATA_RETURN_IF_ERROR(check_buffers("all_gather", send, bytes, recv, bytes * size_));
-    return enqueue("all_gather", s, [=, this](uint64_t seq) {
+    return enqueue("all_gather", s, [=, this](uint64_t seq) REQUIRES(run_mu_) {
       char* out = static_cast<char*>(recv);
       std::vector<Piece> sends, recvs;
       for (int p = 0; p < size_; ++p) {
@@ -82,7 +82,7 @@ class MpiCommunicator final : public Communicator {
 
   Status all_to_all(const void* send, void* recv, uint64_t bytes, Stream s) override {
     STRATA_RETURN_IF_ERROR(check_buffers("all_to_all", send, bytes * size_, recv, bytes * size_));
-    return enqueue("all_to_all", s, [=, this](uint64_t seq) {
+    return enqueue("all_to_all", s, [=, this](uint64_t seq) REQUIRES(run_mu_) {
       const char* in = static_cast<const char*>(send);
       char* out = static_cast<char*>(recv);
       std::vector<Piece> sends, recvs;
@@ -98,7 +98,7 @@ class MpiCommunicator final : public Communicator {
 
   Status reduce_scatter(const float* send, float* recv, uint64_t count, Stream s) override {
     STRATA_RETURN_IF_ERROR(check_buffers("reduce_scatter", send, count * size_ * 4, recv, count * 4));
-    return enqueue("reduce_scatter", s, [=, this](uint64_t seq) {
+    return enqueue("reduce_scatter", s, [=, this](uint64_t seq) REQUIRES(run_mu_) {
       // scratch block p holds rank p's contribution to this rank's shard (this rank's own: in send).
       std::vector<float> scratch(count * size_);
       std::vector<Piece> sends, recvs;
@@ -118,7 +118,7 @@ class MpiCommunicator final : public Communicator {
 
   Status all_reduce(const float* send, float* recv, uint64_t count, Stream s) override {
     STRATA_RETURN_IF_ERROR(check_buffers("all_reduce", send, count * 4, recv, count * 4));
-    return enqueue("all_reduce", s, [=, this](uint64_t seq) {
+    return enqueue("all_reduce", s, [=, this](uint64_t seq) REQUIRES(run_mu_) {
       // Shard p = [begin(p), begin(p + 1)): reduce-scatter the shards, then all-gather the sums.
       auto begin = [&](int p) { return count * static_cast<uint64_t>(p) / size_; };
       const uint64_t mine = begin(rank_), n = begin(rank_ + 1) - mine;
@@ -148,7 +148,7 @@ class MpiCommunicator final : public Communicator {
     if (root < 0 || root >= size_)
       return error(Code::invalid_argument, "broadcast on rank {} of {}: root {} is not a rank", rank_, size_, root);
     STRATA_RETURN_IF_ERROR(check_buffers("broadcast", buf, bytes, buf, bytes));
-    return enqueue("broadcast", s, [=, this](uint64_t seq) {
+    return enqueue("broadcast", s, [=, this](uint64_t seq) REQUIRES(run_mu_) {
       std::vector<Piece> sends, recvs;
       if (rank_ == root) {
         for (int p = 0; p < size_; ++p)
@@ -161,7 +161,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status barrier(Stream s) override {
-    return enqueue("barrier", s, [this](uint64_t seq) {
+    return enqueue("barrier", s, [this](uint64_t seq) REQUIRES(run_mu_) {
       std::vector<Piece> pieces;
       for (int p = 0; p < size_; ++p)
         if (p != rank_) pieces.push_back({p, nullptr, 0});
@@ -189,8 +189,9 @@ class MpiCommunicator final : public Communicator {
     return sticky();
   }
 
-  // Numbers the collective (its messages' tag) and queues `body` on `s`; the first failure of any
-  // body becomes the sticky error, and a body queued after it does nothing.
+  // Numbers the collective (its messages' tag) and queues `body` on `s`, where it runs holding
+  // run_mu_ (write each body REQUIRES(run_mu_): the analysis cannot follow std::function); the
+  // first failure of any body becomes the sticky error, and a body queued after it does nothing.
   Status enqueue(std::string_view op, Stream s, std::function<Status(uint64_t)> body) EXCLUDES(mu_) {
     uint64_t seq = 0;
     {
