@@ -48,6 +48,13 @@ find_package(Protobuf QUIET)
 if(NOT Protobuf_FOUND OR NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf-lite)
   strata_missing("Protocol Buffers (libprotobuf-lite and protoc)" "libprotobuf-dev protobuf-compiler")
 endif()
+# MPI (Open MPI): launch, bootstrap and the CPU backend's collectives (runtime/mpi_communicator.h).
+find_package(MPI QUIET COMPONENTS C)
+if(NOT MPI_C_FOUND)
+  strata_missing("MPI (Open MPI, for the Communicator)" "libopenmpi-dev openmpi-bin")
+endif()
+find_program(STRATA_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE}
+             DOC "mpirun for the multi-rank tests (label mpi)")
 find_package(Threads REQUIRED)
 if(STRATA_BUILD_TESTS)
   find_package(GTest QUIET)
@@ -77,7 +84,8 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
-    # NCCL is optional: today strata reports its version (`strata info`); multi-GPU will need it.
+    # NCCL is optional: without it `strata info` reports it as not built in and the CUDA backend
+    # has no communicator beyond a world of one (runtime/cuda/nccl_communicator.h).
     # Looked for in the toolkit, then under NCCL_ROOT (e.g. a Python wheel's nvidia/nccl folder).
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
               PATHS ${NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES include)
@@ -91,7 +99,8 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
       set(STRATA_HAVE_NCCL ON)
     else()
       message(STATUS "strata: NCCL not found (install libnccl-dev or set NCCL_ROOT); "
-                     "building without it: `strata info` reports NCCL as not built in")
+                     "building without it: `strata info` reports NCCL as not built in, and the "
+                     "NCCL communicator (multi-GPU runs) is not built")
     endif()
     set(STRATA_HAVE_CUDA ON)
   elseif(STRATA_CUDA STREQUAL "ON")

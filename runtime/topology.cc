@@ -211,6 +211,16 @@ StatusOr<Topology> Topology::discover() {
   if (hwloc_topology_init(&topo) != 0) return errno_status(errno, "hwloc_topology_init");
   Topology t;
   t.topo_ = topo;  // owned from here on: destroyed with `t` on every return below
+#if HWLOC_API_VERSION >= 0x00020100
+  // PCI devices come from the linux component's walk of /sys/bus/pci (ids, class, locality: all
+  // find_pci_gpus reads), not from the `pci` plugin (libhwloc-plugins, which Open MPI's packages
+  // pull in). That plugin adds only vendor and device names, which libpciaccess looks up into a
+  // pci.ids tree it never frees; hwloc unloads the plugin, and libpciaccess with it, when the last
+  // topology is destroyed, so the tree (~1 KB here) is lost on every load: a real leak, reported
+  // by LeakSanitizer in every process that discovers the topology. Where the plugin is not
+  // installed the call fails (EINVAL: no such component) and there is nothing to keep out.
+  (void)hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+#endif
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (hwloc_topology_load(topo) != 0)

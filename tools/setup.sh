@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           liburing-dev libhwloc-dev libtbb-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
           libprotobuf-dev protobuf-compiler
+          openmpi-bin libopenmpi-dev  # MPI: the Communicator and the mpirun tests (label mpi)
           fio gnuplot-nox python3
           clang libclang-rt-14-dev)  # clang + libFuzzer: tools/test.sh's fuzz stage
 missing=()

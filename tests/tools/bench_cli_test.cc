@@ -144,6 +144,47 @@ TEST_F(BenchCli, QuickDeviceRunIsSmall) {
   EXPECT_EQ(j["gemms"].back()["N"], 256);
 }
 
+// `strata bench comm` without mpirun: a world of one that runs and says so (its runs under mpirun:
+// tests/tools/bench_comm_check.sh, label mpi).
+TEST_F(BenchCli, CommWithoutMpirunRunsAWorldOfOneAndSaysSo) {
+  auto r = run_cli({"bench", "comm", "--size", "4KiB,64KiB", "--op", "all-gather,all-reduce", "--repeat", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bench comm: 1 rank, local communicator on the cpu backend"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a world of one"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mpirun -np N strata bench comm"), std::string::npos) << r.out;
+  size_t rows = 0;
+  for (const char* op : {"\nall-gather ", "\nall-reduce "}) rows += test::occurrences(r.out, op);
+  EXPECT_EQ(rows, 4u) << r.out;
+}
+
+TEST_F(BenchCli, CommRunBadlySaysHow) {
+  struct Case {
+    std::vector<std::string> args, env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"bench", "comm", "--op", "allgather"}, {}, "--op allgather: expected all-gather, reduce-scatter"},
+      {{"bench", "comm", "--size", "3"}, {}, "--size 3 B is below 4 x 1 ranks"},
+      {{"bench", "comm", "--repeat", "0"}, {}, "--repeat 0: must be >= 1"},
+      {{"bench", "comm", "--timeout", "-1"}, {}, "--timeout -1"},
+      {{"bench", "comm", "--size", "4KiB"}, {"RANK=0", "WORLD_SIZE=2"}, "launch with mpirun -np 2"},
+      {{"bench", "comm", "--size", "4KiB"}, {"RANK=1", "WORLD_SIZE=2"}, ""},  // said once, by rank 0
+  };
+  for (const Case& c : cases) {
+    auto r = run_cli(c.args, c.env);
+    std::string joined;
+    for (const std::string& a : c.args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    if (c.message.empty()) {
+      EXPECT_TRUE(r.err.empty()) << joined << "\n" << r.err;
+    } else {
+      EXPECT_NE(r.err.find("strata: error: "), std::string::npos) << joined << "\n" << r.err;
+      EXPECT_NE(r.err.find(c.message), std::string::npos) << joined << "\n" << r.err;
+    }
+    EXPECT_TRUE(r.out.empty()) << joined << "\n" << r.out;
+  }
+}
+
 TEST_F(BenchCli, CudaWithoutAGpuFailsSayingWhy) {
   auto info = run_cli({"info", "--json"});
   ASSERT_EQ(info.exit_code, 0) << info.err;

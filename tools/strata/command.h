@@ -47,5 +47,6 @@ void add_bench_io_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_adam_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_pcie_command(CLI::App& bench, CommandRegistry& registry);
 void add_bench_device_command(CLI::App& bench, CommandRegistry& registry);
+void add_bench_comm_command(CLI::App& bench, CommandRegistry& registry);  // run under mpirun
 
 }  // namespace strata::cli

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
 
   CommandRegistry registry;
   // Subcommands, one line each (their add_* functions are declared in command.h).
-  CLI::App* bench = app.add_subcommand("bench", "Measure this machine: NVMe I/O, CPU Adam, ...");
+  CLI::App* bench = app.add_subcommand("bench", "Measure this machine: NVMe I/O, CPU Adam, PCIe, GEMMs, collectives");
   bench->require_subcommand(1);
   add_info_command(app, registry);
   add_config_command(app, registry);
@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   add_bench_adam_command(*bench, registry);
   add_bench_pcie_command(*bench, registry);
   add_bench_device_command(*bench, registry);
+  add_bench_comm_command(*bench, registry);
 
   try {
     app.parse(argc, argv);

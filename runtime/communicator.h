@@ -1,0 +1,104 @@
+// Communicator: the collectives between the ranks of a scale-out run (all-gather, reduce-scatter,
+// all-to-all, all-reduce, broadcast, barrier) on a Backend's device buffers, queued on one of its
+// streams like the copies. Three implementations: LocalCommunicator (world size 1, any backend:
+// moves nothing between processes), MpiCommunicator (runtime/mpi_communicator.h, the CPU backend's
+// host memory over Open MPI) and NcclCommunicator (runtime/cuda/nccl_communicator.h, CUDA builds).
+// Also how a process finds its rank (detect_launch). Not a partitioner: it moves the bytes it is
+// given; which rank homes which shard is the caller's plan.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+
+namespace strata {
+
+// ---- launch ------------------------------------------------------------------------------------
+enum class Launcher : uint8_t { single, mpirun, torchrun };
+std::string_view launcher_name(Launcher l);
+
+struct LaunchInfo {
+  Launcher launcher = Launcher::single;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // rank among the ranks of this node (picks the GPU)
+};
+
+// Reads the launcher's environment: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (Open MPI's
+// mpirun) or PMI_RANK / PMI_SIZE (MPICH, Hydra), else RANK / WORLD_SIZE / LOCAL_RANK (torchrun),
+// else a world of one. A variable that is set but not a valid rank or size is invalid_argument
+// naming it.
+StatusOr<LaunchInfo> detect_launch();
+
+// ---- the communicator --------------------------------------------------------------------------
+struct CommOptions {
+  // A collective in which no message to or from a peer completes for this many seconds fails
+  // (naming the ranks it still waits for) instead of hanging; the communicator is then broken
+  // (every later call returns that error) and the process should exit non-zero. Counted from the
+  // last completed message, not the collective's start, so a large collective that is moving is
+  // never cut off. The default keeps a dead rank's peers under 30 s to their error. 0 waits forever.
+  double timeout_seconds = 20.0;
+};
+
+// Contract, every implementation:
+// * Buffers are `backend`'s device memory (the CPU backend's is host memory). The call checks its
+//   arguments, queues the collective on `stream` after the work already queued there, and returns;
+//   its completion is a point on `stream` (record an event after it, as after a copy). Buffers must
+//   stay valid and untouched until then.
+// * Every rank issues the same collectives in the same order with the same sizes (the MPI rule).
+//   One stream drives a communicator at a time.
+// * An error found before queueing is returned; one found while running (a peer's MPI error, a
+//   timeout) is sticky: synchronize() and every later call return it. Messages name the collective,
+//   this rank and the peer: "reduce_scatter #12 on rank 0 of 4: no data from rank 3 for 5.0 s".
+// * Exactness: reduce_scatter and all_reduce add the ranks' fp32 contributions in rank order,
+//   acc = x_0; acc += x_1; ...; acc += x_{N-1} (kernels/cpu/grad_accumulate.h's
+//   accumulate_widened: the first contribution is taken as is, so a -0.0 stays -0.0, as one rank's
+//   gradient accumulation over N micro-batches). Never the library's own reduction (whose order is
+//   unspecified): the shards are exchanged all-to-all, then summed on their owner. So N ranks give
+//   the bits of one rank accumulating N micro-batches.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view name() const = 0;  // "local", "mpi", "nccl"
+
+  // recv (size() * bytes_per_rank) = every rank's send (bytes_per_rank), in rank order. send may
+  // be recv's own block (in place).
+  virtual Status all_gather(const void* send, void* recv, uint64_t bytes_per_rank, Stream stream) = 0;
+  // send and recv: size() blocks of bytes_per_rank. Block r of send goes to rank r; block r of recv
+  // came from rank r. send and recv must not overlap.
+  virtual Status all_to_all(const void* send, void* recv, uint64_t bytes_per_rank, Stream stream) = 0;
+  // send: size() * count fp32; recv (count fp32) = the ordered sum over ranks r of block rank() of
+  // rank r's send. send and recv must not overlap.
+  virtual Status reduce_scatter(const float* send, float* recv, uint64_t count, Stream stream) = 0;
+  // recv (count fp32) = the ordered sum over ranks of send (count fp32) on every rank, the same
+  // bits on every rank. send may equal recv.
+  virtual Status all_reduce(const float* send, float* recv, uint64_t count, Stream stream) = 0;
+  // buf (bytes) on every rank = buf on `root`.
+  virtual Status broadcast(void* buf, uint64_t bytes, int root, Stream stream) = 0;
+  // Completes on `stream` once every rank has reached its barrier.
+  virtual Status barrier(Stream stream) = 0;
+
+  // Host blocks until everything queued on `stream` completes; returns the first error of any
+  // collective (sticky) or of the stream.
+  virtual Status synchronize(Stream stream) = 0;
+};
+
+// A world of one on any backend: gathers, all-to-all and the sums of one contribution are a copy
+// on `stream` when send and recv differ and nothing otherwise; broadcast and barrier queue nothing.
+std::unique_ptr<Communicator> make_local_communicator(Backend& backend);
+
+// The communicator `launch` calls for on `backend`: a world of one is local (no MPI, no mpirun
+// needed); under mpirun, MPI on the CPU backend and NCCL on CUDA (unavailable when not built in);
+// torchrun-style variables with a world above one are unavailable (their rendezvous is not built
+// yet: launch under mpirun). `backend` must outlive the communicator.
+StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,
+                                                          const CommOptions& options = {});
+
+}  // namespace strata

@@ -1,0 +1,174 @@
+// The Communicator at world size 1 (LocalCommunicator on the CPU backend), launch detection from
+// the launchers' environment variables, and make_communicator's choice. The multi-rank collectives
+// run under mpirun: tests/runtime/comm_mpi_check.cc (CTest label mpi).
+#include "runtime/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+// Sets (or unsets, for nullptr) environment variables for one test and restores them after.
+class CommEnvGuard {
+ public:
+  CommEnvGuard(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name : kAll) {
+      const char* v = std::getenv(name);
+      saved_.push_back({name, v ? std::optional<std::string>(v) : std::nullopt});
+      unsetenv(name);
+    }
+    for (auto [name, value] : vars) setenv(name, value, 1);
+  }
+  ~CommEnvGuard() {
+    for (auto& [name, value] : saved_) {
+      if (value) setenv(name, value->c_str(), 1);
+      else unsetenv(name);
+    }
+  }
+
+ private:
+  static constexpr const char* kAll[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+TEST(DetectLaunch, NoLauncherIsAWorldOfOne) {
+  CommEnvGuard env({});
+  auto info = detect_launch();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->launcher, Launcher::single);
+  EXPECT_EQ(info->rank, 0);
+  EXPECT_EQ(info->size, 1);
+  EXPECT_EQ(info->local_rank, 0);
+}
+
+TEST(DetectLaunch, OpenMpiVariablesWinOverTorchrunOnes) {
+  CommEnvGuard env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                    {"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  auto info = detect_launch();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->launcher, Launcher::mpirun);
+  EXPECT_EQ(info->rank, 3);
+  EXPECT_EQ(info->size, 4);
+  EXPECT_EQ(info->local_rank, 1);
+}
+
+TEST(DetectLaunch, TorchrunVariables) {
+  CommEnvGuard env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}});
+  auto info = detect_launch();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->launcher, Launcher::torchrun);
+  EXPECT_EQ(info->rank, 5);
+  EXPECT_EQ(info->size, 8);
+  EXPECT_EQ(info->local_rank, 1);
+}
+
+TEST(DetectLaunch, BadValuesNameTheVariable) {
+  {
+    CommEnvGuard env({{"RANK", "x"}, {"WORLD_SIZE", "2"}});
+    auto info = detect_launch();
+    ASSERT_FALSE(info.is_ok());
+    EXPECT_NE(info.status().message().find("RANK='x'"), std::string::npos) << info.status().to_string();
+  }
+  {
+    CommEnvGuard env({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+    auto info = detect_launch();
+    ASSERT_FALSE(info.is_ok());
+    EXPECT_NE(info.status().message().find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos);
+  }
+  {
+    CommEnvGuard env({{"RANK", "0"}});
+    EXPECT_EQ(detect_launch().status().code(), Code::invalid_argument);
+  }
+}
+
+class LocalCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BackendOptions options;
+    options.memory_budget = uint64_t{16} << 20;
+    auto b = make_backend(options);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    backend_ = std::move(b).value();
+    auto c = make_communicator(*backend_, LaunchInfo{});
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    comm_ = std::move(c).value();
+  }
+  float* alloc(size_t n) {
+    auto p = backend_->allocate(n * sizeof(float), "comm test");
+    EXPECT_TRUE(p.is_ok());
+    return static_cast<float*>(p.value());
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+// Issue #25: a SIGKILLed rank's peers exit naming it in under 30 s, under a launcher that leaves
+// them running (mpirun --enable-recovery, a lost node): the timeout is what finds it there.
+TEST(CommOptions, DefaultTimeoutFindsADeadRankInUnderThirtySeconds) {
+  const CommOptions defaults;
+  EXPECT_GT(defaults.timeout_seconds, 0.0);
+  EXPECT_LT(defaults.timeout_seconds, 30.0);
+}
+
+TEST_F(LocalCommunicatorTest, IsRankZeroOfOne) {
+  EXPECT_EQ(comm_->rank(), 0);
+  EXPECT_EQ(comm_->size(), 1);
+  EXPECT_EQ(comm_->name(), "local");
+}
+
+TEST_F(LocalCommunicatorTest, EveryCollectiveGivesItsSizeOneResult) {
+  const size_t n = 1000;
+  float* a = alloc(n);
+  float* b = alloc(n);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? -0.0f : 1e8f * static_cast<float>(i) - 1.0f;
+  std::memcpy(a, x.data(), n * sizeof(float));
+  const Stream s = Stream::compute;
+  auto expect_b_is_x = [&](const char* op) {
+    ASSERT_TRUE(comm_->synchronize(s).is_ok()) << op;
+    EXPECT_EQ(std::memcmp(b, x.data(), n * sizeof(float)), 0) << op;  // bits: -0.0 stays -0.0
+    std::memset(b, 0x7f, n * sizeof(float));
+  };
+  ASSERT_TRUE(comm_->all_gather(a, b, n * sizeof(float), s).is_ok());
+  expect_b_is_x("all_gather");
+  ASSERT_TRUE(comm_->all_to_all(a, b, n * sizeof(float), s).is_ok());
+  expect_b_is_x("all_to_all");
+  ASSERT_TRUE(comm_->reduce_scatter(a, b, n, s).is_ok());
+  expect_b_is_x("reduce_scatter");
+  ASSERT_TRUE(comm_->all_reduce(a, b, n, s).is_ok());
+  expect_b_is_x("all_reduce");
+  // In place, broadcast and barrier move nothing.
+  ASSERT_TRUE(comm_->all_reduce(a, a, n, s).is_ok());
+  ASSERT_TRUE(comm_->broadcast(a, n * sizeof(float), 0, s).is_ok());
+  ASSERT_TRUE(comm_->barrier(s).is_ok());
+  ASSERT_TRUE(comm_->synchronize(s).is_ok());
+  EXPECT_EQ(std::memcmp(a, x.data(), n * sizeof(float)), 0);
+}
+
+TEST_F(LocalCommunicatorTest, BroadcastFromAMissingRankIsAnError) {
+  float* a = alloc(4);
+  Status st = comm_->broadcast(a, 16, 1, Stream::compute);
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_NE(st.message().find("root 1"), std::string::npos) << st.to_string();
+}
+
+TEST_F(LocalCommunicatorTest, TorchrunWorldAboveOneIsUnavailableWithTheWayOut) {
+  LaunchInfo launch;
+  launch.launcher = Launcher::torchrun;
+  launch.size = 2;
+  auto c = make_communicator(*backend_, launch);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), Code::unavailable);
+  EXPECT_NE(c.status().message().find("mpirun -np 2"), std::string::npos) << c.status().to_string();
+}
+
+}  // namespace
+}  // namespace strata
