@@ -1,5 +1,5 @@
 // detect_launch, LocalCommunicator (the world of one) and make_communicator's choice between the
-// local, MPI and NCCL communicators. The MPI and NCCL collectives live in their own files.
+// local and MPI communicators (the MPI collectives live in runtime/mpi_communicator.cc).
 #include "runtime/communicator.h"
 
 #include <cerrno>

@@ -1,8 +1,9 @@
 // Communicator: the collectives between the ranks of a scale-out run (all-gather, reduce-scatter,
 // all-to-all, all-reduce, broadcast, barrier) on a Backend's device buffers, queued on one of its
-// streams like the copies. Three implementations: LocalCommunicator (world size 1, any backend:
-// moves nothing between processes), MpiCommunicator (runtime/mpi_communicator.h, the CPU backend's
-// host memory over Open MPI) and NcclCommunicator (runtime/cuda/nccl_communicator.h, CUDA builds).
+// streams like the copies. Two implementations so far: LocalCommunicator (world size 1, any
+// backend: moves nothing between processes) and MpiCommunicator (runtime/mpi_communicator.h, the
+// CPU backend's host memory over Open MPI). The CUDA backend's NCCL communicator is not built yet:
+// make_communicator refuses a CUDA world above one, saying so.
 // Also how a process finds its rank (detect_launch). Not a partitioner: it moves the bytes it is
 // given; which rank homes which shard is the caller's plan.
 #pragma once
