@@ -5,10 +5,12 @@
 #include "runtime/cpu_compute_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -111,10 +113,13 @@ Status CpuComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std:
   for (const InputGradTerm& t : terms) {
     STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward_input_sum", N, C, t.OC, 0));
   }
-  const std::vector<InputGradTerm> held(terms.begin(), terms.end());  // the queued work outlives `terms`
+  // The queued work outlives `terms`: a copy (at most kMaxInputGradTerms, checked by the caller).
+  std::array<InputGradTerm, kMaxInputGradTerms> held{};
+  std::copy(terms.begin(), terms.end(), held.begin());
+  const size_t count = terms.size();
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
     float* d = grad_view(a, dinp, N * C, dinp_store);
-    for (const InputGradTerm& t : held) {
+    for (const InputGradTerm& t : std::span(held.data(), count)) {
       kernels::matmul_backward(d, nullptr, nullptr, a.in(t.dout, N * t.OC), nullptr, a.in(t.weight, t.OC * C), N, C,
                                t.OC);
     }

@@ -33,7 +33,7 @@ constexpr int kThreads = 32 * kWarps;
 // three; the cap spills 40 bytes; the dq kernel would take 177); at 128 they need all 255 (a cap
 // spills ~600 bytes) and shared memory allows two.
 template <int HS>
-constexpr int kDkvBlocksPerSm = HS == 64 ? 3 : 1;
+constexpr int kBackwardBlocksPerSm = HS == 64 ? 3 : 1;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -358,7 +358,7 @@ struct RowTerms {
 };
 
 template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
+__global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm<HS>) dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
                                                       const T* out, const float* lse, Shape s, float scale_log2,
                                                       float scale, RowTerms terms) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dq_kernel(T* dq
 // kTermsGiven: D and lse2 of every query row come from `terms` (the dq kernel wrote them), copied
 // with the tiles; otherwise each tile's are formed from dout, out and lse again.
 template <typename T, int HS, bool kTermsGiven>
-__global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS>) dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k,
+__global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm<HS>) dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k,
                                                        const T* v, const T* out, const float* lse, Shape s,
                                                        float scale_log2, float scale, RowTerms terms) {
   static_assert(kThreads == 2 * kTile, "one thread per row term: D by the first half, lse2 by the second");

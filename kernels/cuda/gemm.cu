@@ -6,7 +6,8 @@
 //   dweight  dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)     -> gemm(N, T, m=C,  n=OC, k=N)
 // The biased forward is one cuBLASLt matmul with the bias epilogue (planned once per shape); so is
 // an overwriting 16-bit dweight with its dbias (the BGRADB epilogue: dout's column sums over the N
-// rows, formed in the same kernel). A
+// rows, in the same cublasLtMatmul call -- on an H200 cuBLASLt ran them as its own reduction
+// kernel beside the GEMM, still faster than the column sums). A
 // 16-bit accumulating GEMM writes its fp32 product, tile by tile, to ctx.product (beta = 0) and
 // finish_tile_kernel forms round(old + product) in place; the Lt-less biased forward uses the same
 // tiles with round(bias + product). An overwriting GEMM writes T straight (beta = 0). dbias is a
