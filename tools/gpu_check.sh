@@ -20,8 +20,8 @@
 #            GPU_CHECK_STEPS steps, default 30), beside bench/peers/torch_gpt_train.py on the same
 #            GPU: eager, and --compile for the presets in GPU_CHECK_COMPILE (default gpt2-124m)
 #   profile  ncu's time of every kernel of strata's GPU_CHECK_PROFILE run (default gpt2-124m:16,
-#            3 steps), summed by kernel name per step, slowest first (profile.txt); then ncu's
-#            sections for one launch of each kernel GPU_CHECK_NCU_DETAIL's regular expressions
+#            GPU_CHECK_PROFILE_STEPS steps, default 3), summed by kernel name per step, slowest
+#            first (profile.txt); then ncu's sections for one launch of each kernel GPU_CHECK_NCU_DETAIL's regular expressions
 #            match (space-separated; default the attention kernels; "" skips): profile-detail.txt
 #   offload  bench/offload_train_bench.sh for each "preset:micro_batch" of GPU_CHECK_OFFLOAD (none
 #            by default), swap files in GPU_CHECK_NVME (default LOG_DIR/swap)
@@ -42,7 +42,7 @@ if [ "${1:-}" = --pack ]; then
   kit=${2:?usage: tools/gpu_check.sh --pack KIT.tar.xz [BUILD_DIR]}
   build=${3:-build}
   [ -x "$build/bin/strata" ] || fail "no $build/bin/strata: build first (tools/setup.sh)" 2
-  ldd "$build/bin/strata" | grep -q libcublas ||
+  ldd "$build/bin/strata" | grep libcublas > /dev/null ||  # not -q: under pipefail an early exit fails ldd
     fail "$build/bin/strata was built without the CUDA backend (it does not link cuBLAS): build with nvcc present" 2
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
@@ -327,7 +327,7 @@ fi
 # --- profile: ncu per kernel ----------------------------------------------------------------------------
 if has_phase profile; then
   spec=${GPU_CHECK_PROFILE:-gpt2-124m:16}
-  preset=${spec%%:*} batch=${spec#*:} psteps=3
+  preset=${spec%%:*} batch=${spec#*:} psteps=${GPU_CHECK_PROFILE_STEPS:-3}
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$ncu_bin" ]; then
     phase_failed "profile: ncu not found"
