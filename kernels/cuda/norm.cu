@@ -1,11 +1,13 @@
 // LayerNorm and RMSNorm kernels (contract in norm.cuh). A warp per row, its lanes over the row's
 // 16-byte groups (device_common.cuh: one access per group when the rows are aligned), warp-wide
 // fp32 sums. Forward: three passes over the row (mean, variance, write; RMSNorm two). Backward,
-// fused: a block of rows writes each row's dinp (two passes over the row), then its threads take
-// the row's groups of columns and form the block's fp32 partial sums of dweight and dbias over its
-// rows (re-reading them, mostly from L2); the blocks' partials are added in a fixed order by the
-// one-pass column sums of device_common.cuh. Without scratch for the partials the same dinp pass,
-// then those column sums over all N rows (correct, slow for small C: C / 32 blocks).
+// fused: a block of rows writes each row's dinp (two passes over the row) and forms the block's
+// fp32 partial sums of dweight and dbias over its rows: for rows of up to 4 groups a lane (C <=
+// 1024 in 16 bits) in each lane's registers as it writes dinp, then across the warps in warp order
+// (norm_backward_rows_kernel); for longer rows in a second walk over the block's rows (re-reading
+// them, mostly from L2). The blocks' partials are added in a fixed order by the one-pass column
+// sums of device_common.cuh. Without scratch for the partials the same dinp pass, then those
+// column sums over all N rows (correct, slow for small C: C / 32 blocks).
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/norm.cuh"
 
@@ -157,6 +159,123 @@ __global__ void __launch_bounds__(32 * kNormWarps) norm_backward_kernel(T* dinp,
   }
 }
 
+// The fused backward with the row block's sums in registers, for rows of at most 32 * kSlots
+// groups (kSlots <= 4: C <= 1024 in 16 bits, 512 in fp32) and aligned rows: warp w takes rows
+// w, w + kNormWarps, ... of the block; each lane keeps the fp32 sums of its groups' columns (groups
+// lane + 32 j) over its warp's rows, in row order, while it writes dinp; then the warps' sums are
+// added in warp order through shared memory, and the last warp writes the block's partials
+// (partials[block][c]: dweight's terms, partials[block][C + c]: dbias's). One read of x and dout
+// from memory (the second pass over a row finds them in L1), none more for the sums. kRms: no
+// dbias. dinp and partials are not null.
+template <typename T, int kSlots, bool kRms>
+__global__ void __launch_bounds__(32 * kNormWarps, 2) norm_backward_rows_kernel(
+    T* dinp, float* partials, const T* dout, const T* inp, const T* weight, const float* mean, const float* rstd,
+    int64_t N, int64_t C, int64_t rows_per) {
+  constexpr int kG = kGroup<T>;
+  constexpr int kMaxC = 32 * kSlots * kG;
+  __shared__ __align__(16) float red[(kRms ? 1 : 2) * kMaxC];
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * rows_per;
+  const int64_t n1 = n0 + rows_per < N ? n0 + rows_per : N;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t groups = C / kG;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float dw[kSlots][kG], db[kRms ? 1 : kSlots][kG];
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j)
+#pragma unroll
+    for (int i = 0; i < kG; ++i) {
+      dw[j][i] = 0.0f;
+      if constexpr (!kRms) db[j][i] = 0.0f;
+    }
+  for (int64_t n = n0 + warp; n < n1; n += kNormWarps) {
+    const T* x = inp + n * C;
+    const T* dy = dout + n * C;
+    const float m = kRms ? 0.0f : mean[n], s = rstd[n];
+    float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSlots; ++j) {
+      const int64_t g = lane + 32 * j;
+      if (g >= groups) break;
+      float xv[kG], dv[kG], wv[kG];
+      load_group<T, true>(xv, x, g, C);
+      load_group<T, true>(dv, dy, g, C);
+      load_group<T, true>(wv, weight, g, C);
+#pragma unroll
+      for (int i = 0; i < kG; ++i) {
+        const float dnorm = wv[i] * dv[i];
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * ((xv[i] - m) * s);
+      }
+    }
+    const float dnorm_mean = warp_sum(sum_dnorm) * inv_c;
+    const float dnorm_norm_mean = warp_sum(sum_dnorm_norm) * inv_c;
+    T* dx = dinp + n * C;
+#pragma unroll
+    for (int j = 0; j < kSlots; ++j) {
+      const int64_t g = lane + 32 * j;
+      if (g >= groups) break;
+      float xv[kG], dv[kG], wv[kG], old[kG];
+      load_group<T, true>(xv, x, g, C);
+      load_group<T, true>(dv, dy, g, C);
+      load_group<T, true>(wv, weight, g, C);
+      load_group<T, true>(old, dx, g, C);
+#pragma unroll
+      for (int i = 0; i < kG; ++i) {
+        const float norm = (xv[i] - m) * s;
+        const float dnorm = wv[i] * dv[i];
+        const float grad =
+            kRms ? (dnorm - norm * dnorm_norm_mean) * s : (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        old[i] = old[i] + grad;
+        dw[j][i] += norm * dv[i];
+        if constexpr (!kRms) db[j][i] += dv[i];
+      }
+      store_group<T, true>(dx, old, g, C);
+    }
+  }
+  // The warps' sums in warp order: red = w0, red += w1, ..., the last warp adds its own and writes.
+  float* out = partials + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  for (int w = 0; w < kNormWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+        const int64_t g = lane + 32 * j;
+        if (g >= groups) break;
+#pragma unroll
+        for (int i = 0; i < kG; i += 4) {
+          const int64_t c = g * kG + i;
+          float4 a = make_float4(dw[j][i], dw[j][i + 1], dw[j][i + 2], dw[j][i + 3]);
+          if (w > 0) {
+            const float4 r = *reinterpret_cast<const float4*>(red + c);
+            a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+          }
+          *reinterpret_cast<float4*>((w == kNormWarps - 1 ? out : red) + c) = a;
+          if constexpr (!kRms) {
+            float4 b = make_float4(db[j][i], db[j][i + 1], db[j][i + 2], db[j][i + 3]);
+            if (w > 0) {
+              const float4 r = *reinterpret_cast<const float4*>(red + kMaxC + c);
+              b = make_float4(r.x + b.x, r.y + b.y, r.z + b.z, r.w + b.w);
+            }
+            *reinterpret_cast<float4*>(w == kNormWarps - 1 ? out + C + c : red + kMaxC + c) = b;
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The lane slots norm_backward_rows_kernel needs for rows of C elements (2 or 4), or 0 where it
+// does not apply: C not a whole number of groups, or past 4 slots (C > 1024 in 16 bits). Measured on
+// an H200: at C = 768 (4 slots, 128 registers, 16 warps a multiprocessor) 61 us a call against the
+// two-walk kernel's 66; at C = 1600 with 8 slots (212 registers, 8 warps) 150 us against ~65 --
+// a row at a time per warp is latency-bound, and 8 warps cannot hide it.
+template <typename T>
+int norm_row_slots(int64_t C) {
+  if (C % kGroup<T> != 0) return 0;
+  const int64_t per_lane = (C / kGroup<T> + 31) / 32;
+  return per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 0;
+}
+
 // Element (b, c) of the blocks' partials: partials[b * 2 C + offset + c] (offset 0: dweight's, C:
 // dbias's).
 struct BlockPartial {
@@ -199,7 +318,14 @@ cudaError_t norm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T*
   const int64_t rows_per = sums && fused_rows > 0 ? fused_rows : kNormWarps;
   const int64_t blocks = (N + rows_per - 1) / rows_per;
   float* partials = sums && fused_rows > 0 ? scratch : nullptr;
-  if (dinp != nullptr || partials != nullptr) {
+  const int slots = norm_row_slots<T>(C);
+  if (dinp != nullptr && partials != nullptr && vector && slots > 0 &&
+      reinterpret_cast<uintptr_t>(partials) % 16 == 0) {
+    const auto kernel = slots == 2 ? norm_backward_rows_kernel<T, 2, kRms> : norm_backward_rows_kernel<T, 4, kRms>;
+    kernel<<<static_cast<unsigned>(blocks), 32 * kNormWarps, 0, stream>>>(dinp, partials, dout, inp, weight, mean,
+                                                                          rstd, N, C, rows_per);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  } else if (dinp != nullptr || partials != nullptr) {
     const auto kernel = vector ? norm_backward_kernel<T, true, kRms> : norm_backward_kernel<T, false, kRms>;
     kernel<<<static_cast<unsigned>(blocks), 32 * kNormWarps, 0, stream>>>(dinp, partials, dout, inp, weight, mean,
                                                                           rstd, N, C, rows_per);
