@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<DeviceGrads>> DeviceGrads::create(Backend& backend, DTy
                           allocate(g->partial_at_.back() * sizeof(double), fmt::format("{} norm partials", name)));
   g->partials_ = reinterpret_cast<double*>(partials);
   g->host_partials_.resize(g->partial_at_.back());
-  g->fresh_.assign(chunk_bytes.size(), true);
+  g->held_.assign(chunk_bytes.size(), Held::none);
   return g;
 }
 
@@ -60,31 +60,54 @@ Status DeviceGrads::check(size_t c, const char* what) const {
 }
 
 Status DeviceGrads::begin_step() {
-  fresh_.assign(work_.size(), true);
+  held_.assign(work_.size(), Held::none);
   return Status::ok();
 }
 
 StatusOr<std::byte*> DeviceGrads::acquire(size_t c) {
   STRATA_RETURN_IF_ERROR(check(c, "acquire"));
+  if (held_[c] == Held::in_work) {  // a second contribution: the first is widened before the buffer is reused
+    STRATA_RETURN_IF_ERROR(
+        backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), /*first=*/true));
+  }
+  if (held_[c] != Held::none) held_[c] = Held::in_acc;
   STRATA_RETURN_IF_ERROR(backend_.fill_zero(work_[c], bytes_[c]));
   return work_[c];
 }
 
 Status DeviceGrads::release(size_t c, bool /*last*/) {
   STRATA_RETURN_IF_ERROR(check(c, "release"));
-  STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), fresh_[c]));
-  fresh_[c] = false;
-  return Status::ok();
+  if (held_[c] == Held::none) {
+    held_[c] = Held::in_work;
+    return Status::ok();
+  }
+  return backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), /*first=*/false);
+}
+
+DeviceGrads::Sum DeviceGrads::gradient(size_t c) const {
+  if (held_.at(c) == Held::in_work || held_[c] == Held::in_work_also) return {work_[c], dtype_};
+  return {acc_[c], DType::f32};
+}
+
+StatusOr<const float*> DeviceGrads::widened(size_t c) {
+  STRATA_RETURN_IF_ERROR(check(c, "widened"));
+  if (held_[c] == Held::in_work) {
+    STRATA_RETURN_IF_ERROR(
+        backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), /*first=*/true));
+    held_[c] = Held::in_work_also;
+  }
+  return acc_[c];
 }
 
 StatusOr<double> DeviceGrads::finish_step() {
   for (size_t c = 0; c < work_.size(); ++c) {
-    if (fresh_[c]) {  // no contribution this step: the sum is zero
+    if (held_[c] == Held::none) {  // no contribution this step: the sum is zero
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(acc_[c], elements(c) * sizeof(float)));
-      fresh_[c] = false;
+      held_[c] = Held::in_acc;
     }
+    const Sum sum = gradient(c);
     STRATA_RETURN_IF_ERROR(
-        backend_.ops().sum_squares_blocks(partials_ + partial_at_[c], acc_[c], int64_t(elements(c))));
+        backend_.ops().sum_squares_blocks(partials_ + partial_at_[c], sum.data, sum.format, int64_t(elements(c))));
   }
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,

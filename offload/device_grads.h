@@ -6,6 +6,10 @@
 // same bits: each backward contribution lands in a zeroed working-precision buffer and is widened
 // into the chunk's fp32 accumulator (the step's first contribution copies, later ones add); the
 // squared norm is the sum, in chunk order, of each chunk's blocked sum of squares.
+// A chunk with one contribution in a step (grad-accum 1) is not widened: its norm and gradient()
+// read the working-precision buffer, whose exact widening is the fp32 sum (the same bits, without
+// the fp32 pass: 6 bytes an element written and read less). Its first widening waits until a second
+// contribution's acquire, or a reader asks for widened().
 // Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
 // 4096 floats for the norm's block partials.
 // Thread-safety: one driving thread. Lifetime: the backend outlives it; the destructor waits for
@@ -38,7 +42,8 @@ class DeviceGrads final : public GradSink {
   Status begin_step() override;  // every accumulator reads zero until its first contribution
   // The chunk's working-precision buffer, zero-filled on Stream::compute.
   StatusOr<std::byte*> acquire(size_t c) override;
-  // Queues acc(c) = widen(buffer) (first contribution of the step) or acc(c) + widen(buffer).
+  // The step's first contribution stays in the buffer; a later one queues acc(c) += widen(buffer)
+  // (the first having been widened into acc(c) by this contribution's acquire).
   Status release(size_t c, bool last) override;
 
   // Zeroes the accumulators no contribution reached this step, then returns the squared global
@@ -46,10 +51,20 @@ class DeviceGrads final : public GradSink {
   // copied down), summed per chunk in block order and over chunks in chunk order, from +0.0.
   // Synchronizes the compute and d2h streams.
   StatusOr<double> finish_step() override;
-  // Chunk c's fp32 accumulator on the device: chunk_bytes(c) / element size floats, element i =
-  // element i of the chunk in the working-precision layout. Holds the step's sum after the
-  // backward's work completes (stream order); untouched chunks read zero after finish_step.
-  float* accumulated(size_t c) const { return acc_.at(c); }
+  // Chunk c's gradient sum on the device, for the update: the working-precision buffer while it holds
+  // the step's only contribution (format = the working precision), else the fp32 accumulator (f32);
+  // chunk_bytes(c) / element size elements, element i = element i of the chunk in the
+  // working-precision layout. Valid after finish_step until the next step's acquire of the chunk
+  // (stream order).
+  struct Sum {
+    const void* data;
+    DType format;
+  };
+  Sum gradient(size_t c) const;
+  // Chunk c's fp32 accumulator holding the step's sum, widening a single contribution into it first
+  // (queued on Stream::compute: synchronize before reading it from the host). Untouched chunks read
+  // zero after finish_step.
+  StatusOr<const float*> widened(size_t c);
 
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
@@ -69,7 +84,14 @@ class DeviceGrads final : public GradSink {
   std::vector<uint64_t> partial_at_;    // per chunk: index of its first block partial (+ total)
   double* partials_ = nullptr;          // device: every chunk's block partials
   std::vector<double> host_partials_;
-  std::vector<bool> fresh_;             // per chunk: no contribution yet this step
+  // Where chunk c's sum of this step is.
+  enum class Held : uint8_t {
+    none,          // no contribution yet (finish_step zeroes acc and moves to in_acc)
+    in_work,       // the only contribution, in the working buffer; acc not written
+    in_work_also,  // the only contribution, in the working buffer and widened into acc
+    in_acc,        // acc holds the sum; the working buffer is scratch
+  };
+  std::vector<Held> held_;  // per chunk
 };
 
 }  // namespace strata

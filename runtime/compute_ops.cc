@@ -207,6 +207,44 @@ Status ComputeOps::rmsnorm_backward(DType dt, void* dinp, void* dweight, const v
   return queue_rmsnorm_backward(dt, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
+Status ComputeOps::matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight,
+                                       const void* bias, int64_t N, int64_t C, int64_t OC) {
+  OpArgs a(*this, "matmul_forward_gelu");
+  a.activations(dt).sizes({{"N", N}, {"C", C}, {"OC", OC}});
+  a.tensor("act", act, dt, {N, OC}).tensor("pre", pre, dt, {N, OC}).tensor("inp", inp, dt, {N, C});
+  a.tensor("weight", weight, dt, {OC, C}).tensor("bias", bias, dt, {OC}, true);
+  a.require(act != pre || N * OC == 0, "act must not alias pre");
+  a.require(act != inp && act != weight && pre != inp && pre != weight, "act and pre must not alias inp or weight");
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_matmul_forward_gelu(dt, act, pre, inp, weight, bias, N, C, OC);
+}
+
+Status ComputeOps::matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout, const void* weight,
+                                              const void* pre, int64_t N, int64_t C, int64_t OC) {
+  OpArgs a(*this, "matmul_backward_input_gelu");
+  a.activations(dt).sizes({{"N", N}, {"C", C}, {"OC", OC}});
+  a.tensor("dpre", dpre, dt, {N, C}).tensor("dact", dact, dt, {N, C}).tensor("dout", dout, dt, {N, OC});
+  a.tensor("weight", weight, dt, {OC, C}).tensor("pre", pre, dt, {N, C});
+  a.require(N * C == 0 || (dpre != dact && dpre != pre && dpre != dout && dact != pre && dact != dout),
+            "dpre, dact, pre and dout must be four buffers");
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_matmul_backward_input_gelu(dt, dpre, dact, dout, weight, pre, N, C, OC);
+}
+
+Status ComputeOps::queue_matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight,
+                                             const void* bias, int64_t N, int64_t C, int64_t OC) {
+  STRATA_RETURN_IF_ERROR(queue_matmul_forward(dt, pre, inp, weight, bias, N, C, OC, OC));
+  return queue_gelu_forward(dt, act, pre, N * OC);
+}
+
+Status ComputeOps::queue_matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout,
+                                                    const void* weight, const void* pre, int64_t N, int64_t C,
+                                                    int64_t OC) {
+  STRATA_RETURN_IF_ERROR(queue_matmul_backward(dt, dact, nullptr, nullptr, dout, nullptr, weight, N, C, OC, OC,
+                                               GradStore::overwrite, GradStore::overwrite));
+  return queue_gelu_backward(dt, dpre, pre, dact, N * C, GradStore::overwrite);
+}
+
 Status ComputeOps::gelu_forward(DType dt, void* out, const void* inp, int64_t n) {
   OpArgs a(*this, "gelu_forward");
   a.activations(dt).sizes({{"n", n}}).tensor("out", out, dt, {n}).tensor("inp", inp, dt, {n});
@@ -425,13 +463,13 @@ Status ComputeOps::accumulate_widened(float* acc, const void* src, DType format,
   return queue_accumulate_widened(acc, src, format, n, first);
 }
 
-Status ComputeOps::sum_squares_blocks(double* partials, const float* x, int64_t n) {
+Status ComputeOps::sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) {
   OpArgs a(*this, "sum_squares_blocks");
-  a.sizes({{"n", n}});
+  a.float_format(format, "gradient").sizes({{"n", n}});
   const int64_t blocks = (n + int64_t(kernels::kSumSquaresBlock) - 1) / int64_t(kernels::kSumSquaresBlock);
-  a.tensor("partials", partials, 8, {blocks}).tensor("x", x, 4, {n});
+  a.tensor("partials", partials, 8, {blocks}).tensor("x", x, format, {n});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_sum_squares_blocks(partials, x, n);
+  return queue_sum_squares_blocks(partials, x, format, n);
 }
 
 Status ComputeOps::grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) {

@@ -85,6 +85,17 @@ class ComputeOps {
   static constexpr size_t kMaxInputGradTerms = 4;
   Status matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N, int64_t C,
                                    GradStore dinp_store = GradStore::add);
+  // A projection and its GELU (GPT-2's MLP): pre (N, OC) = inp @ weight^T + bias and act (N, OC) =
+  // gelu(pre), both overwritten. By default matmul_forward then gelu_forward; a backend may form
+  // both in one pass (CUDA, 16-bit: GELU of the unrounded fp32 pre-activation, which may differ from
+  // the two ops' result in the last bit of an element; kernels/cuda/gemm.cuh). Rows packed.
+  Status matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight, const void* bias,
+                             int64_t N, int64_t C, int64_t OC);
+  // The input gradient through that GELU: dpre (N, C) = gelu'(pre) * (dout (N, OC) @ weight (OC,
+  // C)), overwritten. By default matmul_backward into dact (N, C, scratch: overwritten) then
+  // gelu_backward; a fusing backend (CUDA, 16-bit) rounds once and leaves dact alone.
+  Status matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout, const void* weight,
+                                    const void* pre, int64_t N, int64_t C, int64_t OC);
 
   // ---- norms over rows of (N, C); eps > 0 ------------------------------------------------------
   // out = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N) fp32.
@@ -180,8 +191,9 @@ class ComputeOps {
   // acc (n fp32) = widen(src) when `first`, else acc + widen(src); src holds n `format` elements.
   Status accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first);
   // partials[k] (double, on the device) = kernels::sum_squares_block of x's k-th block of
-  // kernels::kSumSquaresBlock floats, for the ceil(n / kSumSquaresBlock) blocks of x (n fp32).
-  Status sum_squares_blocks(double* partials, const float* x, int64_t n);
+  // kernels::kSumSquaresBlock floats, for the ceil(n / kSumSquaresBlock) blocks of x (n elements of
+  // `format`, each widened exactly to fp32: a 16-bit x gives the bits of its widened copy).
+  Status sum_squares_blocks(double* partials, const void* x, DType format, int64_t n);
   // Writes 0 to *all_finite (one int32 on the device) if any grad element is Inf or NaN; never
   // writes 1 (set it to 1 before a step's first tensor).
   Status grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n);
@@ -209,6 +221,13 @@ class ComputeOps {
                                        int64_t dout_stride, GradStore dinp_store, GradStore dweight_store) = 0;
   virtual Status queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms,
                                                  int64_t N, int64_t C, GradStore dinp_store) = 0;
+  // Not pure: the default composes queue_matmul_forward and queue_gelu_forward (and the backward
+  // queue_matmul_backward and queue_gelu_backward), the same bits as the separate ops.
+  virtual Status queue_matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight,
+                                           const void* bias, int64_t N, int64_t C, int64_t OC);
+  virtual Status queue_matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout,
+                                                  const void* weight, const void* pre, int64_t N, int64_t C,
+                                                  int64_t OC);
   virtual Status queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                          const void* weight, const void* bias, int64_t N, int64_t C, float eps) = 0;
   virtual Status queue_layernorm_backward(DType dt, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -257,7 +276,7 @@ class ComputeOps {
   virtual Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) = 0;
   virtual Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) = 0;
   virtual Status queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) = 0;
-  virtual Status queue_sum_squares_blocks(double* partials, const float* x, int64_t n) = 0;
+  virtual Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) = 0;
   virtual Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                                    const kernels::AdamSpan& span) = 0;
 

@@ -366,11 +366,22 @@ Status CpuComputeOps::queue_accumulate_widened(float* acc, const void* src, DTyp
   return stream_.enqueue([=] { kernels::accumulate_widened(f, src, acc, static_cast<size_t>(n), first); });
 }
 
-Status CpuComputeOps::queue_sum_squares_blocks(double* partials, const float* x, int64_t n) {
+Status CpuComputeOps::queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) {
+  const kernels::FloatFormat f = format_of(format);
   return stream_.enqueue([=] {
     constexpr size_t kBlock = kernels::kSumSquaresBlock;
-    for (size_t k = 0, at = 0; at < static_cast<size_t>(n); ++k, at += kBlock)
-      partials[k] = kernels::sum_squares_block(x + at, std::min(kBlock, static_cast<size_t>(n) - at));
+    const size_t es = kernels::float_format_size(f);
+    float widened[kBlock];  // a 16-bit block widened exactly, then the fp32 definition
+    for (size_t k = 0, at = 0; at < static_cast<size_t>(n); ++k, at += kBlock) {
+      const size_t len = std::min(kBlock, static_cast<size_t>(n) - at);
+      const void* block = static_cast<const std::byte*>(x) + at * es;
+      if (f == kernels::FloatFormat::f32) {
+        partials[k] = kernels::sum_squares_block(static_cast<const float*>(block), len);
+      } else {
+        kernels::accumulate_widened(f, block, widened, len, /*first=*/true);
+        partials[k] = kernels::sum_squares_block(widened, len);
+      }
+    }
   });
 }
 

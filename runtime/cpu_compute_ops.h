@@ -75,7 +75,7 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) override;
   Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) override;
   Status queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) override;
-  Status queue_sum_squares_blocks(double* partials, const float* x, int64_t n) override;
+  Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) override;
   Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                            const kernels::AdamSpan& span) override;
 

@@ -281,6 +281,12 @@ cublasStatus_t set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttrib
   return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value));
 }
 
+// The epilogues with an auxiliary matrix (the GELU's input, written by GELU_AUX_BIAS, read by
+// DGELU), laid out as D.
+bool uses_aux(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+
 // Builds the descriptors of `key` (the forward: out^T (m, n) = weight^T^T . inp^T + bias; the
 // dweight: dweight^T (m, n) = inp^T . dout with dbias, see the top of this file) and asks the
 // heuristic for one algorithm that reduces in fp32 (no reduction in the output type, none "in
@@ -292,6 +298,9 @@ cublasStatus_t build_plan(const GemmContext& ctx, const LtPlanKey& key, cublasCo
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(key.op_b)));
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(key.epilogue)));
   STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(key.type)));
+  if (uses_aux(key.epilogue)) {  // the pre-activation, laid out as D
+    STRATA_LT_TRY(set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.ldd));
+  }
   // A as stored: (k, m) when transposed (the forward's weight^T), else (m, k) (the dweight's inp^T);
   // B: (k, n), or (n, k) when transposed (the dweight's dout^T); D: (m, n) with ld key.ldd (m, or
   // out's padded row stride).
@@ -355,17 +364,19 @@ cublasStatus_t find_plan(const GemmContext& ctx, const LtPlanKey& key, cublasCom
 }
 
 // D = op_a(A) op_b(B) with key's epilogue and `bias` (the bias it adds, or the bias gradient it
-// writes), beta = 0, through cuBLASLt; *done = false (and success) when cuBLASLt has no algorithm
-// for the shape, so the caller falls back.
+// writes) and `aux` (the GELU epilogues' pre-activation), beta = 0, through cuBLASLt; *done = false
+// (and success) when cuBLASLt has no algorithm for the shape, so the caller falls back.
 template <typename T>
 cublasStatus_t lt_matmul(const GemmContext& ctx, const LtPlanKey& key, const GemmOptions& options, const T* A,
-                         const T* B, T* D, const void* bias, cudaStream_t stream, bool* done) {
+                         const T* B, T* D, const void* bias, cudaStream_t stream, bool* done,
+                         const void* aux = nullptr) {
   *done = false;
   std::unique_ptr<LtPlan> uncached;
   LtPlan* plan = nullptr;
   STRATA_LT_TRY(find_plan(ctx, key, compute_type<T>(options), uncached, &plan));
   if (!plan->has_algo) return CUBLAS_STATUS_SUCCESS;
   STRATA_LT_TRY(set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  if (uses_aux(key.epilogue)) STRATA_LT_TRY(set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
   const float alpha = 1.0f, beta = 0.0f;
   const uint64_t workspace = ctx.lt_workspace != nullptr ? ctx.lt_workspace_bytes : 0;
   const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan->desc, &alpha, A, plan->a, B, plan->b, &beta, D, plan->d, D,
@@ -405,6 +416,40 @@ cublasStatus_t lt_dweight_bias_grad(const GemmContext& ctx, T* dweight, T* dbias
   key.ldb = ldd;
   key.epilogue = CUBLASLT_EPILOGUE_BGRADB;
   return lt_matmul<T>(ctx, key, options, inp, dout, dweight, dbias, stream, done);
+}
+
+// act = gelu(weight . inp + bias) and pre = weight . inp + bias, both (OC, N) column-major with
+// leading dimension OC (the GELU_AUX_BIAS epilogue: GELU on the fp32 value, pre its aux output).
+template <typename T>
+cublasStatus_t lt_forward_gelu(const GemmContext& ctx, T* act, T* pre, const T* inp, const T* weight, const T* bias,
+                               int64_t N, int64_t C, int64_t OC, const GemmOptions& options, cudaStream_t stream,
+                               bool* done) {
+  LtPlanKey key{data_type<T>(),       false,
+                OC,                   N,
+                C,                    OC,
+                alignment_of(weight), alignment_of(inp),
+                std::min(alignment_of(act), alignment_of(pre)), alignment_of(bias)};
+  key.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  return lt_matmul<T>(ctx, key, options, weight, inp, act, bias, stream, done, pre);
+}
+
+// dpre^T (C, N) = gelu'(pre^T) * (weight^T (C, OC) . dout^T (OC, N)): weight (OC, C) row-major is
+// (C, OC) column-major, dout (N, OC) is (OC, N); the DGELU epilogue reads pre, laid out as dpre.
+template <typename T>
+cublasStatus_t lt_input_dgelu(const GemmContext& ctx, T* dpre, const T* dout, const T* weight, const T* pre,
+                              int64_t N, int64_t C, int64_t OC, const GemmOptions& options, cudaStream_t stream,
+                              bool* done) {
+  LtPlanKey key{data_type<T>(),       false,
+                C,                    N,
+                OC,                   C,
+                alignment_of(weight), alignment_of(dout),
+                std::min(alignment_of(dpre), alignment_of(pre)), 16};
+  key.op_a = CUBLAS_OP_N;
+  key.op_b = CUBLAS_OP_N;
+  key.lda = C;
+  key.ldb = OC;
+  key.epilogue = CUBLASLT_EPILOGUE_DGELU;
+  return lt_matmul<T>(ctx, key, options, weight, dout, dpre, nullptr, stream, done, pre);
 }
 
 #undef STRATA_LT_TRY
@@ -642,13 +687,65 @@ GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<
   }
 }
 
+// A GELU epilogue cuBLASLt's version refuses as a configuration (INVALID_VALUE from its descriptors
+// or heuristic, before anything is queued) leaves the op to the caller's two kernels, as a missing
+// algorithm does; every other failure is reported.
+cublasStatus_t epilogue_refusal_is_unfused(cublasStatus_t st, bool* fused) {
+  if (st != CUBLAS_STATUS_INVALID_VALUE) return st;
+  *fused = false;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The shared frame of the two GELU epilogue ops: shape check, then `lt_op` (a cuBLASLt call that
+// sets *fused) for 16-bit T with cuBLASLt present and a non-empty shape; else *fused stays false.
+template <typename T, typename LtOp>
+GemmStatus gelu_epilogue_op(const GemmContext& ctx, int64_t N, int64_t C, int64_t OC, bool* fused, LtOp lt_op) {
+  *fused = false;
+  GemmStatus status;
+  if (!valid_shape(N, C, OC, OC)) {
+    status.cublas = CUBLAS_STATUS_INVALID_VALUE;
+    return status;
+  }
+  if constexpr (is_16bit<T>()) {
+    if (ctx.lt == nullptr || N == 0 || C == 0 || OC == 0) return status;
+    status.cublas = epilogue_refusal_is_unfused(lt_op(), fused);
+  }
+  return status;
+}
+
+template <typename T>
+GemmStatus matmul_forward_gelu(const GemmContext& ctx, T* act, T* pre, const T* inp, const T* weight, const T* bias,
+                               int64_t N, int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream,
+                               bool* fused) {
+  if (bias == nullptr) {  // GELU_AUX_BIAS needs one; the caller composes the two ops
+    *fused = false;
+    return GemmStatus{};
+  }
+  return gelu_epilogue_op<T>(ctx, N, C, OC, fused, [&] {
+    return lt_forward_gelu<T>(ctx, act, pre, inp, weight, bias, N, C, OC, options, stream, fused);
+  });
+}
+
+template <typename T>
+GemmStatus matmul_backward_input_dgelu(const GemmContext& ctx, T* dpre, const T* dout, const T* weight, const T* pre,
+                                       int64_t N, int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream,
+                                       bool* fused) {
+  return gelu_epilogue_op<T>(ctx, N, C, OC, fused, [&] {
+    return lt_input_dgelu<T>(ctx, dpre, dout, weight, pre, N, C, OC, options, stream, fused);
+  });
+}
+
 #define STRATA_INSTANTIATE_GEMM(T)                                                                                \
   template GemmStatus matmul_forward<T>(const GemmContext&, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                         int64_t, GemmOptions, cudaStream_t, int64_t);                             \
   template GemmStatus matmul_backward<T>(const GemmContext&, T*, T*, T*, const T*, const T*, const T*, int64_t,    \
                                          int64_t, int64_t, GemmOptions, cudaStream_t, int64_t, GradStores);        \
   template GemmStatus matmul_backward_input_sum<T>(const GemmContext&, T*, std::span<const DinpTerm<T>>, int64_t, \
-                                                   int64_t, GemmOptions, cudaStream_t, bool);
+                                                   int64_t, GemmOptions, cudaStream_t, bool);                     \
+  template GemmStatus matmul_forward_gelu<T>(const GemmContext&, T*, T*, const T*, const T*, const T*, int64_t,   \
+                                             int64_t, int64_t, GemmOptions, cudaStream_t, bool*);                 \
+  template GemmStatus matmul_backward_input_dgelu<T>(const GemmContext&, T*, const T*, const T*, const T*,       \
+                                                     int64_t, int64_t, int64_t, GemmOptions, cudaStream_t, bool*);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_GEMM)
 #undef STRATA_INSTANTIATE_GEMM
 

@@ -157,4 +157,23 @@ template <typename T>
 GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> terms, int64_t N,
                                      int64_t C, GemmOptions options, cudaStream_t stream, bool overwrite);
 
+// The GPT-2 MLP's fused GELU, for 16-bit T through cuBLASLt's epilogues (fp32 T: never fused).
+// act (N, OC) = gelu(inp (N, C) @ weight (OC, C)^T + bias) and pre (N, OC) = that pre-activation,
+// each element formed in fp32 and rounded once: GELU_AUX_BIAS applies cuBLASLt's tanh form of GELU
+// to the unrounded fp32 value (the unfused path, gelu_forward, to the rounded pre: the two differ
+// in the last bit of some elements). bias not null; act and pre do not alias.
+// *fused = false (and success) when it does not apply -- fp32 T, no cuBLASLt, an empty shape, or
+// no algorithm for the shape -- and nothing is written: the caller forms them apart.
+template <typename T>
+GemmStatus matmul_forward_gelu(const GemmContext& ctx, T* act, T* pre, const T* inp, const T* weight, const T* bias,
+                               int64_t N, int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream,
+                               bool* fused);
+// dpre (N, C) = gelu'(pre) * (dout (N, OC) @ weight (OC, C)), overwritten, the product and the
+// GELU derivative (cuBLASLt's DGELU epilogue, of the tanh form) in fp32, rounded once (unfused:
+// the product is rounded, then gelu_backward rounds again). *fused as above.
+template <typename T>
+GemmStatus matmul_backward_input_dgelu(const GemmContext& ctx, T* dpre, const T* dout, const T* weight, const T* pre,
+                                       int64_t N, int64_t C, int64_t OC, GemmOptions options, cudaStream_t stream,
+                                       bool* fused);
+
 }  // namespace strata::kernels::cuda

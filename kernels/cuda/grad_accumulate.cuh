@@ -18,7 +18,8 @@ cudaError_t accumulate_widened(float* acc, const void* src, FloatFormat src_form
 
 // partials[k] = kernels::sum_squares_block(x + k * 4096, min(4096, n - k * 4096)) for every block
 // k of x (ceil(n / 4096) doubles): 8 double lanes per block, each summing its strided elements in
-// increasing order, combined ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
-cudaError_t sum_squares_blocks(double* partials, const float* x, size_t n, cudaStream_t stream);
+// increasing order, combined ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). x holds n `format` elements, each
+// widened exactly to fp32 first: a 16-bit x gives the bits its widened copy would.
+cudaError_t sum_squares_blocks(double* partials, const void* x, FloatFormat format, size_t n, cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

@@ -391,8 +391,12 @@ Status Transformer::tiled_mlp_forward(int l, std::string_view what, bool second)
 
 Status Transformer::mlp_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
-  STRATA_RETURN_IF_ERROR(mlp_activation_forward(a));
+  if (config_.arch == Arch::gpt2) {  // the projection and its GELU in one op (one pass where fused)
+    STRATA_RETURN_IF_ERROR(ops_.matmul_forward_gelu(options_.dtype, a.fc_act, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.fc, a.ln2, p.fc_w, p.fc_b, N, C, FC));
+    STRATA_RETURN_IF_ERROR(mlp_activation_forward(a));
+  }
   return ops_.matmul_forward(options_.dtype, a.fc_proj, a.fc_act, p.fc_proj_w, p.fc_proj_b, N, H, C);
 }
 
@@ -616,9 +620,16 @@ Status Transformer::mlp_backward(const LayerParams& p, const LayerParams& g, con
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden, FC = config_.fc_rows();
   const ActivationGrads& d = dacts_;
   constexpr GradStore kSet = GradStore::overwrite;
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act,
-                                              p.fc_proj_w, N, H, C, 0, kSet, kSet));
-  STRATA_RETURN_IF_ERROR(mlp_activation_backward(a));
+  if (config_.arch == Arch::gpt2) {  // dfc through the GELU in one op (one rounding where fused)
+    STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, nullptr, g.fc_proj_w, g.fc_proj_b, d.dres, a.fc_act,
+                                                nullptr, N, H, C, 0, kSet, kSet));
+    STRATA_RETURN_IF_ERROR(
+        ops_.matmul_backward_input_gelu(options_.dtype, d.dfc, d.dfc_act, d.dres, p.fc_proj_w, a.fc, N, H, C));
+  } else {
+    STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.dfc_act, g.fc_proj_w, g.fc_proj_b, d.dres,
+                                                a.fc_act, p.fc_proj_w, N, H, C, 0, kSet, kSet));
+    STRATA_RETURN_IF_ERROR(mlp_activation_backward(a));
+  }
   return ops_.matmul_backward(options_.dtype, d.dln, g.fc_w, g.fc_b, d.dfc, a.ln2, p.fc_w, N, C, FC, 0, kSet, kSet);
 }
 

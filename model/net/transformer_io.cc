@@ -257,7 +257,9 @@ StatusOr<std::vector<float>> Transformer::copy_parameter_to_host(std::string_vie
     if (p.name != hf_name) continue;
     float* out = values.data() + p.tensor_offset();
     if (grads) {
-      STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out, device_grads_->accumulated(p.chunk) + p.offset / esize_,
+      STRATA_ASSIGN_OR_RETURN(const float* acc, device_grads_->widened(p.chunk));
+      STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+      STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out, acc + p.offset / esize_,
                                                    p.elements * sizeof(float), Stream::d2h));
       STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
       continue;

@@ -43,7 +43,8 @@ DeviceOptimizer::~DeviceOptimizer() {
 }
 
 // The update queued on the compute stream: fp32 masters (the weights for fp32) and moments in
-// device memory, the gradient in fp32 sums, and for 16-bit training the rounded weights written
+// device memory, the gradient as DeviceGrads holds it (fp32 sums, or one contribution in the
+// working precision, widened as it is read), and for 16-bit training the rounded weights written
 // into the resident chunks in the same pass. Decaying tensors and the others in two groups.
 Status DeviceOptimizer::begin_update(const UpdateStep& update) {
   const bool half = options_.dtype != DType::f32;
@@ -51,7 +52,6 @@ Status DeviceOptimizer::begin_update(const UpdateStep& update) {
   hyper.lr = float(update.lr);
   hyper.step = update.step;
   hyper.grad_scale = float(update.grad_multiplier);
-  const kernels::AdamFormats formats{.grad = kernels::FloatFormat::f32, .copy = adam_copy_out(options_.dtype)};
   for (const bool decayed : {true, false}) {
     kernels::AdamHyper group = hyper;
     if (!decayed) group.weight_decay = 0.0f;
@@ -65,9 +65,14 @@ Status DeviceOptimizer::begin_update(const UpdateStep& update) {
       span.param = reinterpret_cast<float*>(half ? device_masters_ + master_at : w);
       span.m = reinterpret_cast<float*>(device_m_ + master_at);
       span.v = reinterpret_cast<float*>(device_v_ + master_at);
-      span.grad = grads_.accumulated(p.chunk) + p.offset / layout_.element_bytes;
+      // The chunk's sum: its working-precision buffer after a single contribution, else fp32.
+      const DeviceGrads::Sum sum = grads_.gradient(p.chunk);
+      const kernels::FloatFormat grad_format = float_format_of(sum.format, "gradients").value();
+      span.grad = static_cast<const std::byte*>(sum.data) +
+                  p.offset / layout_.element_bytes * kernels::float_format_size(grad_format);
       span.copy_out = half ? w : nullptr;
       span.n = p.elements;
+      const kernels::AdamFormats formats{.grad = grad_format, .copy = adam_copy_out(options_.dtype)};
       STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants, formats, span));
     }
   }

@@ -204,8 +204,9 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
     offloader->end_read(spec.chunk);
     return out;
   }
+  STRATA_ASSIGN_OR_RETURN(const float* acc, model_.device_grads()->widened(spec.chunk));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out.data(), model_.device_grads()->accumulated(spec.chunk) + at,
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out.data(), acc + at,
                                                spec.elements * sizeof(float), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
   return out;

@@ -167,6 +167,36 @@ Status CudaComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std
   return gemm_status(with_element_type(dt, gemm), "matmul_backward_input_sum");
 }
 
+// The 16-bit GELU epilogues of cuBLASLt where they apply (kernels/cuda/gemm.cuh), else the two ops.
+Status CudaComputeOps::queue_matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight,
+                                                 const void* bias, int64_t N, int64_t C, int64_t OC) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  bool fused = false;
+  const auto gemm = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kc::matmul_forward_gelu(gemm_context(), as<T>(act), as<T>(pre), as<T>(inp), as<T>(weight), as<T>(bias), N,
+                                   C, OC, kc::GemmOptions{tf32_}, stream_, &fused);
+  };
+  STRATA_RETURN_IF_ERROR(gemm_status(with_element_type(dt, gemm), "matmul_forward_gelu"));
+  if (fused) return Status::ok();
+  return ComputeOps::queue_matmul_forward_gelu(dt, act, pre, inp, weight, bias, N, C, OC);
+}
+
+Status CudaComputeOps::queue_matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout,
+                                                        const void* weight, const void* pre, int64_t N, int64_t C,
+                                                        int64_t OC) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  bool fused = false;
+  const auto gemm = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kc::matmul_backward_input_dgelu(gemm_context(), as<T>(dpre), as<T>(dout), as<T>(weight), as<T>(pre), N, C,
+                                           OC, kc::GemmOptions{tf32_}, stream_, &fused);
+  };
+  STRATA_RETURN_IF_ERROR(gemm_status(with_element_type(dt, gemm), "matmul_backward_input_gelu"));
+  if (fused) return Status::ok();
+  return ComputeOps::queue_matmul_backward_input_gelu(dt, dpre, dact, dout, weight, pre, N, C, OC);
+}
+
 Status CudaComputeOps::queue_layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* inp,
                                                const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
   return launch(dt, "layernorm_forward", [&](auto tag) {
@@ -374,9 +404,9 @@ Status CudaComputeOps::queue_accumulate_widened(float* acc, const void* src, DTy
       kc::accumulate_widened(acc, src, format_of(format), static_cast<size_t>(n), first, stream_));
 }
 
-Status CudaComputeOps::queue_sum_squares_blocks(double* partials, const float* x, int64_t n) {
+Status CudaComputeOps::queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return STRATA_CUDA_STATUS(kc::sum_squares_blocks(partials, x, static_cast<size_t>(n), stream_));
+  return STRATA_CUDA_STATUS(kc::sum_squares_blocks(partials, x, format_of(format), static_cast<size_t>(n), stream_));
 }
 
 Status CudaComputeOps::queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) {

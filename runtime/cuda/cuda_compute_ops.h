@@ -64,6 +64,10 @@ class CudaComputeOps final : public ComputeOps {
                                int64_t C, float eps) override;
   Status queue_rmsnorm_backward(DType dt, void* dinp, void* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int64_t N, int64_t C) override;
+  Status queue_matmul_forward_gelu(DType dt, void* act, void* pre, const void* inp, const void* weight,
+                                   const void* bias, int64_t N, int64_t C, int64_t OC) override;
+  Status queue_matmul_backward_input_gelu(DType dt, void* dpre, void* dact, const void* dout, const void* weight,
+                                          const void* pre, int64_t N, int64_t C, int64_t OC) override;
   Status queue_gelu_forward(DType dt, void* out, const void* inp, int64_t n) override;
   Status queue_gelu_backward(DType dt, void* dinp, const void* inp, const void* dout, int64_t n,
                              GradStore store) override;
@@ -102,7 +106,7 @@ class CudaComputeOps final : public ComputeOps {
   Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) override;
   Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) override;
   Status queue_accumulate_widened(float* acc, const void* src, DType format, int64_t n, bool first) override;
-  Status queue_sum_squares_blocks(double* partials, const float* x, int64_t n) override;
+  Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) override;
   Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                            const kernels::AdamSpan& span) override;
 

@@ -79,7 +79,7 @@ TEST_P(BackendOpsTest, AccumulateWidenedAndBlockSumsOfSquaresMatchTheHostDefinit
     Tensor acc = f32(n), partials = f32(2 * blocks);  // 2 floats of storage per double
     ASSERT_TRUE(ops().accumulate_widened(acc.f(), a.data, format, n, /*first=*/true).is_ok());
     ASSERT_TRUE(ops().accumulate_widened(acc.f(), b.data, format, n, /*first=*/false).is_ok());
-    ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f(), n).is_ok());
+    ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f(), DType::f32, n).is_ok());
     const std::vector<uint8_t> a_bytes = read_bytes(a), b_bytes = read_bytes(b);
     std::vector<float> want(n);
     const kernels::FloatFormat f = float_format_of(format, "test").value();
@@ -95,8 +95,20 @@ TEST_P(BackendOpsTest, AccumulateWidenedAndBlockSumsOfSquaresMatchTheHostDefinit
       EXPECT_EQ(p, kernels::sum_squares_block(want.data() + at, std::min<size_t>(kernels::kSumSquaresBlock, n - at)))
           << "block " << k;
     }
-    // From one float in: not 16-byte aligned (the CUDA backend's other kernel), the same definition.
-    ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f() + 1, n - 1).is_ok());
+    // From one element in: not 16-byte aligned (the CUDA backend's other kernels), the same definitions.
+    {
+      const size_t es = dtype_size(format);
+      Tensor shifted_acc = f32(n);
+      ASSERT_TRUE(ops().accumulate_widened(shifted_acc.f() + 1, static_cast<std::byte*>(a.data) + es, format, n - 1,
+                                           /*first=*/true).is_ok());
+      ASSERT_TRUE(ops().accumulate_widened(shifted_acc.f() + 1, static_cast<std::byte*>(b.data) + es, format, n - 1,
+                                           /*first=*/false).is_ok());
+      const std::vector<uint8_t> got_shifted = read_bytes(shifted_acc);
+      EXPECT_EQ(0, std::memcmp(got_shifted.data() + sizeof(float), want.data() + 1, size_t(n - 1) * sizeof(float)))
+          << "fp32 sums of the shifted range differ";
+    }
+    ASSERT_TRUE(
+        ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data), acc.f() + 1, DType::f32, n - 1).is_ok());
     const std::vector<uint8_t> shifted = read_bytes(partials);
     for (int64_t k = 0; k < blocks; ++k) {
       double p;
@@ -105,6 +117,24 @@ TEST_P(BackendOpsTest, AccumulateWidenedAndBlockSumsOfSquaresMatchTheHostDefinit
       EXPECT_EQ(p, kernels::sum_squares_block(want.data() + 1 + at,
                                               std::min<size_t>(kernels::kSumSquaresBlock, n - 1 - at)))
           << "block " << k << " of the shifted range";
+    }
+    // Of the gradient in its own format (a single contribution kept unwidened): the bits of its
+    // widened copy, aligned and from one element in.
+    std::vector<float> widened_a(n);
+    kernels::accumulate_widened(f, a_bytes.data(), widened_a.data(), size_t(n), true);
+    for (const int64_t skip : {int64_t{0}, int64_t{1}}) {
+      ASSERT_TRUE(ops().sum_squares_blocks(reinterpret_cast<double*>(partials.data),
+                                           static_cast<std::byte*>(a.data) + skip * dtype_size(format), format,
+                                           n - skip).is_ok());
+      const std::vector<uint8_t> own = read_bytes(partials);
+      for (int64_t k = 0; k < blocks; ++k) {
+        double p;
+        std::memcpy(&p, own.data() + k * sizeof(double), sizeof(double));
+        const size_t at = size_t(k) * kernels::kSumSquaresBlock;
+        EXPECT_EQ(p, kernels::sum_squares_block(widened_a.data() + skip + at,
+                                                std::min<size_t>(kernels::kSumSquaresBlock, n - skip - at)))
+            << "block " << k << " of the gradient in its own format, from element " << skip;
+      }
     }
   }
 }
@@ -186,6 +216,36 @@ TEST_P(BackendOpsTest, InputGradientOfSharedInputRoundsOnce) {
   }
   ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), g.data, random_terms, M, K).is_ok());
   expect_near(read(g), want, Tol{8 * ulp, 2 * ulp}, "dinp");  // |values| <= ~4: a few roundings
+}
+
+// The GPT-2 MLP's projection with its GELU as one op, against matmul_forward + gelu_forward (and
+// its input gradient against matmul_backward + gelu_backward): the same bits where the backend
+// composes them (the CPU, and fp32 on CUDA); where it fuses them (CUDA, 16-bit: cuBLASLt's GELU
+// epilogues on the unrounded fp32 values) within a few roundings. Shapes cuBLASLt takes (16-byte
+// rows).
+TEST_P(BackendOpsTest, GeluProjectionMatchesItsTwoOps) {
+  const double ulp = 2 * unit_roundoff(dt());  // of 1.0
+  const int64_t N = 64, C = 32, OC = 48;
+  Tensor inp = act(N * C, random(N * C)), w = act(OC * C, random(OC * C, -0.5, 0.5)), b = act(OC, random(OC));
+  Tensor act_out = act(N * OC), pre = act(N * OC), want_pre = act(N * OC), want_act = act(N * OC);
+  ASSERT_TRUE(ops().matmul_forward_gelu(dt(), act_out.data, pre.data, inp.data, w.data, b.data, N, C, OC).is_ok());
+  ASSERT_TRUE(ops().matmul_forward(dt(), want_pre.data, inp.data, w.data, b.data, N, C, OC).is_ok());
+  ASSERT_TRUE(ops().gelu_forward(dt(), want_act.data, want_pre.data, N * OC).is_ok());
+  const bool composed = !(GetParam().kind == BackendKind::cuda && dt() != DType::f32);
+  const Tol tol = composed ? Tol{0.0, 0.0} : Tol{8 * ulp, 4 * ulp};  // |values| <~ 4
+  expect_near(read(pre), read(want_pre), tol, "pre");
+  expect_near(read(act_out), read(want_act), tol, "act");
+
+  // dpre (N, OC) = gelu'(pre) * (dout (N, C) @ w_proj (C, OC)): the projection back to OC columns.
+  Tensor dout = act(N * C, random(N * C)), w_proj = act(C * OC, random(C * OC, -0.5, 0.5));
+  Tensor dpre = act(N * OC), dact = act(N * OC), want_dact = act(N * OC), want_dpre = act(N * OC);
+  ASSERT_TRUE(ops().matmul_backward_input_gelu(dt(), dpre.data, dact.data, dout.data, w_proj.data, want_pre.data, N,
+                                               OC, C).is_ok());
+  ASSERT_TRUE(ops().matmul_backward(dt(), want_dact.data, nullptr, nullptr, dout.data, nullptr, w_proj.data, N, OC, C,
+                                    0, GradStore::overwrite, GradStore::overwrite).is_ok());
+  ASSERT_TRUE(ops().gelu_backward(dt(), want_dpre.data, want_pre.data, want_dact.data, N * OC, GradStore::overwrite)
+                  .is_ok());
+  expect_near(read(dpre), read(want_dpre), tol, "dpre");
 }
 
 TEST_P(BackendOpsTest, AccumulatingIntoAGradientRoundsOnce) {
