@@ -8,8 +8,11 @@
 // squared norm is the sum, in chunk order, of each chunk's blocked sum of squares.
 // Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
 // 4096 floats for the norm's block partials.
-// Thread-safety: one driving thread. Lifetime: the backend outlives it; the destructor waits for
-// every stream and returns its blocks.
+// Across ranks (spread_over_ranks, a scale-out run): each rank runs one micro-batch of the step and
+// the accumulated gradient is the sum of every rank's contributions in (rank, release) order, the
+// bits of one rank accumulating the same micro-batches in that order.
+// Thread-safety: one driving thread. Lifetime: the backend (and the communicator given to
+// spread_over_ranks) outlive it; the destructor waits for every stream and returns its blocks.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 
 #include "offload/chunk_source.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/dtype.h"
 
 namespace strata {
@@ -41,11 +45,29 @@ class DeviceGrads final : public GradSink {
   // Queues acc(c) = widen(buffer) (first contribution of the step) or acc(c) + widen(buffer).
   Status release(size_t c, bool last) override;
 
-  // Zeroes the accumulators no contribution reached this step, then returns the squared global
-  // norm of the accumulated gradient: the block partials of every chunk (computed on the device,
-  // copied down), summed per chunk in block order and over chunks in chunk order, from +0.0.
-  // Synchronizes the compute and d2h streams.
+  // Zeroes the accumulators no contribution reached this step (across ranks: sums the ranks'
+  // contributions first, below), then returns the squared global norm of the accumulated
+  // gradient: the block partials of every chunk (computed on the device, copied down), summed per
+  // chunk in block order and over chunks in chunk order, from +0.0. Synchronizes the compute and
+  // d2h streams (and the communicator's collectives, whose sticky error is returned).
   StatusOr<double> finish_step() override;
+
+  // ---- across ranks -----------------------------------------------------------------------------
+  // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1),
+  // each rank running ONE micro-batch per step (micro-batch r of the step on rank r): chunk c gets
+  // exactly `releases[c]` releases per step on every rank (its releases per backward: 2 for a tied
+  // embedding's tiles, the head's then the embedding's; else 1; Transformer::gradient_releases),
+  // each widened into its own fp32 buffer; finish_step then makes acc(c) on every rank
+  //   x(0,0); += x(0,1); ...; += x(1,0); ...   (rank r's j-th release x(r,j), rank-major)
+  // -- the order one rank accumulating the same micro-batches in turn adds them. A chunk with one
+  // release goes through comm.all_reduce (its ordered sum); one with several is all-gathered whole
+  // and summed on every rank by accumulate_widened, so its extra device memory is (releases - 1)
+  // buffers of its fp32 size plus one gather buffer of size() x releases x its largest such chunk.
+  // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0),
+  // failed_precondition when called twice or during a step, the arena's out_of_memory. A release
+  // beyond releases[c] in a step, or finish_step with a chunk released fewer times, is
+  // failed_precondition (the model ran more than one micro-batch per rank, or another backward).
+  Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases);
   // Chunk c's fp32 accumulator on the device: chunk_bytes(c) / element size floats, element i =
   // element i of the chunk in the working-precision layout. Holds the step's sum after the
   // backward's work completes (stream order); untouched chunks read zero after finish_step.
@@ -59,6 +81,7 @@ class DeviceGrads final : public GradSink {
       : backend_(backend), dtype_(dtype), bytes_(std::move(bytes)) {}
   uint64_t elements(size_t c) const { return bytes_[c] / dtype_size(dtype_); }
   Status check(size_t c, const char* what) const;
+  Status sum_over_ranks();
 
   Backend& backend_;
   const DType dtype_;
@@ -70,6 +93,12 @@ class DeviceGrads final : public GradSink {
   double* partials_ = nullptr;          // device: every chunk's block partials
   std::vector<double> host_partials_;
   std::vector<bool> fresh_;             // per chunk: no contribution yet this step
+  // Across ranks (spread_over_ranks; comm_ null otherwise).
+  Communicator* comm_ = nullptr;
+  std::vector<uint32_t> releases_;      // per chunk: its releases per step
+  std::vector<float*> stacks_;          // per chunk with several releases: releases x elements fp32, else null
+  float* gathered_ = nullptr;           // comm size x the largest stack: an all-gathered stack
+  std::vector<uint32_t> released_;      // per chunk: releases so far this step
 };
 
 }  // namespace strata
