@@ -265,7 +265,8 @@ RunOutcome TrainingRun::build() {
   backend_ = std::move(*backend);
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend_->kind()), backend_->device().name, why);
   if (launch_.size > 1) {
-    StatusOr<std::unique_ptr<Communicator>> comm = make_communicator(*backend_, launch_);
+    StatusOr<std::unique_ptr<Communicator>> comm =
+        make_communicator(*backend_, launch_, {.timeout_seconds = config_.get_real("comm_timeout")});
     if (!comm.is_ok()) return outcome_of(comm.status());
     comm_ = std::move(*comm);
     StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");

@@ -5,7 +5,8 @@
 # when rank 1 died by SIGKILL and every other rank exited non-zero, its error naming rank 1, within
 # LIMIT seconds of the kill. Each rank runs under this script's --rank wrapper, which prints
 # RANK_EXIT <rank> <status> <epoch seconds>; rank 1's prints KILLED <epoch seconds>.
-# Usage: train_fault_check.sh NP LIMIT STRATA mpirun [mpirun args, without -np...]
+# The ranks run with --comm-timeout TIMEOUT (the survivors' wait for the dead rank).
+# Usage: train_fault_check.sh NP TIMEOUT LIMIT STRATA mpirun [mpirun args, without -np...]
 #        train_fault_check.sh --rank DIR STRATA ARGS...   (the per-rank wrapper)
 set -u
 if [ "$1" = --rank ]; then
@@ -32,15 +33,15 @@ if [ "$1" = --rank ]; then
   echo "RANK_EXIT 1 $rc $(date +%s)"
   exit $rc
 fi
-np=$1 limit=$2 strata=$3
-shift 3
+np=$1 comm_timeout=$2 limit=$3 strata=$4
+shift 4
 mpirun=("$@")
 fail() { echo "FAIL: $*"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1
 out=$(timeout $((limit + 90)) "${mpirun[@]}" -np "$np" bash "$0" --rank "$work" "$strata" train --preset gpt2-tiny \
-        --micro-batch 2 --seq 32 --grad-accum "$np" --optimizer-device device --threads 1 --steps 1000000 \
+        --micro-batch 2 --seq 32 --grad-accum "$np" --optimizer-device device --threads 1 --steps 1000000 --comm-timeout "$comm_timeout" \
         --log-every 1 --metrics "$work/metrics.jsonl" 2>&1)
 echo "$out" | grep -v '^\[' | tail -20
 killed=$(sed -n 's/^KILLED \([0-9]*\)$/\1/p' <<<"$out")
