@@ -1,6 +1,8 @@
 // DeviceGrads (device_grads.h): gradients accumulated in fp32 on the device, the norm by blocks.
 #include "offload/device_grads.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -61,6 +63,40 @@ Status DeviceGrads::check(size_t c, const char* what) const {
 
 Status DeviceGrads::begin_step() {
   held_.assign(work_.size(), Held::none);
+  released_.assign(work_.size(), 0);
+  return Status::ok();
+}
+
+Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases) {
+  if (comm_ != nullptr) return error(Code::failed_precondition, "device gradients: already spread over ranks");
+  if (comm.size() < 2)
+    return error(Code::invalid_argument, "device gradients: spreading over a world of {} rank(s)", comm.size());
+  if (releases.size() != work_.size())
+    return error(Code::invalid_argument, "device gradients: {} release counts for {} chunks", releases.size(),
+                 work_.size());
+  uint64_t largest = 0;  // floats of the largest stack
+  stacks_.assign(work_.size(), nullptr);
+  for (size_t c = 0; c < work_.size(); ++c) {
+    if (releases[c] == 0)
+      return error(Code::invalid_argument, "device gradients: chunk {} gets no release per step", c);
+    if (releases[c] == 1) continue;
+    const uint64_t floats = uint64_t(releases[c]) * elements(c);
+    STRATA_ASSIGN_OR_RETURN(void* stack, backend_.allocate(floats * sizeof(float),
+                                                           fmt::format("device gradients: chunk {}'s {} releases", c,
+                                                                       releases[c])));
+    blocks_.push_back(stack);
+    stacks_[c] = static_cast<float*>(stack);
+    largest = std::max(largest, floats);
+  }
+  if (largest > 0) {
+    STRATA_ASSIGN_OR_RETURN(void* gathered, backend_.allocate(largest * sizeof(float) * uint64_t(comm.size()),
+                                                              "device gradients: the ranks' gathered releases"));
+    blocks_.push_back(gathered);
+    gathered_ = static_cast<float*>(gathered);
+  }
+  releases_ = releases;
+  released_.assign(work_.size(), 0);
+  comm_ = &comm;
   return Status::ok();
 }
 
@@ -77,6 +113,16 @@ StatusOr<std::byte*> DeviceGrads::acquire(size_t c) {
 
 Status DeviceGrads::release(size_t c, bool /*last*/) {
   STRATA_RETURN_IF_ERROR(check(c, "release"));
+  if (comm_ != nullptr) {  // each release into its own fp32 buffer; finish_step sums them over ranks
+    const uint32_t j = released_[c]++;
+    if (j >= releases_[c])
+      return error(Code::failed_precondition, "device gradients: release {} of chunk {} in one step, but across ranks "
+                   "each rank runs one micro-batch per step ({} release(s) of this chunk)", j + 1, c, releases_[c]);
+    float* into = stacks_[c] != nullptr ? stacks_[c] + uint64_t(j) * elements(c) : acc_[c];
+    STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(into, work_[c], dtype_, int64_t(elements(c)), true));
+    held_[c] = Held::in_acc;
+    return Status::ok();
+  }
   if (held_[c] == Held::none) {
     held_[c] = Held::in_work;
     return Status::ok();
@@ -99,7 +145,35 @@ StatusOr<const float*> DeviceGrads::widened(size_t c) {
   return acc_[c];
 }
 
+// Across ranks, chunk by chunk in chunk order on the compute stream (every rank issues the same
+// collectives in the same order): the ranks' releases summed rank-major into acc(c).
+Status DeviceGrads::sum_over_ranks() {
+  for (size_t c = 0; c < work_.size(); ++c) {
+    const uint64_t n = elements(c);
+    if (released_[c] != 0 && released_[c] != releases_[c])
+      return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases this step", c,
+                   released_[c], releases_[c]);
+    if (released_[c] == 0) {  // no contribution on this rank: it adds zeros
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(stacks_[c] != nullptr ? stacks_[c] : acc_[c],
+                                                uint64_t(releases_[c]) * n * sizeof(float)));
+      held_[c] = Held::in_acc;
+    }
+    if (stacks_[c] == nullptr) {
+      STRATA_RETURN_IF_ERROR(comm_->all_reduce(acc_[c], acc_[c], n, Stream::compute));
+      continue;
+    }
+    const uint64_t per_rank = uint64_t(releases_[c]) * n;
+    STRATA_RETURN_IF_ERROR(comm_->all_gather(stacks_[c], gathered_, per_rank * sizeof(float), Stream::compute));
+    for (int r = 0; r < comm_->size(); ++r)
+      for (uint32_t j = 0; j < releases_[c]; ++j)
+        STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], gathered_ + uint64_t(r) * per_rank + j * n,
+                                                                 DType::f32, int64_t(n), r == 0 && j == 0));
+  }
+  return Status::ok();
+}
+
 StatusOr<double> DeviceGrads::finish_step() {
+  if (comm_ != nullptr) STRATA_RETURN_IF_ERROR(sum_over_ranks());
   for (size_t c = 0; c < work_.size(); ++c) {
     if (held_[c] == Held::none) {  // no contribution this step: the sum is zero
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(acc_[c], elements(c) * sizeof(float)));
@@ -109,7 +183,7 @@ StatusOr<double> DeviceGrads::finish_step() {
     STRATA_RETURN_IF_ERROR(
         backend_.ops().sum_squares_blocks(partials_ + partial_at_[c], sum.data, sum.format, int64_t(elements(c))));
   }
-  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_ != nullptr ? comm_->synchronize(Stream::compute) : backend_.synchronize(Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,
                                                host_partials_.size() * sizeof(double), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));

@@ -6,14 +6,17 @@
 // same bits: each backward contribution lands in a zeroed working-precision buffer and is widened
 // into the chunk's fp32 accumulator (the step's first contribution copies, later ones add); the
 // squared norm is the sum, in chunk order, of each chunk's blocked sum of squares.
-// A chunk with one contribution in a step (grad-accum 1) is not widened: its norm and gradient()
+// A chunk with one contribution in a step (grad-accum 1, one rank) is not widened: its norm and gradient()
 // read the working-precision buffer, whose exact widening is the fp32 sum (the same bits, without
 // the fp32 pass: 6 bytes an element written and read less). Its first widening waits until a second
 // contribution's acquire, or a reader asks for widened().
 // Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
 // 4096 floats for the norm's block partials.
-// Thread-safety: one driving thread. Lifetime: the backend outlives it; the destructor waits for
-// every stream and returns its blocks.
+// Across ranks (spread_over_ranks, a scale-out run): each rank runs one micro-batch of the step and
+// the accumulated gradient is the sum of every rank's contributions in (rank, release) order, the
+// bits of one rank accumulating the same micro-batches in that order.
+// Thread-safety: one driving thread. Lifetime: the backend (and the communicator given to
+// spread_over_ranks) outlive it; the destructor waits for every stream and returns its blocks.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 
 #include "offload/chunk_source.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/dtype.h"
 
 namespace strata {
@@ -46,10 +50,11 @@ class DeviceGrads final : public GradSink {
   // (the first having been widened into acc(c) by this contribution's acquire).
   Status release(size_t c, bool last) override;
 
-  // Zeroes the accumulators no contribution reached this step, then returns the squared global
-  // norm of the accumulated gradient: the block partials of every chunk (computed on the device,
-  // copied down), summed per chunk in block order and over chunks in chunk order, from +0.0.
-  // Synchronizes the compute and d2h streams.
+  // Zeroes the accumulators no contribution reached this step (across ranks: sums the ranks'
+  // contributions first, below), then returns the squared global norm of the accumulated
+  // gradient: the block partials of every chunk (computed on the device, copied down), summed per
+  // chunk in block order and over chunks in chunk order, from +0.0. Synchronizes the compute and
+  // d2h streams (and the communicator's collectives, whose sticky error is returned).
   StatusOr<double> finish_step() override;
   // Chunk c's gradient sum on the device, for the update: the working-precision buffer while it holds
   // the step's only contribution (format = the working precision), else the fp32 accumulator (f32);
@@ -66,6 +71,23 @@ class DeviceGrads final : public GradSink {
   // zero after finish_step.
   StatusOr<const float*> widened(size_t c);
 
+  // ---- across ranks -----------------------------------------------------------------------------
+  // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1),
+  // each rank running ONE micro-batch per step (micro-batch r of the step on rank r): chunk c gets
+  // exactly `releases[c]` releases per step on every rank (its releases per backward: 2 for a tied
+  // embedding's tiles, the head's then the embedding's; else 1; Transformer::gradient_releases),
+  // each widened into its own fp32 buffer; finish_step then makes acc(c) on every rank
+  //   x(0,0); += x(0,1); ...; += x(1,0); ...   (rank r's j-th release x(r,j), rank-major)
+  // -- the order one rank accumulating the same micro-batches in turn adds them. A chunk with one
+  // release goes through comm.all_reduce (its ordered sum); one with several is all-gathered whole
+  // and summed on every rank by accumulate_widened, so its extra device memory is (releases - 1)
+  // buffers of its fp32 size plus one gather buffer of size() x releases x its largest such chunk.
+  // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0),
+  // failed_precondition when called twice or during a step, the arena's out_of_memory. A release
+  // beyond releases[c] in a step, or finish_step with a chunk released fewer times, is
+  // failed_precondition (the model ran more than one micro-batch per rank, or another backward).
+  Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases);
+
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
 
@@ -74,6 +96,7 @@ class DeviceGrads final : public GradSink {
       : backend_(backend), dtype_(dtype), bytes_(std::move(bytes)) {}
   uint64_t elements(size_t c) const { return bytes_[c] / dtype_size(dtype_); }
   Status check(size_t c, const char* what) const;
+  Status sum_over_ranks();
 
   Backend& backend_;
   const DType dtype_;
@@ -92,6 +115,12 @@ class DeviceGrads final : public GradSink {
     in_acc,        // acc holds the sum; the working buffer is scratch
   };
   std::vector<Held> held_;  // per chunk
+  // Across ranks (spread_over_ranks; comm_ null otherwise).
+  Communicator* comm_ = nullptr;
+  std::vector<uint32_t> releases_;      // per chunk: its releases per step
+  std::vector<float*> stacks_;          // per chunk with several releases: releases x elements fp32, else null
+  float* gathered_ = nullptr;           // comm size x the largest stack: an all-gathered stack
+  std::vector<uint32_t> released_;      // per chunk: releases so far this step
 };
 
 }  // namespace strata

@@ -37,6 +37,14 @@ void add_runtime_config_keys(ConfigSchema& schema) {
                       "GPUs; set it for a GPU the table lacks, or a clock-limited one)",
               .min = 0,
               .max = 1e6});
+  schema.add({.name = "comm_timeout",
+              .type = ValueType::real,
+              .default_text = "20",
+              .help = "Across ranks (mpirun): seconds a collective may wait with no message to or from a peer "
+                      "completing before the run stops, naming the peer (dead or stuck); set it above the longest "
+                      "step or checkpoint write of the run; 0 waits forever",
+              .min = 0,
+              .max = 86400});
   schema.add({.name = "cpu_mem",
               .type = ValueType::size,
               .default_text = "auto",

@@ -231,6 +231,13 @@ Status Transformer::traced(std::string_view what, int64_t index, const std::func
                              index >= 0 ? fmt::format("{} {}", what, index) : std::string(what), work);
 }
 
+std::vector<uint32_t> Transformer::gradient_releases() const {
+  std::vector<uint32_t> releases(layout_.chunks.size(), 1);
+  if (config_.tied_head)  // backward: each table tile's head contribution, then its embedding's
+    for (size_t k = 0; k < size_t(vocab_tiles(config_)); ++k) releases[head_table_chunk(k)] = 2;
+  return releases;
+}
+
 StatusOr<std::byte*> Transformer::acquire_head_table(size_t k, std::byte* first) {
   if (!config_.tied_head && k == 0) return first;
   return acquire_chunk(head_table_chunk(k));

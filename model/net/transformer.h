@@ -193,6 +193,9 @@ class Transformer {
   Status set_grad_sink(GradSink* sink);
   // The model's own device gradients (null when created with device_grads = false).
   DeviceGrads* device_grads() { return device_grads_.get(); }
+  // Per chunk, how many times one backward releases its gradient to the sink: 2 for the tiles of a
+  // tied embedding (the head's contribution, then the embedding's), 1 for every other chunk.
+  std::vector<uint32_t> gradient_releases() const;
 
   // The loss of the last forward: sum, counted rows, mean (synchronizes the compute stream).
   StatusOr<kernels::CrossEntropyResult> read_loss();

@@ -49,7 +49,7 @@ std::vector<std::string> where_to_look(const TrainOptions& o, const std::string&
 }  // namespace
 
 RunOutcome TrainingRun::train() {
-  const NextBatch next_batch = [this]() { return train_loader_->next(); };
+  const NextBatch next_batch = [this]() { return rank_batches_ ? rank_batches_->next() : train_loader_->next(); };
   summary_.device_label = backend_->kind() == BackendKind::cpu ? kCpuBackendTierLabel : kGpuTierLabel;
   progress_.emplace(TrainProgress::Options{.total_steps = o_.steps, .log_every = o_.log_every,
                                            .device_label = summary_.device_label},
@@ -57,7 +57,9 @@ RunOutcome TrainingRun::train() {
   start_ = Clock::now();
   first_step_ = trainer_->steps_done();
   for (uint64_t i = first_step_; i < o_.steps; ++i) {
-    if (const int sig = stop_signal(); sig != 0) return stop_for_signal(sig);
+    StatusOr<int> sig = world_stop_signal();
+    if (!sig.is_ok()) return fail("before step {}: {}; {}", i + 1, sig.status().message(), resume_advice());
+    if (*sig != 0) return stop_for_signal(*sig);
     const auto t0 = Clock::now();
     if (observer_) observer_->begin_step(*trainer_);
     StatusOr<StepResult> r = trainer_->step(next_batch);  // forward, backward, update of every chunk
@@ -126,8 +128,12 @@ RunOutcome TrainingRun::diverged(const StepMetrics& m) const {
 Status TrainingRun::save() {
   const uint64_t step = trainer_->steps_done();
   if (!store_ || saved_step_ == step) return Status::ok();
+  LoaderPosition loader = train_loader_->position();
+  if (rank_batches_) {
+    STRATA_ASSIGN_OR_RETURN(loader, rank_batches_->step_position());
+  }
   const CheckpointState state{.step = step,
-                              .loader = train_loader_->position(),
+                              .loader = loader,
                               .seed = seed_,
                               .preset = mc_.name,
                               .micro_batch = o_.micro_batch,
@@ -149,9 +155,27 @@ RunOutcome TrainingRun::save_due(uint64_t step) {
   return {};
 }
 
+// The stop signal this rank got (0: none); across ranks the first rank's that got one, agreed by
+// every rank before the step so they stop together.
+StatusOr<int> TrainingRun::world_stop_signal() {
+  const int32_t mine = stop_signal();
+  if (!comm_) return mine;
+  std::vector<int32_t> all(size_t(launch_.size), 0);
+  int32_t* slot = stop_flags_ + launch_.rank;
+  STRATA_RETURN_IF_ERROR(backend_->copy_to_device(slot, &mine, sizeof(mine), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(slot, stop_flags_, sizeof(mine), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_->copy_to_host(all.data(), stop_flags_, all.size() * sizeof(int32_t), Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_->synchronize(Stream::compute));
+  for (int32_t s : all)
+    if (s != 0) return int(s);
+  return 0;
+}
+
 // A stop signal: the checkpoint, then the command that resumes.
 RunOutcome TrainingRun::stop_for_signal(int sig) {
   const uint64_t step = trainer_->steps_done();
+  if (!store_ && launch_.rank != 0) return {RunEnd::stopped, Status::ok(), sig};  // rank 0 says what happened
   if (!store_) {
     spdlog::warn("{}: stopped after step {} of {}; no --checkpoint-dir was set, so this run cannot be resumed",
                  signal_name(sig), step, o_.steps);

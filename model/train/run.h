@@ -9,6 +9,13 @@
 // Output: the run logs through spdlog as the CLI always has (the caller sets up logging), writes
 // --metrics, TensorBoard and --trace files, and prints nothing else itself; an observer's
 // (--bench) report goes where the observer puts it.
+// Across ranks (launched by mpirun, runtime/communicator.h's detect_launch): every rank runs the
+// same run on its own backend, micro-batch r of each step on rank r (RankBatches; --grad-accum is
+// the step's micro-batches over all ranks and must equal the world size), the gradient summed
+// across ranks in rank order and the optimizer state replicated (Trainer's TrainerIo::comm), so
+// the run is the bits of one rank with grad-accum N. Rank 0 alone writes checkpoints, --metrics,
+// TensorBoard and --trace (one set of files whatever the world size); a stop signal is agreed by
+// every rank at the next step's start.
 // Thread-safety: one thread (the caller's) calls setup() and train(); SIGINT/SIGTERM are polled
 // (model/train/train_signals.h), never handled here.
 #pragma once
@@ -23,6 +30,7 @@
 #include "model/ckpt/checkpoint.h"
 #include "model/ckpt/checkpoint_store.h"
 #include "model/data/batch_loader.h"
+#include "model/data/rank_batches.h"
 #include "model/data/run_data.h"
 #include "model/hf/hf_weights.h"
 #include "model/net/model_config.h"
@@ -37,6 +45,7 @@
 #include "model/train/trainer.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/config.h"
 #include "runtime/dir_lock.h"
 #include "runtime/pinned_pool.h"
@@ -108,6 +117,8 @@ class TrainingRun {
   // After a setup() that was ok(), once: the steps from the resumed (or first) step to the last,
   // then the end-of-run lines.
   RunOutcome train();
+  // The ranks of the run (1 without mpirun); known once setup() has begun.
+  int world_size() const { return launch_.size; }
 
  private:
   // The setup, in order (run_setup.cc).
@@ -116,6 +127,7 @@ class TrainingRun {
   RunOutcome check_host_memory(const TrainOptions& run) const;
   RunOutcome resume();
   RunOutcome place();
+  RunOutcome join_world();
   RunOutcome check_checkpoint_dir_is_ours() const;
   RunOutcome build();
   RunOutcome build_model();
@@ -129,6 +141,7 @@ class TrainingRun {
   Status save();
   RunOutcome save_due(uint64_t step);
   RunOutcome stop_for_signal(int sig);
+  StatusOr<int> world_stop_signal();
   void tally(const StepMetrics& m, uint64_t tokens, bool first);
   RunOutcome finish();
   std::string resume_advice() const;
@@ -136,6 +149,7 @@ class TrainingRun {
   // Constant after setup() (the resolved options and model: the placement and tiling applied).
   const Config& config_;
   RunHooks hooks_;
+  LaunchInfo launch_;  // this process's rank and the world's size
   TrainOptions o_;
   ModelConfig mc_;
   uint64_t seed_ = 0;
@@ -150,11 +164,14 @@ class TrainingRun {
   std::optional<DirLock> resume_lock_;       // a reader's lock on the resumed run, until it is read
   std::optional<RunData> data_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;       // across ranks (world size > 1), else null
+  int32_t* stop_flags_ = nullptr;            // across ranks: each rank's stop signal (device, world size int32)
   std::unique_ptr<PinnedPool> pinned_;
   std::unique_ptr<TrainOffload> offload_;    // the weight offload stack (and the trace, the NVMe store)
   std::unique_ptr<StepObserver> observer_;   // --bench
   std::unique_ptr<ThreadPool> pool_;         // the CPU optimizer's workers
   std::unique_ptr<BatchLoader> train_loader_;
+  std::optional<RankBatches> rank_batches_;  // across ranks: this rank's micro-batches of train_loader_
   std::unique_ptr<BatchLoader> val_loader_;  // null without evaluation
   std::unique_ptr<Transformer> net_;
   std::unique_ptr<Trainer> trainer_;

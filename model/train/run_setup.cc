@@ -68,10 +68,14 @@ RunOutcome outcome_of(Status s) {
   }
 }
 
-TrainingRun::~TrainingRun() = default;
+TrainingRun::~TrainingRun() {
+  trainer_.reset();  // its collectives are done before the buffers below go
+  if (stop_flags_ != nullptr && backend_) (void)backend_->release(stop_flags_);
+}
 
 RunOutcome TrainingRun::setup() {
-  for (auto phase : {&TrainingRun::preflight, &TrainingRun::resume, &TrainingRun::place, &TrainingRun::build})
+  for (auto phase : {&TrainingRun::preflight, &TrainingRun::resume, &TrainingRun::place, &TrainingRun::join_world,
+                     &TrainingRun::build})
     if (RunOutcome out = (this->*phase)(); !out.ok()) return out;
   return {};
 }
@@ -79,6 +83,9 @@ RunOutcome TrainingRun::setup() {
 // Preflight: the options, the model, every path, the checkpoint directory's lock and the room for
 // its rotation, the model's size against the machine, before data, memory or a step.
 RunOutcome TrainingRun::preflight() {
+  StatusOr<LaunchInfo> launch = detect_launch();
+  if (!launch.is_ok()) return refused(launch.status());
+  launch_ = *launch;
   StatusOr<TrainOptions> parsed = train_options_from_config(config_);
   if (!parsed.is_ok()) return refused(parsed.status());
   o_ = std::move(*parsed);
@@ -102,7 +109,7 @@ RunOutcome TrainingRun::preflight() {
 }
 
 RunOutcome TrainingRun::open_checkpoint_dir() {
-  if (o_.checkpoint_dir.empty()) return {};
+  if (o_.checkpoint_dir.empty() || launch_.rank != 0) return {};  // across ranks rank 0 writes them
   StatusOr<std::optional<DirLock>> lock = lock_checkpoint_dir(o_.checkpoint_dir);
   if (!lock.is_ok()) return lock_outcome(lock.status());
   checkpoint_lock_ = std::move(*lock);
@@ -199,6 +206,31 @@ RunOutcome TrainingRun::place() {
   return check_checkpoint_dir_is_ours();
 }
 
+// Across ranks: what this run can spread (checked before anything is allocated; the trainer checks
+// the same again), and rank 0 alone writes files: the other ranks drop --metrics, TensorBoard,
+// --trace and --bench (they never open the checkpoint directory).
+RunOutcome TrainingRun::join_world() {
+  if (launch_.size == 1) return {};
+  const int n = launch_.size;
+  if (o_.grad_accum != uint64_t(n))
+    return refuse("under {} with {} ranks each rank runs one micro-batch of every step, so --grad-accum (the step's "
+                  "micro-batches over all ranks) must be {}, not {} (more micro-batches per rank are not built)",
+                  launcher_name(launch_.launcher), n, n, o_.grad_accum);
+  if (o_.weight_home != Tier::device || o_.optimizer_home != Tier::device)
+    return refuse("across ranks the weights stay on the device and the optimizer runs there (pass --optimizer-device "
+                  "device and no weight offload); the CPU optimizer and paged weights are not built across ranks yet");
+  if (launch_.rank != 0) {
+    o_.metrics_path.clear();
+    o_.tensorboard = false;
+    o_.trace_path.clear();
+    o_.bench = false;
+  }
+  spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r, the gradient is summed in rank order "
+               "and the optimizer state is replicated; rank 0 writes checkpoints and logs",
+               n, launcher_name(launch_.launcher));
+  return {};
+}
+
 // A fresh run (or one resumed from elsewhere) must not mix its checkpoints with another run's.
 RunOutcome TrainingRun::check_checkpoint_dir_is_ours() const {
   if (!store_) return {};
@@ -232,6 +264,15 @@ RunOutcome TrainingRun::build() {
   if (!backend.is_ok()) return outcome_of(backend.status());
   backend_ = std::move(*backend);
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend_->kind()), backend_->device().name, why);
+  if (launch_.size > 1) {
+    StatusOr<std::unique_ptr<Communicator>> comm =
+        make_communicator(*backend_, launch_, {.timeout_seconds = config_.get_real("comm_timeout")});
+    if (!comm.is_ok()) return outcome_of(comm.status());
+    comm_ = std::move(*comm);
+    StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");
+    if (!flags.is_ok()) return outcome_of(flags.status());
+    stop_flags_ = static_cast<int32_t*>(*flags);
+  }
   if (Status s = check_device_budget(mc_, o_, *backend_, placement_->machine.hardware.rates); !s.is_ok())
     return refused(s);
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
@@ -266,6 +307,12 @@ RunOutcome TrainingRun::build_model() {
   StatusOr<std::unique_ptr<BatchLoader>> train_loader = BatchLoader::create(data_->train, *pinned_, lo);
   if (!train_loader.is_ok()) return outcome_of(train_loader.status());
   train_loader_ = std::move(*train_loader);
+  if (comm_) {
+    StatusOr<RankBatches> mine = RankBatches::create(*train_loader_, launch_.rank, launch_.size,
+                                                     o_.grad_accum / uint64_t(launch_.size));
+    if (!mine.is_ok()) return outcome_of(mine.status());
+    rank_batches_.emplace(std::move(*mine));
+  }
   if (o_.evaluates() && data_->val) {
     lo.sampling.shuffle = false;
     lo.start = {};  // the checkpoint's position is the training loader's; evaluation always starts at batch 0
@@ -296,7 +343,8 @@ RunOutcome TrainingRun::build_model() {
   init_weights_.reset();  // unmap the Hugging Face files
   if (RunOutcome out = stopped_in_setup("writing the model's weights"); !out.ok()) return out;
   StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::create(*backend_, *net_, *pinned_, pool_.get(), o_, {.trace = offload_->trace(), .store = offload_->store()});
+      Trainer::create(*backend_, *net_, *pinned_, pool_.get(), o_,
+                      {.trace = offload_->trace(), .store = offload_->store(), .comm = comm_.get()});
   if (!trainer.is_ok()) return outcome_of(trainer.status());
   trainer_ = std::move(*trainer);
   if (RunOutcome out = stopped_in_setup("writing the optimizer state"); !out.ok()) return out;

@@ -58,11 +58,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   STRATA_RETURN_IF_ERROR(check_model_options(model, options));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
                           make_optimizer(backend, model, pinned, pool, options, io.trace, io.store));
-  return create(backend, model, pinned, options, std::move(parts));
+  return create(backend, model, pinned, options, std::move(parts), io.comm);
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
-                                                   const TrainOptions& options, OptimizerParts parts) {
+                                                   const TrainOptions& options, OptimizerParts parts,
+                                                   Communicator* comm) {
   STRATA_RETURN_IF_ERROR(check_model_options(model, options));
   if (parts.state == nullptr || parts.optimizer == nullptr)
     return error(Code::invalid_argument, "the trainer needs an optimizer and its state (make_optimizer)");
@@ -74,8 +75,49 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   if (t->parts_.gradients) STRATA_RETURN_IF_ERROR(model.set_grad_sink(t->parts_.gradients.get()));
   model.set_optimizer(t->parts_.optimizer.get());
   STRATA_RETURN_IF_ERROR(t->allocate(pinned));
+  if (comm != nullptr && comm->size() > 1) STRATA_RETURN_IF_ERROR(t->join_ranks(*comm));
   STRATA_RETURN_IF_ERROR(t->init_masters());
   return t;
+}
+
+Status Trainer::join_ranks(Communicator& comm) {
+  const int n = comm.size();
+  if (options_.grad_accum != uint64_t(n))
+    return error(Code::invalid_argument, "across {} ranks each runs one micro-batch of a step, so --grad-accum (the "
+                 "step's micro-batches over all ranks) must be {}, not {}; more micro-batches per rank are not built",
+                 n, n, options_.grad_accum);
+  if (options_.optimizer_home != Tier::device || model_.device_grads() == nullptr ||
+      model_.grad_sink() != model_.device_grads())
+    return error(Code::invalid_argument, "across ranks the optimizer runs on the device beside resident weights "
+                 "(pass --optimizer-device device); the CPU optimizer and offloaded gradients are not built across "
+                 "ranks yet");
+  STRATA_RETURN_IF_ERROR(model_.device_grads()->spread_over_ranks(comm, model_.gradient_releases()));
+  STRATA_ASSIGN_OR_RETURN(void* losses, backend_.allocate(2 * sizeof(double) * uint64_t(n), "trainer rank losses"));
+  rank_losses_ = static_cast<double*>(losses);
+  comm_ = &comm;
+  return Status::ok();
+}
+
+// Every rank's (mean loss, counted tokens) gathered into rank order on the compute stream, then
+// summed as one rank sums its micro-batches: loss += mean_k / K for k = 0, 1, ... (K = the ranks).
+Status Trainer::gather_losses(StepResult& r, uint64_t counted) {
+  const int n = comm_->size();
+  const double mine[2] = {double(losses_.as<kernels::CrossEntropyResult>()[0].mean_loss), double(counted)};
+  std::vector<double> all(2 * size_t(n));
+  double* slot = rank_losses_ + 2 * comm_->rank();
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(slot, mine, sizeof(mine), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(slot, rank_losses_, sizeof(mine), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(all.data(), rank_losses_, all.size() * sizeof(double), Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
+  r.loss = 0;
+  r.tokens = 0;
+  for (int p = 0; p < n; ++p) {
+    r.loss += double(float(all[2 * size_t(p)])) / double(options_.grad_accum);
+    r.tokens += uint64_t(all[2 * size_t(p) + 1]);
+  }
+  return Status::ok();
 }
 
 Trainer::~Trainer() {
@@ -83,7 +125,7 @@ Trainer::~Trainer() {
   if (model_.optimizer() == parts_.optimizer.get()) model_.set_optimizer(nullptr);
   (void)backend_.synchronize_all();
   if (parts_.gradients && model_.grad_sink() == parts_.gradients.get()) (void)model_.set_grad_sink(nullptr);
-  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_)})
+  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_), static_cast<void*>(rank_losses_)})
     if (p != nullptr) (void)backend_.release(p);
 }
 
@@ -228,8 +270,10 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (scaler_) r.loss_scale = loss_scale;
   STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("train"));
+  // The step's micro-batches over every rank; this rank runs `mine` of them (all of them alone).
   const uint64_t K = options_.grad_accum;
-  for (uint64_t k = 0; k < K; ++k) {
+  const uint64_t mine = comm_ != nullptr ? K / uint64_t(comm_->size()) : K;
+  for (uint64_t k = 0; k < mine; ++k) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
     STRATA_RETURN_IF_ERROR(upload_batch(batch));  // checks the batch's shape before anything reads it
     const int64_t counted = counted_targets(batch);
@@ -241,7 +285,7 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
     // read is free to reset.
     STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
     if (k == 0) STRATA_RETURN_IF_ERROR(begin_gradient());
-    model_.grad_sink()->set_last_micro_batch(k + 1 == K);
+    model_.grad_sink()->set_last_micro_batch(k + 1 == mine);
     STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
     STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
     r.tokens += uint64_t(counted);
@@ -250,8 +294,13 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   // The squared norm of the accumulated (for fp16, loss-scaled) gradient, by the blocked definition
   // every gradient sink shares; non-finite anywhere is the step's overflow check. It synchronises
   // d2h, after the loss copies: the losses are in.
+  // Across ranks the sum is over every rank's micro-batch (DeviceGrads::spread_over_ranks).
   STRATA_ASSIGN_OR_RETURN(const double norm_sq, model_.grad_sink()->finish_step());
-  for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
+  if (comm_ != nullptr) {
+    STRATA_RETURN_IF_ERROR(gather_losses(r, r.tokens));
+  } else {
+    for (uint64_t k = 0; k < K; ++k) r.loss += double(losses_.as<kernels::CrossEntropyResult>()[k].mean_loss) / double(K);
+  }
   r.grad_norm = std::sqrt(norm_sq) / loss_scale;
   steps_done_ = r.step;
   // Once per optimizer step, after every micro-batch: an overflow skips the update.

@@ -11,7 +11,9 @@
 //   adam_update op, fp32 moments, gradients accumulated in the model's DeviceGrads; nothing crosses
 //   PCIe).
 // fp16 training scales the loss (model/train/loss_scaler.h) and checks for overflow once per optimizer
-// step, after all K micro-batches. Not a data loader and not a CLI; where chunks live is the
+// step, after all K micro-batches. Across ranks (TrainerIo::comm, a scale-out run of N ranks): the
+// step's K = N micro-batches run one per rank, micro-batch r on rank r, and the step is the bits of
+// one rank running all K (the gradient sum, the norm, the clip, the loss: DeviceGrads::spread_over_ranks). Not a data loader and not a CLI; where chunks live is the
 // model's WeightSource's business, where and when the update runs the Optimizer's.
 #pragma once
 
@@ -37,6 +39,7 @@
 #include "offload/optimizer_pipeline.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/thread_pool.h"
 
@@ -65,10 +68,17 @@ struct StepResult {
 // what to pass instead. create() runs it; a CLI runs it before any setup.
 Status check_trainer_options(const TrainOptions& options);
 
-// What a Trainer borrows besides the model: both optional, both must outlive it.
+// What a Trainer borrows besides the model: all optional, all must outlive it.
 struct TrainerIo {
   TraceRecorder* trace = nullptr;  // a span per transfer, accumulation and Adam chunk
   NvmeStore* store = nullptr;      // required for options.optimizer_home nvme: the optimizer state's extents
+  // A scale-out run's ranks (size() > 1; a world of one: leave null). Each rank runs micro-batch
+  // rank() of every step (options.grad_accum must equal size(): the step's micro-batches over all
+  // ranks) and the step's gradient, norm, clip, update and loss are those of one rank running the
+  // grad_accum micro-batches in turn, the same bits on every rank. The optimizer must be on the
+  // device beside resident weights (the model's DeviceGrads carry the sum across ranks); the
+  // optimizer state is then replicated: every rank updates all of it identically.
+  Communicator* comm = nullptr;
 };
 
 // Thread-safety: one thread drives a Trainer (as the Transformer). Lifetime: the backend, model,
@@ -92,8 +102,12 @@ class Trainer {
   // The same over an optimizer a run built (make_optimizer for this model and options): the
   // trainer owns the parts from here on, sets parts.gradients (if any) as the model's gradient
   // sink and parts.optimizer as its optimizer until it is destroyed, and fills the state's masters.
+  // `comm`: as TrainerIo::comm (null or a world of one: this rank alone); across ranks, also
+  // invalid_argument when options.grad_accum is not comm->size() or the optimizer is not on the
+  // device, and the arena's out_of_memory for the buffers DeviceGrads::spread_over_ranks takes.
   static StatusOr<std::unique_ptr<Trainer>> create(Backend& backend, Transformer& model, PinnedPool& pinned,
-                                                   const TrainOptions& options, OptimizerParts parts);
+                                                   const TrainOptions& options, OptimizerParts parts,
+                                                   Communicator* comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -171,6 +185,11 @@ class Trainer {
   // Starts the step's gradient after its first forward: the last step's update lands (the forward
   // applied most of it), then the gradient it read is zeroed. The one place zero_grad is called.
   Status begin_gradient();
+  // Across ranks: checks the run can be spread (see TrainerIo::comm) and spreads the model's gradients.
+  Status join_ranks(Communicator& comm);
+  // Across ranks: the step's loss (mean over the micro-batches of each one's mean, added in rank
+  // order as one rank adds them) and counted tokens, from every rank's micro-batch.
+  Status gather_losses(StepResult& r, uint64_t counted);
 
   // Constant after construction.
   Backend& backend_;
@@ -184,6 +203,8 @@ class Trainer {
   int32_t* inputs_ = nullptr;   // device (B, T)
   int32_t* targets_ = nullptr;  // device (B, T)
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_;
+  Communicator* comm_ = nullptr;  // across ranks (size() > 1), else null
+  double* rank_losses_ = nullptr; // device: per rank (mean loss, counted tokens), across ranks
   // State of the run.
   std::optional<LossScaler> scaler_;  // fp16 only
   uint64_t steps_done_ = 0;

@@ -4,10 +4,13 @@
 // model, the step loop and the end-of-run lines all live there) and maps how it ended to an exit
 // code: 2 for bad flags, config or data arguments (and anything refused before the first step); 1
 // when the run itself fails; 128 + signal when SIGINT/SIGTERM stopped it (model/train/train_signals.h).
+// Under mpirun every rank runs this; rank 0 logs (the others only their errors), and a rank whose
+// run fails takes the world down (abort_mpi_world) so no peer waits on it.
 // What the CLI adds to the library run: --bench's observer (train_bench.h) and the test seams
 // STRATA_TEST_KILL_AT (the kill tests) and STRATA_TEST_SIGNAL_IN_SETUP (the signal tests).
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
@@ -17,7 +20,9 @@
 #include <spdlog/spdlog.h>
 
 #include "model/train/run.h"
+#include "runtime/communicator.h"
 #include "runtime/log.h"
+#include "runtime/mpi_communicator.h"
 #include "runtime/status_line.h"
 #include "tools/strata/command.h"
 #include "tools/strata/config_flags.h"
@@ -53,16 +58,17 @@ model::CheckpointHook test_checkpoint_hook() {
 }
 
 // Exit 0 trained, 2 refused (flags, config, files, sizes), 1 failed, 128 + signal when stopped.
-int exit_code(const model::RunOutcome& out) {
+// `me`: "rank r of N: " across ranks, else empty.
+int exit_code(const model::RunOutcome& out, const std::string& me) {
   switch (out.end) {
     case model::RunEnd::trained:
       return kExitOk;
     case model::RunEnd::refused:
-      return report_error(out.status.message(), kExitUsage);
+      return report_error(me + out.status.message(), kExitUsage);
     case model::RunEnd::failed:
-      return report_error(out.status.message(), kExitFailure);
+      return report_error(me + out.status.message(), kExitFailure);
     case model::RunEnd::stopped:
-      return out.status.is_ok() ? 128 + out.signal : report_error(out.status.message(), 128 + out.signal);
+      return out.status.is_ok() ? 128 + out.signal : report_error(me + out.status.message(), 128 + out.signal);
   }
   return kExitFailure;
 }
@@ -77,7 +83,17 @@ int train(const Config& config, std::shared_ptr<StatusLine> live) {
   model::TrainingRun run(config, std::move(hooks));
   model::RunOutcome out = run.setup();
   if (out.ok()) out = run.train();
-  return exit_code(out);  // reported before the run (its live line, its swap files, its locks) goes
+  const StatusOr<LaunchInfo> launch = detect_launch();
+  const std::string me =
+      launch.is_ok() && launch->size > 1 ? fmt::format("rank {} of {}: ", launch->rank, launch->size) : "";
+  const int code = exit_code(out, me);  // reported before the run (its live line, its swap files, its locks) goes
+  if (run.world_size() > 1 && out.end != model::RunEnd::trained && out.end != model::RunEnd::stopped) {
+    // The peers may be waiting in a collective for this rank (and MPI cannot finalize while they do).
+    std::fflush(stdout);
+    std::fflush(stderr);
+    abort_mpi_world(code);
+  }
+  return code;
 }
 
 }  // namespace
@@ -95,6 +111,9 @@ void add_train_command(CLI::App& root, CommandRegistry& registry) {
     if (!config.is_ok()) return report_error(config.status().message(), kExitUsage);
     StatusOr<spdlog::level::level_enum> level = parse_log_level(config->get_text("log_level"));
     if (!level.is_ok()) return report_error(level.status().message(), kExitUsage);
+    // Across ranks, rank 0 tells the run; the others say only what goes wrong on them.
+    const StatusOr<LaunchInfo> launch = detect_launch();
+    if (launch.is_ok() && launch->rank != 0) *level = std::max(*level, spdlog::level::err);
     // A terminal gets a live progress line under the log; at warn or above there is nothing to show.
     std::shared_ptr<StatusLine> live;
     if (stderr_is_terminal() && *level <= spdlog::level::info) {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Multi-rank training is exact (label mpi): `strata train` on NP ranks under mpirun, micro-batch r
+# of each step on rank r, against one rank with --grad-accum NP, for PRESET in DTYPE with clipping
+# on (the test asserts it clipped): every step's loss, gradient norm and validation loss the same
+# digits (--metrics, written by rank 0 alone), and the final checkpoint's files the same bytes
+# (weights, optimizer state, config). Then a checkpoint written at NP ranks resumes on one rank,
+# and one written on one rank resumes at NP ranks, both ending on the same bytes. Last, what is not
+# built is refused before training, saying what to pass: --grad-accum other than NP, the CPU optimizer.
+# Usage: train_ranks_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
+set -u
+np=$1 preset=$2 dtype=$3 strata=$4
+shift 4
+mpirun=("$@")
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+export OPENBLAS_NUM_THREADS=1
+common=(train --preset "$preset" --dtype "$dtype" --micro-batch 2 --seq 32 --grad-accum "$np" --optimizer-device device
+        --clip-grad-norm 0.5 --lr-schedule-steps 4 --threads 1 --eval-every 2 --log-every 1)
+one() { timeout 120 "$strata" "${common[@]}" "$@" >>log 2>&1 || fail "1 rank: $* (exit $?): $(tail -3 log)"; }
+ranks() { timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "$@" >>log 2>&1 ||
+            fail "$np ranks: $* (exit $?): $(tail -3 log)"; }
+# step, loss, grad_norm, val_loss of each step line: the figures that must match to the last digit.
+figures() { python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    if "loss" in d: print(d["step"], repr(d["loss"]), repr(d["grad_norm"]), repr(d.get("val_loss")))
+' "$1"; }
+same_checkpoint() {
+  for f in config.json model.safetensors optimizer.safetensors; do
+    cmp -s "$1/$f" "$2/$f" || fail "$f differs: $1 vs $2"
+  done
+}
+
+one --steps 4 --metrics one.jsonl --checkpoint-dir one
+ranks --steps 4 --metrics many.jsonl --checkpoint-dir many
+[ "$(figures one.jsonl | wc -l)" -eq 4 ] || fail "1 rank: not 4 step lines"
+[ "$(figures many.jsonl | wc -l)" -eq 4 ] || fail "$np ranks: not 4 step lines (rank 0 alone writes them)"
+diff <(figures one.jsonl) <(figures many.jsonl) || fail "$np ranks differ from 1 rank with grad-accum $np"
+python3 -c '
+import json, sys
+norms = [d["grad_norm"] for d in map(json.loads, open(sys.argv[1])) if "grad_norm" in d]
+sys.exit(0 if max(norms) > 0.5 else 1)' one.jsonl || fail "no step clipped (every gradient norm <= 0.5)"
+same_checkpoint one/step-000004 many/step-000004
+
+# Resume across world sizes: NP ranks to step 2, then 1 rank to 4; 1 rank to 2, then NP ranks to 4.
+ranks --steps 2 --checkpoint-dir a
+one --steps 4 --resume a --checkpoint-dir a
+one --steps 2 --checkpoint-dir b
+ranks --steps 4 --resume b --checkpoint-dir b
+same_checkpoint one/step-000004 a/step-000004
+same_checkpoint one/step-000004 b/step-000004
+# Refusals: exit 2 (a usage error) with the flag to change named.
+refused() {
+  local want=$1
+  shift
+  timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" --steps 1 "$@" >refusal 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] || fail "$np ranks with $* trained (exit 0)"
+  grep -q -- "$want" refusal || fail "$np ranks with $*: no error naming $want: $(tail -2 refusal)"
+}
+refused "must be $np, not $((2 * np))" --grad-accum $((2 * np))
+refused "pass --optimizer-device device" --optimizer-device cpu
+echo "PASS: $preset $dtype on $np ranks == 1 rank with grad-accum $np: $(figures one.jsonl | tail -1), checkpoints and resumes byte-identical"
