@@ -10,7 +10,9 @@
 #include "tests/model/model_test_files.h"
 
 namespace strata::model {
-namespace {
+// Named, not anonymous: the unity build (the sanitizer stages) puts this file in one translation unit
+// with batch_loader_test.cc, whose helpers have the same names.
+namespace rank_batches_test {
 
 using testing::TempDir;
 
@@ -80,5 +82,5 @@ TEST(RankBatchesTest, RefusesABadRankOrCount) {
   EXPECT_EQ(RankBatches::create(*loader, 0, 2, 0).status().code(), Code::invalid_argument);
 }
 
-}  // namespace
+}  // namespace rank_batches_test
 }  // namespace strata::model
