@@ -21,8 +21,9 @@
 #            GPU: eager, and --compile for the presets in GPU_CHECK_COMPILE (default gpt2-124m)
 #   profile  ncu's time of every kernel of strata's GPU_CHECK_PROFILE run (default gpt2-124m:16,
 #            GPU_CHECK_PROFILE_STEPS steps, default 3), summed by kernel name per step, slowest
-#            first (profile.txt); then ncu's sections for one launch of each kernel GPU_CHECK_NCU_DETAIL's regular expressions
-#            match (space-separated; default the attention kernels; "" skips): profile-detail.txt
+#            first (profile.txt); then ncu's sections for one launch of each kernel that
+#            GPU_CHECK_NCU_DETAIL's regular expressions match (space-separated; default the attention
+#            kernels; "" skips): profile-detail.txt
 #   offload  bench/offload_train_bench.sh for each "preset:micro_batch" of GPU_CHECK_OFFLOAD (none
 #            by default), swap files in GPU_CHECK_NVME (default LOG_DIR/swap)
 # Every phase appends its result to LOG_DIR/summary.txt; the train phase ends it with a table of
