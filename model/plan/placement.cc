@@ -44,16 +44,91 @@ std::vector<uint32_t> chunk_groups(const ParamLayout& layout) {
 }
 
 TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
-                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name) {
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name,
+                                        const std::vector<bool>& resident) {
   TierManagerOptions o;
-  for (const ChunkSpec& c : layout.chunks) o.chunk_bytes.push_back(c.bytes);
+  std::vector<uint32_t> slots;
+  std::vector<std::string> names;
+  set_groups(layout, layer_slots, slots, names);
+  const std::vector<uint32_t> groups = chunk_groups(layout);
+  std::vector<uint32_t> paged(slots.size(), 0);  // per group: its paged chunks
+  const bool some_resident = std::find(resident.begin(), resident.end(), true) != resident.end();
+  for (size_t c = 0; c < layout.chunks.size(); ++c)
+    if (!some_resident || !resident[c]) {
+      o.chunk_bytes.push_back(layout.chunks[c].bytes);
+      o.chunk_group.push_back(groups[c]);
+      paged[groups[c]]++;
+    }
+  // Groups with a paged chunk, renumbered in order.
+  std::vector<uint32_t> renumber(slots.size(), 0);
+  for (size_t g = 0; g < slots.size(); ++g) {
+    if (paged[g] == 0) continue;
+    renumber[g] = uint32_t(o.group_slots.size());
+    o.group_slots.push_back(g == kLayerGroup && some_resident ? std::min(slots[g], paged[g]) : slots[g]);
+    o.group_names.push_back(names[g]);
+  }
+  for (uint32_t& g : o.chunk_group) g = renumber[g];
   o.home = home;
-  o.chunk_group = chunk_groups(layout);
-  set_groups(layout, layer_slots, o.group_slots, o.group_names);
   o.prefetch_bytes = prefetch_bytes;
   o.nvme_staging = nvme_staging;
   o.name = name + " weights";
   return o;
+}
+
+TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOptions& options, const std::string& name) {
+  return paged_weight_options(layout, options.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, options.param_slots,
+                              options.prefetch_bytes, options.nvme_staging, name,
+                              resident_chunk_mask(layout, options.resident_layers));
+}
+
+std::vector<bool> resident_chunk_mask(const ParamLayout& layout, int64_t resident_layers) {
+  std::vector<bool> mask(layout.chunks.size(), false);
+  int64_t layers = 0;
+  for (const ChunkSpec& c : layout.chunks) layers += c.kind == ChunkKind::layer;
+  if (resident_layers <= 0 || has_mlp_tiles(layout) || layers == 0) return mask;
+  const int64_t k = std::min(resident_layers, layers);
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ChunkSpec& chunk = layout.chunks[c];
+    if (chunk.kind != ChunkKind::layer) continue;
+    const int64_t l = chunk.layer;
+    mask[c] = (l + 1) * k / layers > l * k / layers;
+  }
+  return mask;
+}
+
+MaskedChunks masked_chunks(const ParamLayout& layout, const std::vector<bool>& mask) {
+  MaskedChunks m;
+  for (size_t c = 0; c < layout.chunks.size() && c < mask.size(); ++c)
+    if (mask[c]) {
+      m.bytes.push_back(layout.chunks[c].bytes);
+      m.names.push_back(layout.chunks[c].name);
+    }
+  return m;
+}
+
+int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget) {
+  if (options.weight_home == Tier::device || config.mlp_tiles > 1) return 0;
+  if (options.resident_layers >= 0) return std::min<int64_t>(options.resident_layers, config.n_layer);
+  const uint64_t usable = gpu_budget - gpu_budget / 64;
+  TrainOptions o = options;
+  const auto fits = [&](int64_t k) {
+    o.resident_layers = k;
+    return estimate_device_bytes(config, o).total() <= usable;
+  };
+  if (fits(config.n_layer)) return config.n_layer;
+  o.resident_layers = 0;
+  const uint64_t base = estimate_device_bytes(config, o).total();
+  if (base >= usable) return 0;
+  // Each resident layer adds its chunk while the layer slots stay (below n_layer - param_slots):
+  // the estimate grows by one aligned layer chunk per layer, so this is at most a step or two off.
+  const std::shared_ptr<const ParamLayout> layout = shared_param_layout(config, dtype_size(options.dtype)).value();
+  uint64_t layer_bytes = 0;
+  for (const ChunkSpec& c : layout->chunks)
+    if (c.kind == ChunkKind::layer) layer_bytes = std::max(layer_bytes, aligned(c.bytes));
+  int64_t k = std::min<int64_t>(config.n_layer, int64_t((usable - base) / std::max<uint64_t>(layer_bytes, 1)));
+  while (k > 0 && !fits(k)) --k;
+  while (k + 1 < config.n_layer && fits(k + 1)) ++k;
+  return k;
 }
 
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name) {
@@ -170,8 +245,10 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   if (o.weight_home == Tier::device) {
     d.weights = all_chunks;
   } else {
-    d.weights = tier_device_bytes(
-        paged_weight_options(layout, o.weight_home, o.param_slots, o.prefetch_bytes, o.nvme_staging, config.name));
+    const std::vector<bool> resident = resident_chunk_mask(layout, o.resident_layers);
+    for (size_t c = 0; c < layout.chunks.size(); ++c)
+      if (resident[c]) d.weights += aligned(layout.chunks[c].bytes);
+    d.weights += tier_device_bytes(run_weight_options(layout, o, config.name));
   }
   if (on_device) {
     // DeviceGrads: each chunk's buffer, its fp32 sums and the norm's block partials.

@@ -27,8 +27,35 @@ std::vector<uint32_t> chunk_groups(const ParamLayout& layout);
 // for the embedding and the head, two each when their tables are tiled (the first tile is held
 // while the others pass), and two for MLP tiles (the layer's own chunk stays in its layer slot
 // through the layer's backward); `prefetch_bytes` 0 = the TierManager's default.
+// `resident` (empty: none): chunks that stay on the device instead (resident_chunk_mask); the
+// options then cover the other chunks alone, in chunk order (the TierManager's chunk i is the
+// i-th paged one), a group none of them is in is dropped and the layer group takes at most one slot
+// per paged layer.
 TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, uint32_t layer_slots,
-                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name);
+                                        uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name,
+                                        const std::vector<bool>& resident = {});
+// The paged options of a run: paged_weight_options with options' home, slots, prefetch and staging,
+// and resident_chunk_mask(layout, options.resident_layers).
+TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOptions& options, const std::string& name);
+
+// Paged weights partly resident (--resident-layers): `resident_layers` of the model's layers stay
+// on the device for the whole run, spread evenly over the depth -- layer l is resident when
+// floor((l + 1) k / L) > floor(l k / L) -- so the compute of the resident layers around a paged one
+// hides its fetch; the embedding and the head always page. Per chunk of `layout`: resident or not.
+// Every entry is false for 0 layers (or a negative k: auto, unresolved) and for a layout with MLP
+// tiles (a layer that had to be tiled is not kept whole).
+std::vector<bool> resident_chunk_mask(const ParamLayout& layout, int64_t resident_layers);
+// The chunks `mask` marks, in chunk order: their bytes and names (ResidentWeights::create's).
+struct MaskedChunks {
+  std::vector<uint64_t> bytes;
+  std::vector<std::string> names;
+};
+MaskedChunks masked_chunks(const ParamLayout& layout, const std::vector<bool>& mask);
+// The resident layers a run of `config` with `options` keeps: 0 for resident weights (every chunk
+// is resident anyway) and MLP tiles; options.resident_layers when given (at most n_layer); auto
+// (-1): as many as fit `gpu_budget` beside the working set (estimate_device_bytes with the
+// others paged), less a reserve of 1/64 of the budget against the arena's fragmentation.
+int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
 // The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
 // one each for the embedding and the head (both held at the tied head's backward), two each when
 // tiled, two for MLP tiles.

@@ -44,9 +44,20 @@ std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
   return bytes;
 }
 
-TierManagerOptions weight_options(const ParamLayout& layout, const TrainOptions& o, const std::string& name) {
-  return paged_weight_options(layout, o.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, o.param_slots,
-                              o.prefetch_bytes, o.nvme_staging, name);
+// Working bytes of the chunks a paged run keeps resident and of those it pages.
+struct WeightShare {
+  uint64_t resident = 0, paged = 0;
+  std::vector<uint64_t> resident_chunks;  // each resident chunk's bytes
+};
+WeightShare weight_share(const ParamLayout& layout, const TrainOptions& o) {
+  WeightShare w;
+  const std::vector<bool> resident = o.weight_home == Tier::device ? std::vector<bool>(layout.chunks.size(), true)
+                                                                    : resident_chunk_mask(layout, o.resident_layers);
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    (resident[c] ? w.resident : w.paged) += layout.chunks[c].bytes;
+    if (resident[c]) w.resident_chunks.push_back(layout.chunks[c].bytes);
+  }
+  return w;
 }
 
 // fp32 master bytes of the optimizer's images (the rest of an image is moments and padding).
@@ -74,11 +85,15 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
 void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
-  if (o.weight_home == Tier::device)
+  if (o.weight_home == Tier::device) {
     b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
-  else
+  } else {
     b.at(Tier::cpu, o.weight_home == Tier::cpu ? PlanState::weights : PlanState::staging) +=
-        tier_pinned_bytes(weight_options(layout, o, config.name));
+        tier_pinned_bytes(run_weight_options(layout, o, config.name));
+    const WeightShare w = weight_share(layout, o);  // the resident layers' update staging
+    if (!w.resident_chunks.empty())
+      b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(w.resident_chunks);
+  }
   if (o.cpu_optimizer()) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
     const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
@@ -151,8 +166,10 @@ NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& 
   NvmeReservation r;
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
-  if (o.weight_home == Tier::nvme)
-    r.weights = layout.total_bytes() + layout.chunks.size() * (stripe_unit / 8) + stripe_unit;
+  if (o.weight_home == Tier::nvme) {
+    const uint64_t paged_chunks = run_weight_options(layout, o, config.name).chunk_bytes.size();
+    r.weights = weight_share(layout, o).paged + paged_chunks * (stripe_unit / 8) + stripe_unit;
+  }
   const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
   if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
   if (grads_on_nvme(o)) {
@@ -178,8 +195,9 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   const ParamLayout& layout = *working;
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
   const bool paged = o.weight_home != Tier::device;
-  if (paged) t.h2d += 2 * weights * k;                 // forward and backward fetch every chunk
-  if (!paged && o.cpu_optimizer()) t.h2d += weights;    // the updated weights, uploaded once
+  const WeightShare share = weight_share(layout, o);
+  t.h2d += 2 * share.paged * k;                          // forward and backward fetch every paged chunk
+  if (o.cpu_optimizer()) t.h2d += share.resident;        // the updated resident weights, uploaded once
   if (o.cpu_optimizer()) t.d2h += weights * k;          // each micro-batch's gradients
   t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
   // MLP tiles under checkpointing: a layer's backward fetches its first weight's tiles twice, for
@@ -191,8 +209,8 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
       if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
   t.h2d += refetched * k;
   if (o.weight_home == Tier::nvme) {
-    t.nvme_read += (2 * weights + refetched) * k;
-    t.nvme_write += weights;
+    t.nvme_read += (2 * share.paged + refetched) * k;
+    t.nvme_write += share.paged;
   }
   if (grads_on_nvme(o)) {
     const uint64_t sums = gradient_offloader_nvme_bytes(gradient_options(layout, o, config.name));
@@ -261,10 +279,11 @@ PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions&
 PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
   PlanCandidate c;
   c.options = options;
+  c.options.resident_layers = resident_layers_for(config, options, h.gpu_bytes);
   c.model = config;
-  c.bytes = plan_bytes(config, options);
-  c.traffic = plan_traffic(config, options);
-  c.time = plan_step_time(config, options, h.rates);
+  c.bytes = plan_bytes(config, c.options);
+  c.traffic = plan_traffic(config, c.options);
+  c.time = plan_step_time(config, c.options, h.rates);
   const uint64_t budgets[kTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
   for (size_t t = 0; t < kTiers; ++t) {
     const uint64_t need = c.bytes.tier(Tier(t));
@@ -667,8 +686,10 @@ std::string placement_summary(const TrainOptions& o) {
   const std::string_view weights = o.weight_home == Tier::device ? "gpu" : offload_value(o.weight_home);
   const std::string_view optimizer = o.cpu_optimizer() ? offload_value(o.optimizer_home) : "gpu";
   const std::string_view grads = !o.cpu_optimizer() ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
-  return fmt::format("weights {}, optimizer {}, gradients {}, activation checkpointing {}", weights, optimizer, grads,
-                     o.activation_checkpointing ? "on" : "off");
+  const std::string resident =
+      o.paged_weights() && o.resident_layers > 0 ? fmt::format(" ({} layers resident)", o.resident_layers) : "";
+  return fmt::format("weights {}{}, optimizer {}, gradients {}, activation checkpointing {}", weights, resident,
+                     optimizer, grads, o.activation_checkpointing ? "on" : "off");
 }
 
 std::string candidate_summary(const PlanCandidate& c) {
@@ -680,6 +701,7 @@ std::string candidate_summary(const PlanCandidate& c) {
 std::string placement_flags(const TrainOptions& o) {
   std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", offload_value(o.weight_home),
                                   offload_value(o.optimizer_home));
+  if (o.paged_weights() && o.resident_layers >= 0) flags += fmt::format(" --resident-layers {}", o.resident_layers);
   if (o.cpu_optimizer()) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
   if (o.activation_checkpointing) flags += " --activation-checkpointing";
   return flags;

@@ -81,6 +81,16 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
   out.options = o;
   STRATA_RETURN_IF_ERROR(model::check_tiling(mc, o));
   out.predicted = model::evaluate_placement(mc, o, out.machine.hardware);
+  out.options.resident_layers = out.predicted.options.resident_layers;  // auto, resolved on the budget
+  if (o.resident_layers > mc.n_layer && o.paged_weights())
+    return error(Code::invalid_argument, "resident_layers {} ({}): {} has {} layers; pass --resident-layers {} or "
+                 "fewer (or auto)",
+                 o.resident_layers, config.describe_source("resident_layers"), mc.name, mc.n_layer, mc.n_layer);
+  if (o.resident_layers > 0 && o.paged_weights() && out.predicted.model.mlp_tiles > 1)
+    return error(Code::invalid_argument, "resident_layers {} ({}) keeps whole layers on the device, but the run tiles "
+                 "every layer's MLP ({}); pass --resident-layers 0 (or auto), or --mlp-tiles 0",
+                 o.resident_layers, config.describe_source("resident_layers"),
+                 model::tiling_summary(out.predicted.model));
   const std::string& mode = config.get_text("offload");
   const bool explicit_auto = mode == "auto" && given(config, "offload");
   bool placement_given = false;

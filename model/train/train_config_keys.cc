@@ -353,6 +353,16 @@ void add_train_config_keys(ConfigSchema& schema) {
                       "least 2: one in use, one being fetched; more let the prefetch run further ahead)",
               .min = 0,  // below 2 is train_options_from_config's error, which says why
               .max = 1024});
+  schema.add({.name = "resident_layers",
+              .type = ValueType::integer,
+              .default_text = "auto",
+              .help = "With paged weights: this many transformer layers stay on the device for the whole run "
+                      "(spread evenly over the depth; no PCIe or NVMe for them but their update's upload), the "
+                      "others page; auto: as many as fit --gpu-mem beside the paged working set (what `strata "
+                      "plan` shows); 0: every layer pages. Not with MLP tiles",
+              .min = 0,
+              .max = int64_t(1) << 20,
+              .allow_auto = true});
   schema.add({.name = "prefetch_bytes",
               .type = ValueType::size,
               .default_text = "0",

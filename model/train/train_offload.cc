@@ -24,8 +24,11 @@ Status check_device_budget(const model::ModelConfig& config, const TrainOptions&
   const std::string plan = fmt::format("weights {} ({}), gradients {}, activations {}{}, batch {}", format_size(d.weights),
                                        o.weight_home == Tier::device
                                            ? "resident"
-                                           : fmt::format("{} slots, home {}", o.param_slots,
-                                                         model::offload_value(o.weight_home)),
+                                           : fmt::format("{} slots, home {}{}", o.param_slots,
+                                                         model::offload_value(o.weight_home),
+                                                         o.resident_layers > 0
+                                                             ? fmt::format(", {} layers resident", o.resident_layers)
+                                                             : ""),
                                        format_size(d.gradients), format_size(d.activations),
                                        d.optimizer ? fmt::format(", optimizer {}", format_size(d.optimizer)) : "",
                                        format_size(d.batch));
@@ -77,20 +80,44 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                    format_size(gradient_offloader_nvme_bytes(go)), go.spill_buffers);
   }
   if (!paged) return t;
-  const TierManagerOptions to = model::paged_weight_options(layout, nvme ? Tier::nvme : Tier::cpu, o.param_slots,
-                                                            o.prefetch_bytes, o.nvme_staging, model.name);
+  const TierManagerOptions to = model::run_weight_options(layout, o, model.name);
   STRATA_ASSIGN_OR_RETURN(t->tiers_, TierManager::create(backend, pinned, t->store_.get(), t->trace_.get(), to));
   const TierStats s = t->tiers_->stats();
+  const uint32_t layer_slots = to.group_names.empty() || to.group_names[0] != "layers" ? 0 : to.group_slots[0];
   spdlog::info("offload: weights homed on {} ({} pinned{}), paged through {} of device slots ({} for the layers), "
                "prefetch window {}",
                nvme ? "nvme" : "cpu", format_size(s.pinned_bytes),
                nvme ? fmt::format(", {} on {}", format_size(s.nvme_bytes), fmt::join(config.get_list("nvme_path"), ", "))
                     : "",
-               format_size(s.device_bytes), o.param_slots, format_size(t->tiers_->prefetch_window()));
+               format_size(s.device_bytes), layer_slots, format_size(t->tiers_->prefetch_window()));
+  STRATA_RETURN_IF_ERROR(t->keep_layers_resident(o, model, layout, backend));
   return t;
 }
 
+// The layers --resident-layers keeps on the device (resolved before: train_placement.h), one
+// block each for the whole run, and the source that routes each chunk to its home.
+Status TrainOffload::keep_layers_resident(const TrainOptions& o, const model::ModelConfig& model,
+                                          const model::ParamLayout& layout, Backend& backend) {
+  const std::vector<bool> mask = model::resident_chunk_mask(layout, o.resident_layers);
+  const model::MaskedChunks kept = model::masked_chunks(layout, mask);
+  if (kept.bytes.empty()) {
+    spdlog::info("offload: every layer pages (--resident-layers {})",
+                 o.resident_layers == 0 ? "0" : "auto: no layer fits the device budget beside the paged working set");
+    return Status::ok();
+  }
+  STRATA_ASSIGN_OR_RETURN(resident_, ResidentWeights::create(backend, pinned_, kept.bytes, kept.names, model.name));
+  STRATA_ASSIGN_OR_RETURN(split_, SplitWeights::create(mask, *resident_, *tiers_));
+  uint64_t total = 0;
+  for (uint64_t b : kept.bytes) total += b;
+  spdlog::info("offload: {} of {} layers resident on the device for the whole run ({}, spread over the depth; "
+               "--resident-layers {}), the others paged",
+               kept.bytes.size(), model.n_layer, format_size(total), o.resident_layers);
+  return Status::ok();
+}
+
 TrainOffload::~TrainOffload() {
+  split_.reset();
+  resident_.reset();
   tiers_.reset();
   store_.reset();
   if (pool_registered_) pinned_.set_slab_listener(nullptr);

@@ -1,6 +1,8 @@
 // The offload side of one `strata train` run: with --offload-param cpu or nvme, the paging weight
 // source (offload/tier_manager.h) the model takes its chunks from -- homed in pinned memory, or in
-// NVMe swap files under --nvme-path through the configured I/O engine -- and, with --trace, the
+// NVMe swap files under --nvme-path through the configured I/O engine; with --resident-layers
+// (resolved before: train_placement.h), those layers resident beside it (offload/split_weights.h)
+// -- and, with --trace, the
 // Chrome trace recorder every stream's spans go to. Also the per-step transfer figures for the
 // progress line and --metrics, and the device-memory preflight. Built after the backend and the
 // pinned pool, before the model; destroyed after the trainer and the model.
@@ -14,11 +16,14 @@
 
 #include "model/train/metrics_log.h"
 #include "model/net/model_config.h"
+#include "model/net/param_layout.h"
 #include "model/plan/planner.h"
 #include "model/train/train_options.h"
 #include "model/train/trainer.h"
 #include "offload/io_engine.h"
 #include "offload/nvme_store.h"
+#include "offload/resident_weights.h"
+#include "offload/split_weights.h"
 #include "offload/tier_manager.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
@@ -47,7 +52,9 @@ class TrainOffload {
   TrainOffload(const TrainOffload&) = delete;
   TrainOffload& operator=(const TrainOffload&) = delete;
 
-  WeightSource* weights() { return tiers_.get(); }  // null: the model keeps its weights resident
+  // null: the model keeps its weights resident. With resident layers: the source routing each chunk
+  // to its home (offload/split_weights.h), else the TierManager.
+  WeightSource* weights() { return split_ ? static_cast<WeightSource*>(split_.get()) : tiers_.get(); }
   TraceRecorder* trace() { return trace_.get(); }   // null without --trace
   NvmeStore* store() { return store_.get(); }       // null when nothing is homed on NVMe
   const TierManager* tiers() const { return tiers_.get(); }
@@ -64,13 +71,17 @@ class TrainOffload {
 
  private:
   TrainOffload(PinnedPool& pinned) : pinned_(pinned) {}
+  Status keep_layers_resident(const model::TrainOptions& o, const model::ModelConfig& model,
+                              const model::ParamLayout& layout, Backend& backend);
 
   PinnedPool& pinned_;
   std::unique_ptr<TraceRecorder> trace_;
   std::unique_ptr<IoEngine> engine_;
   bool pool_registered_ = false;
   std::unique_ptr<NvmeStore> store_;
-  std::unique_ptr<TierManager> tiers_;
+  std::unique_ptr<TierManager> tiers_;      // the paged chunks
+  std::unique_ptr<ResidentWeights> resident_;  // --resident-layers' chunks (null: none)
+  std::unique_ptr<SplitWeights> split_;        // both as one source (null: no resident layer)
   TierStats last_tiers_;
   uint64_t last_d2h_ = 0;
   // NVMe bytes of the optimizer state and the spilled gradients at the last call.

@@ -215,6 +215,7 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
   const std::string& home = config.get_text("offload_param");
   o.weight_home = home == "nvme" ? Tier::nvme : home == "cpu" ? Tier::cpu : Tier::device;
   o.param_slots = static_cast<uint32_t>(config.get_int("param_slots"));
+  o.resident_layers = config.get_int_or_auto("resident_layers").value_or(-1);
   o.prefetch_bytes = config.get_size("prefetch_bytes");
   o.nvme_staging = static_cast<uint32_t>(config.get_int("nvme_staging"));
   o.trace_path = config.get_text("trace");
@@ -226,7 +227,7 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
 
   if (o.weight_home == Tier::device) {
     std::string set_keys;
-    for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging"})
+    for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging", "resident_layers"})
       if (is_set(config, key)) set_keys += (set_keys.empty() ? "" : ", ") + describe(config, key);
     if (!set_keys.empty())
       o.warnings.push_back(fmt::format("{} only apply to paged weights (offload_param cpu or nvme) and are ignored "

@@ -95,6 +95,10 @@ struct TrainOptions {
   Tier weight_home = Tier::device;
   bool paged_weights() const { return weight_home != Tier::device; }
   uint32_t param_slots = 2;     // device slots for the transformer layers' weights (>= 2)
+  // Paged weights: layers kept on the device for the whole run instead (model/plan/placement.h:
+  // resident_chunk_mask); -1 = auto, as many as fit the device budget beside the working set
+  // (resident_layers_for: `strata train` and `strata plan` resolve it before anything is allocated).
+  int64_t resident_layers = -1;
   uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
   uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
   std::string trace_path;       // Chrome trace-event JSON of the run's transfers and compute ("" = none)
@@ -148,7 +152,7 @@ struct TrainOptions {
 // Warnings: fp16 loss-scale keys set while dtype is not fp16; optimizer_type adam with weight decay
 // from a config file (DeepSpeed's "Adam" decouples decay, as our adamw does); each group of ignored
 // DeepSpeed settings of the file (Config::ignored_file_warnings); each unknown STRATA_* variable
-// (Config::unknown_env_warnings); param_slots, prefetch_bytes or
+// (Config::unknown_env_warnings); param_slots, prefetch_bytes, resident_layers or
 // nvme_staging set while offload_param is none, and nvme_staging set while it is cpu (no effect).
 StatusOr<TrainOptions> train_options_from_config(const Config& config);
 

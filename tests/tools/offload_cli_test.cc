@@ -43,16 +43,20 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   std::filesystem::remove(trace);
   const CliResult resident = train("none", temp_path("strata_offload_none.jsonl"));
   ASSERT_EQ(resident.exit_code, 0) << resident.err;
-  const CliResult cpu = train("cpu", temp_path("strata_offload_cpu.jsonl"));
+  // Half the layers stay resident beside the paged ones (SplitWeights); on NVMe every layer pages.
+  const CliResult cpu = train("cpu", temp_path("strata_offload_cpu.jsonl"), {"--resident-layers", "3"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   const CliResult nvme = train("nvme", temp_path("strata_offload_nvme.jsonl"),
-                               {"--nvme-path", swap, "--trace", trace, "--offload-optimizer", "nvme"});
+                               {"--nvme-path", swap, "--trace", trace, "--offload-optimizer", "nvme",
+                                "--resident-layers", "0"});
   ASSERT_EQ(nvme.exit_code, 0) << nvme.err;
   const std::vector<double> want = metric_losses(temp_path("strata_offload_none.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(metric_losses(temp_path("strata_offload_cpu.jsonl")), want);
   EXPECT_EQ(metric_losses(temp_path("strata_offload_nvme.jsonl")), want);
   EXPECT_NE(cpu.err.find("offload: weights homed on cpu"), std::string::npos) << cpu.err;
+  EXPECT_NE(cpu.err.find("offload: 3 of 6 layers resident on the device"), std::string::npos) << cpu.err;
+  EXPECT_NE(nvme.err.find("offload: every layer pages (--resident-layers 0)"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("optimizer state homed on nvme"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("replayed 3x"), std::string::npos) << nvme.err;  // steps 2..4 follow step 1's trace
   EXPECT_NE(nvme.err.find("| h2d "), std::string::npos) << nvme.err;

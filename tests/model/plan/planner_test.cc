@@ -5,6 +5,7 @@
 // presets up to llama-70b checks the figures against the allocators' own size functions and the
 // bytes per parameter of mixed-precision AdamW (2 + 4 + 4 + 8, 8-bit moments 2). And the search:
 // the fastest placement that fits, within every budget; what is missing when nothing fits.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -24,6 +25,8 @@
 #include "model/net/transformer.h"
 #include "offload/mem_engine.h"
 #include "offload/nvme_store.h"
+#include "offload/resident_weights.h"
+#include "offload/split_weights.h"
 #include "offload/tier_manager.h"
 #include "tests/model/model_test_files.h"
 
@@ -58,6 +61,7 @@ struct Case {
   Tier optimizer = Tier::cpu;
   Tier grads = Tier::cpu;
   uint64_t micro_batch = 2, seq = 32, grad_accum = 1;
+  int64_t resident_layers = 0;  // paged weights: layers kept on the device
 };
 
 TrainOptions options_of(const Case& c) {
@@ -72,6 +76,7 @@ TrainOptions options_of(const Case& c) {
   o.micro_batch = c.micro_batch;
   o.seq = c.seq;
   o.grad_accum = c.grad_accum;
+  o.resident_layers = c.resident_layers;
   o.lr_schedule = LrScheduleOptions{.peak_lr = 1e-3, .decay = LrDecay::constant};
   return o;
 }
@@ -102,17 +107,25 @@ Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::
     store = expect_value(NvmeStore::create(*engine, so));
   }
   std::unique_ptr<TierManager> tiers;
-  if (o.weight_home != Tier::device)
-    tiers = expect_value(TierManager::create(
-        *backend, *pinned, store.get(), nullptr,
-        paged_weight_options(layout, o.weight_home, o.param_slots,
-                             o.prefetch_bytes, o.nvme_staging, config.name)));
+  std::unique_ptr<ResidentWeights> resident;  // the resident layers of paged weights
+  std::unique_ptr<SplitWeights> split;
+  if (o.weight_home != Tier::device) {
+    tiers = expect_value(
+        TierManager::create(*backend, *pinned, store.get(), nullptr, run_weight_options(layout, o, config.name)));
+    const std::vector<bool> kept = resident_chunk_mask(layout, o.resident_layers);
+    const MaskedChunks chunks = masked_chunks(layout, kept);
+    if (!chunks.bytes.empty()) {
+      resident = expect_value(ResidentWeights::create(*backend, *pinned, chunks.bytes, chunks.names, config.name));
+      split = expect_value(SplitWeights::create(kept, *resident, *tiers));
+    }
+  }
+  WeightSource* weights = split ? static_cast<WeightSource*>(split.get()) : tiers.get();
   const bool on_device = o.optimizer_home == Tier::device;
   auto model = expect_value(Transformer::create(*backend, config,
                                                 {.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
                                                  .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype,
                                                  .device_grads = on_device},
-                                                {.weights = tiers.get(), .pinned = pinned.get()}));
+                                                {.weights = weights, .pinned = pinned.get()}));
   EXPECT_TRUE(model->init(5).is_ok());
   auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
   // The training and validation batch rings over a buffer of tokens.
@@ -164,6 +177,10 @@ std::vector<Case> measured_cases() {
       {.name = "llama_bf16_q8_cpu_weights_k3", .config = llama, .states = AdamStates::q8, .weights = Tier::cpu,
        .grad_accum = 3},
       {.name = "gpt2_bf16_nvme_optimizer", .config = gpt2, .optimizer = Tier::nvme},
+      {.name = "llama_bf16_cpu_weights_3_layers_resident", .config = llama, .weights = Tier::cpu,
+       .resident_layers = 3},
+      {.name = "gpt2_bf16_nvme_weights_7_layers_resident", .config = gpt2, .checkpointing = true,
+       .weights = Tier::nvme, .resident_layers = 7},
       {.name = "llama_bf16_q8_nvme_everything", .config = llama, .states = AdamStates::q8, .checkpointing = true,
        .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme},
       {.name = "gpt2_fp32_nvme_weights_spilled_grads", .config = gpt2, .dtype = DType::f32, .weights = Tier::nvme,
@@ -249,6 +266,73 @@ TEST(PlannerTest, ASmallModelStaysWhollyOnTheDevice) {
   EXPECT_FALSE(p.chosen.options.activation_checkpointing);
   EXPECT_TRUE(p.suggestions.empty());
   EXPECT_EQ(p.chosen.time.bottleneck, "compute");
+}
+
+// Paged weights use the budget their working set leaves: the layers that fit stay resident, spread
+// over the depth, and are neither fetched nor written to a home (issue #24: llama-13b on a 24 GiB
+// card used 41% of it with every layer paged).
+TEST(PlannerTest, PagedWeightsFillTheDeviceBudgetWithResidentLayers) {
+  TrainOptions o = bf16_run();
+  o.adam_states = AdamStates::q8;
+  o.optimizer = "adamw8bit";
+  o.micro_batch = 8;
+  o.seq = 1024;
+  const Hardware h = workstation(24, 240, 0);
+  const ModelConfig config = model_preset("llama-13b").value();
+  const Plan p = expect_value(make_plan(config, o, h, {}));
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.options.weight_home, Tier::cpu);
+  const int64_t k = p.chosen.options.resident_layers;
+  EXPECT_GT(k, 0);
+  EXPECT_LT(k, config.n_layer);
+  const uint64_t gpu = p.chosen.bytes.tier(Tier::device);
+  EXPECT_GE(double(gpu), 0.8 * double(h.gpu_bytes));
+  EXPECT_LE(gpu, h.gpu_bytes - h.gpu_bytes / 64);
+  // The most that fits: one more layer would not.
+  TrainOptions more = p.chosen.options;
+  more.resident_layers = k + 1;
+  EXPECT_GT(estimate_device_bytes(p.chosen.model, more).total(), h.gpu_bytes - h.gpu_bytes / 64);
+  // Each resident layer leaves the fetches: the forward's and the backward's, less the upload of
+  // its update.
+  TrainOptions none = p.chosen.options;
+  none.resident_layers = 0;
+  const ParamLayout layout = build_param_layout(p.chosen.model, 2).value();
+  uint64_t kept = 0;
+  const std::vector<bool> mask = resident_chunk_mask(layout, k);
+  for (size_t c = 0; c < mask.size(); ++c) kept += mask[c] ? layout.chunks[c].bytes : 0;
+  EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, p.chosen.options).h2d, kept);
+  EXPECT_NE(placement_summary(p.chosen.options).find(fmt::format("({} layers resident)", k)), std::string::npos);
+  EXPECT_NE(placement_flags(p.chosen.options).find(fmt::format("--resident-layers {}", k)), std::string::npos);
+}
+
+TEST(PlannerTest, ResidentLayersAreSpreadOverTheDepthAndGivenCountsKept) {
+  const ModelConfig config = small(Arch::llama, 64, 12);
+  const ParamLayout layout = build_param_layout(config, 2).value();
+  const std::vector<bool> mask = resident_chunk_mask(layout, 5);
+  std::vector<int> layers;
+  for (size_t c = 0; c < mask.size(); ++c)
+    if (mask[c]) {
+      EXPECT_EQ(layout.chunks[c].kind, ChunkKind::layer);
+      layers.push_back(layout.chunks[c].layer);
+    }
+  EXPECT_EQ(layers, (std::vector<int>{2, 4, 7, 9, 11}));
+  const std::vector<bool> all = resident_chunk_mask(layout, 40), none = resident_chunk_mask(layout, -1);
+  EXPECT_EQ(std::count(all.begin(), all.end(), true), 12);  // at most every layer
+  EXPECT_EQ(std::count(none.begin(), none.end(), true), 0);  // auto, unresolved: none
+  TrainOptions o = bf16_run();
+  o.weight_home = Tier::cpu;
+  o.resident_layers = 3;
+  EXPECT_EQ(resident_layers_for(config, o, 1ull << 40), 3);  // given: kept, whatever the budget
+  o.resident_layers = -1;
+  EXPECT_EQ(resident_layers_for(config, o, 1ull << 40), 12);  // auto, a roomy budget: every layer
+  o.weight_home = Tier::device;
+  EXPECT_EQ(resident_layers_for(config, o, 1ull << 40), 0);  // resident weights: nothing to split
+  // A budget under the paged working set keeps none.
+  o.weight_home = Tier::cpu;
+  o.resident_layers = 0;
+  const uint64_t working = estimate_device_bytes(config, o).total();
+  o.resident_layers = -1;
+  EXPECT_EQ(resident_layers_for(config, o, working), 0);
 }
 
 TEST(PlannerTest, Llama70bFitsADescribedWorkstationWithinEveryBudget) {
