@@ -26,6 +26,13 @@
 #            kernels; "" skips): profile-detail.txt
 #   offload  bench/offload_train_bench.sh for each "preset:micro_batch" of GPU_CHECK_OFFLOAD (none
 #            by default), swap files in GPU_CHECK_NVME (default LOG_DIR/swap)
+#   peer     for each "preset:micro_batch" of GPU_CHECK_PEER (default "llama-7b:8"), T = 1024,
+#            activation checkpointing: strata train with the planner's placement under
+#            --gpu-mem GPU_CHECK_PEER_GPU_MEM (default 24GiB; 8-bit moments unless
+#            GPU_CHECK_PEER_Q8=0), then bench/peers/deepspeed_llama_train.py (ZeRO-3, parameters and
+#            optimizer offloaded to the CPU) on the same model and batch, DeepSpeed installed from
+#            the wheels in GPU_CHECK_DS_WHEELS (default .kit/wheels: tools/deepspeed_wheels.sh) into
+#            LOG_DIR/ds-site; a line each with tokens/s and strata / DeepSpeed
 # Every phase appends its result to LOG_DIR/summary.txt; the train phase ends it with a table of
 # median step times, tokens/s and the ratios to PyTorch. Exit status: 0 when every phase passed.
 # Environment: GPU_CHECK_PYTHON (python3 with torch), GPU_CHECK_DEADLINE_* (seconds per phase:
@@ -403,6 +410,66 @@ if has_phase offload; then
       tail -8 "$log" | tee -a "$SUMMARY" >&2
     fi
   done
+fi
+# --- peer: strata's offload beside DeepSpeed ZeRO-3 offload ----------------------------------------------
+# ds_install: DeepSpeed and its dependencies from the wheelhouse, the wheels of this Python only.
+ds_install() {
+  local wheels=${GPU_CHECK_DS_WHEELS:-$REPO/.kit/wheels} site=$LOG_DIR/ds-site tag
+  [ -d "$wheels" ] || { echo "no wheelhouse at $wheels (tools/deepspeed_wheels.sh makes it)"; return 1; }
+  tag=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")') || return 1
+  local picked=()
+  for w in "$wheels"/*.whl; do
+    case $(basename "$w") in
+      *-cp3[0-9]*-cp3[0-9]*-*) [[ $(basename "$w") == *"-$tag-"* ]] && picked+=("$w") ;;
+      *) picked+=("$w") ;;
+    esac
+  done
+  "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$site" "${picked[@]}" || return 1
+  echo "$site"
+}
+if has_phase peer; then
+  log="$LOG_DIR/peer-install.log"
+  if ds_install > "$log" 2>&1; then
+    site=$(tail -1 "$log")
+    for spec in ${GPU_CHECK_PEER:-llama-7b:8}; do
+      preset=${spec%%:*} batch=${spec#*:}
+      q8=()
+      if [ "${GPU_CHECK_PEER_Q8:-1}" = 1 ]; then q8=(--optimizer-type adamw8bit); fi
+      slog="$LOG_DIR/peer-strata-$preset.log"
+      if within "${GPU_CHECK_DEADLINE_RUN:-240}" "$slog" "${STRATA_ENV[@]}" "$STRATA" train --device cuda \
+           --preset "$preset" --dtype bf16 --random-tokens 16M --micro-batch "$batch" --seq 1024 --steps 6 \
+           --eval-every 0 --log-every 1 --activation-checkpointing --gpu-mem "${GPU_CHECK_PEER_GPU_MEM:-24GiB}" \
+           --offload auto --peak-tflops 989 "${q8[@]}" --metrics "$LOG_DIR/peer-strata-$preset.jsonl"; then
+        note "peer strata $preset: $(grep -E 'step +6/6' "$slog" | tail -1 | sed 's/.*\] //')"
+        note "peer strata $preset placement: $(grep -m1 -E 'offload auto|device memory' "$slog" | sed 's/.*\] //')"
+      else
+        phase_failed "peer strata $preset (rc $?); the end of $(basename "$slog"):"
+        tail -5 "$slog" | tee -a "$SUMMARY" >&2
+      fi
+      dlog="$LOG_DIR/peer-deepspeed-$preset.log"
+      if within "${GPU_CHECK_DEADLINE_RUN:-240}" "$dlog" env PYTHONPATH="$site" PATH="$site/bin:$PATH" \
+           PYTHONUNBUFFERED=1 "$PYTHON" bench/peers/deepspeed_llama_train.py --preset "$preset" \
+           --micro-batch "$batch" --seq 1024 --steps 4 --warmup 2 --peak-tflops 989; then
+        note "peer deepspeed $preset: $(tail -1 "$dlog")"
+      else
+        phase_failed "peer deepspeed $preset (rc $?); the end of $(basename "$dlog"):"
+        tail -8 "$dlog" | tee -a "$SUMMARY" >&2
+      fi
+      "$PYTHON" - "$LOG_DIR/peer-strata-$preset.jsonl" "$dlog" <<'PY' | tee -a "$SUMMARY"
+import json, statistics, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    tok = statistics.median(r["tokens_per_s"] for r in rows[2:] if "tokens_per_s" in r)
+    ds = next(json.loads(l) for l in reversed(open(sys.argv[2]).read().splitlines()) if l.startswith("{"))
+    print(f"peer: strata {tok:.0f} tok/s, deepspeed {ds['tokens_per_s']:.0f} tok/s: strata / deepspeed {tok / ds['tokens_per_s']:.2f}x")
+except (OSError, ValueError, StopIteration, KeyError, statistics.StatisticsError) as e:
+    print(f"peer: no comparison ({type(e).__name__}: {e})")
+PY
+    done
+  else
+    phase_failed "peer: DeepSpeed not installed; the end of peer-install.log:"
+    tail -5 "$log" | tee -a "$SUMMARY" >&2
+  fi
 fi
 note "gpu_check: done, status $status"
 exit $status
