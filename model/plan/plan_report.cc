@@ -156,6 +156,7 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                     {"offload_param", model::offload_value(c.options.weight_home)},
                     {"offload_optimizer", model::offload_value(c.options.optimizer_home)},
                     {"offload_grad", c.options.grad_home == Tier::nvme ? "nvme" : "cpu"},
+                    {"resident_layers", c.options.paged_weights() ? c.options.resident_layers : c.model.n_layer},
                     {"activation_checkpointing", c.options.activation_checkpointing}};
   j["tiling"] = {{"summary", model::tiling_summary(c.model)},
                  {"flags", model::tiling_flags(c.model, model::TrainOptions{})},

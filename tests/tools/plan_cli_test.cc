@@ -88,6 +88,8 @@ TEST(PlanCli, AFixedPlacementIsKept) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("placement").at("offload_param"), "cpu");
   EXPECT_EQ(j.at("nvme_bytes"), 0);
+  // 8 GiB holds the whole of gpt2-124m's 12 layers beside the paged tables.
+  EXPECT_EQ(j.at("placement").at("resident_layers"), 12);
 }
 
 TEST(PlanCli, ItsVariablesAreReadByPlanAndIgnoredElsewhere) {
