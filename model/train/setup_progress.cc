@@ -143,7 +143,8 @@ void SetupProgress::tick() {
       Moving& m = moving[i];
       if (m.since == Clock::time_point{} && done > at) m = {.from = at, .last = at, .since = t_now - kTick};
       if (done != m.last) m.last = done, m.last_change = t_now;  // the rate is of the time it moved
-      const double s = m.since == Clock::time_point{} ? 0 : std::chrono::duration<double>(m.last_change - m.since).count();
+      const double s =
+          m.since == Clock::time_point{} ? 0 : std::chrono::duration<double>(m.last_change - m.since).count();
       now.push_back({&t->counter, done, s > 0 && done > m.from ? double(done - m.from) / s : 0});
     }
     if (!live_ && !plain_due) continue;
