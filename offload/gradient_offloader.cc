@@ -156,12 +156,12 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
     ch.group = options.chunk_group[c];
     largest = std::max(largest, ch.bytes);
     if (options.home == Tier::nvme) continue;
-    StatusOr<PinnedBuffer> acc = pinned.acquire(ch.bytes / es * sizeof(float));
+    // Reads as zero before the first step.
+    StatusOr<PinnedBuffer> acc = pinned.acquire(ch.bytes / es * sizeof(float), PinnedFill::zero);
     if (!acc.is_ok()) {
       return acc.status().with_context(fmt::format("{}: fp32 accumulator of chunk {}", options.name, c));
     }
     ch.accumulator = std::move(*acc);
-    std::memset(ch.accumulator.data(), 0, ch.accumulator.size());  // reads as zero before the first step
   }
   if (options.home == Tier::nvme) STRATA_RETURN_IF_ERROR(o->carve_nvme(pinned));
   StatusOr<PinnedBuffer> staging = pinned.acquire(largest);

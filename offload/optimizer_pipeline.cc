@@ -168,11 +168,10 @@ Status OptimizerPipeline::carve() {
   if (o.home == Tier::cpu) {
     homes_.reserve(chunks);
     for (size_t c = 0; c < chunks; c++) {
-      auto b = pool_.acquire(layouts_[c].padded);
+      auto b = pool_.acquire(layouts_[c].padded, PinnedFill::zero);  // written only if it was used before
       if (!b.is_ok())
         return b.status().with_context(fmt::format("{}: pinned state of {} (all chunks need {})", o.name, label(c),
                                                    format_size(pinned_total)));
-      std::memset(b->data(), 0, b->size());
       homes_.push_back(std::move(*b));
     }
     return Status::ok();

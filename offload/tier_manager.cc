@@ -154,10 +154,9 @@ Status TierManager::carve() {
     Chunk& ch = chunks_[c];
     ch.group = o.chunk_group[c];
     if (o.home == Tier::cpu) {
-      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kHostPage));
+      auto b = pool_.acquire(round_up(o.chunk_bytes[c], kHostPage), PinnedFill::zero);
       if (!b.is_ok()) return b.status().with_context(fmt::format("{}: pinned home of chunk {}", o.name, c));
       ch.home = std::move(*b);
-      std::memset(ch.home.data(), 0, ch.home.size());
       ch.home_read = backend_.create_event();
     } else {
       auto e = store_->allocate(fmt::format("{} chunk {}", o.name, c), o.chunk_bytes[c]);

@@ -5,6 +5,7 @@
 // the std types (thin inline wrappers). Not recursive, not shared (reader/writer).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -74,6 +75,13 @@ class CondVar {
     std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();  // still held: ownership stays with the caller's MutexLock
+  }
+  // As wait(), but also returns once `timeout` has passed. REQUIRES: mu held, by this thread.
+  template <typename Rep, typename Period>
+  void wait_for(Mutex& mu, std::chrono::duration<Rep, Period> timeout) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    cv_.wait_for(lock, timeout);
+    lock.release();
   }
   void notify_one() { cv_.notify_one(); }
   void notify_all() { cv_.notify_all(); }

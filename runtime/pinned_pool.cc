@@ -7,8 +7,12 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include "runtime/backend.h"
 #include "runtime/log.h"
@@ -49,6 +53,26 @@ StatusOr<std::byte*> map_pages(uint64_t bytes, bool huge_pages) {
   if (madvise(base, bytes, MADV_HUGEPAGE) != 0)
     spdlog::debug("pinned pool: transparent huge pages not available ({}); using 4 KiB pages", std::strerror(errno));
   return base;
+}
+
+// Faulting in (the kernel zeroes each new page) and zeroing run on every core in ranges of a huge
+// page: one core writes about 2-4 GB/s of new pages, the memory bus takes several times that.
+constexpr uint64_t kParallelRange = kHugePage;
+
+// Faults in every page of fresh anonymous memory [base, base + bytes) on every core, writing the
+// zero each already holds, so a following mlock finds them present instead of faulting them in
+// one by one on the calling thread.
+void fault_in(std::byte* base, uint64_t bytes) {
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, bytes, kParallelRange), [&](const tbb::blocked_range<uint64_t>& r) {
+    for (uint64_t o = r.begin(); o < r.end(); o += kPinnedAlignment)
+      reinterpret_cast<volatile unsigned char*>(base)[o] = 0;
+  });
+}
+
+void zero_on_every_core(std::byte* data, uint64_t bytes) {
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, bytes, kParallelRange), [&](const tbb::blocked_range<uint64_t>& r) {
+    std::memset(data + r.begin(), 0, r.size());
+  });
 }
 
 // True when this process may lock one page (RLIMIT_MEMLOCK / CAP_IPC_LOCK allow it).
@@ -162,35 +186,42 @@ PinnedPool::~PinnedPool() {
   for (const Slab& slab : slabs_) free_slab_memory(slab.base, slab.size, slab.kind);
 }
 
-StatusOr<PinnedBuffer> PinnedPool::acquire(uint64_t bytes) {
+StatusOr<PinnedBuffer> PinnedPool::acquire(uint64_t bytes, PinnedFill fill) {
   if (bytes > (1ull << 62)) {
     return error(Code::out_of_memory, "pinned memory request of {} bytes is larger than any host", bytes);
   }
   const uint64_t size = round_up_pages(bytes);
-  MutexLock lock(mu_);
   std::byte* data = nullptr;
-  if (auto reused = free_blocks_.find(size); reused != free_blocks_.end()) {
-    data = reused->second;
-    free_blocks_.erase(reused);
-    stats_.reuses++;
-  } else {
-    // Best fit among the slabs' unused tails, else a new slab.
-    auto tail = tail_free_.end();
-    for (auto it = tail_free_.begin(); it != tail_free_.end(); ++it) {
-      if (it->second >= size && (tail == tail_free_.end() || it->second < tail->second)) tail = it;
+  bool zero = false;  // the block reads as zeros already
+  {
+    MutexLock lock(mu_);
+    if (auto reused = free_blocks_.find(size); reused != free_blocks_.end()) {
+      data = reused->second;
+      free_blocks_.erase(reused);
+      stats_.reuses++;
+    } else {
+      // Best fit among the slabs' unused tails, else a new slab.
+      auto tail = tail_free_.end();
+      for (auto it = tail_free_.begin(); it != tail_free_.end(); ++it) {
+        if (it->second.size >= size && (tail == tail_free_.end() || it->second.size < tail->second.size)) tail = it;
+      }
+      if (tail == tail_free_.end()) {
+        STRATA_ASSIGN_OR_RETURN(std::span<std::byte> slab, reserve_slab_locked(size));
+        tail = tail_free_.emplace(slab.data(), Tail{slab.size(), slabs_.back().kind != PinnedKind::cuda_host}).first;
+      }
+      data = tail->first;
+      zero = tail->second.zero;
+      const Tail left{tail->second.size - size, tail->second.zero};
+      tail_free_.erase(tail);
+      if (left.size > 0) tail_free_.emplace(data + size, left);
     }
-    if (tail == tail_free_.end()) {
-      STRATA_ASSIGN_OR_RETURN(std::span<std::byte> slab, reserve_slab_locked(size));
-      tail = tail_free_.emplace(slab.data(), slab.size()).first;
-    }
-    data = tail->first;
-    const uint64_t left = tail->second - size;
-    tail_free_.erase(tail);
-    if (left > 0) tail_free_.emplace(data + size, left);
+    stats_.acquires++;
+    stats_.in_use += size;
+    stats_.peak = std::max(stats_.peak, stats_.in_use);
+    if (fill == PinnedFill::zero && !zero) stats_.zeroed_bytes += size;
   }
-  stats_.acquires++;
-  stats_.in_use += size;
-  stats_.peak = std::max(stats_.peak, stats_.in_use);
+  // The block is the caller's now: zeroed outside the lock.
+  if (fill == PinnedFill::zero && !zero) zero_on_every_core(data, size);
   return PinnedBuffer(this, data, size);
 }
 
@@ -210,6 +241,7 @@ StatusOr<std::span<std::byte>> PinnedPool::reserve_slab_locked(uint64_t bytes) {
     }
     slab_bytes = std::min(slab_bytes, left / kPinnedAlignment * kPinnedAlignment);
   }
+  const auto start = std::chrono::steady_clock::now();
   std::byte* base = nullptr;
   PinnedKind kind = kind_.load();
 #ifdef STRATA_HAVE_CUDA
@@ -225,6 +257,7 @@ StatusOr<std::span<std::byte>> PinnedPool::reserve_slab_locked(uint64_t bytes) {
 #endif
   if (base == nullptr) {
     STRATA_ASSIGN_OR_RETURN(base, map_pages(slab_bytes, options_.huge_pages));
+    fault_in(base, slab_bytes);  // every page of the slab is used: pay for them now, on every core
     if (kind == PinnedKind::mlock && mlock(base, slab_bytes) != 0) {
       warn_pageable(errno_status(errno, fmt::format("mlock of a {} slab", format_size(slab_bytes))));
       kind = PinnedKind::pageable;
@@ -234,7 +267,9 @@ StatusOr<std::span<std::byte>> PinnedPool::reserve_slab_locked(uint64_t bytes) {
   stats_.kind = kind;
   slabs_.push_back(Slab{base, slab_bytes, kind});
   stats_.reserved += slab_bytes;
+  reserved_.store(stats_.reserved, std::memory_order_relaxed);
   stats_.slabs = slabs_.size();
+  stats_.reserve_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::span<std::byte> span(base, slab_bytes);
   if (listener_) listener_(slabs_.size() - 1, span);
   return span;

@@ -2,7 +2,10 @@
 // buffers. Memory comes from cudaHostAlloc when the CUDA backend is built and a device is visible,
 // else from page-aligned mmap + mlock, else (mlock refused) from pageable memory with one
 // warning. It is reserved in slabs that are never returned to the OS before the pool dies, and
-// freed blocks are reused by size, so a training step allocates nothing from the OS.
+// freed blocks are reused by size, so a training step allocates nothing from the OS. A new mmap'd
+// slab's pages are faulted in by every core at once (oneTBB) before they are locked, and the pool
+// knows which bytes are still as the OS gave them (zero), so a block asked for zeroed is written
+// only when it was used before (PinnedFill::zero).
 // Thread-safety: all methods are safe to call concurrently. Lifetime: blocks must be released (or
 // their PinnedBuffer destroyed) before the pool is destroyed.
 #pragma once
@@ -34,6 +37,13 @@ struct PinnedPoolOptions {
                                      // segments per O_DIRECT transfer); false: plain 4 KiB pages
 };
 
+// What a block holds when acquire() returns it.
+enum class PinnedFill : uint8_t {
+  any,   // whatever was there (a reused block keeps its last user's bytes)
+  zero,  // zeros: memory the OS gave zeroed and nobody used is not written again; a reused block
+         // (or a CUDA host slab, whose contents the driver does not promise) is zeroed on every core
+};
+
 struct PinnedPoolStats {
   PinnedKind kind = PinnedKind::pageable;
   uint64_t capacity = 0;   // 0 = unlimited
@@ -43,6 +53,8 @@ struct PinnedPoolStats {
   uint64_t acquires = 0;
   uint64_t reuses = 0;     // acquires served from a freed block of the same size
   size_t slabs = 0;
+  double reserve_seconds = 0;  // in the OS and the driver reserving slabs (mapping, faulting in, locking)
+  uint64_t zeroed_bytes = 0;   // written with zeros for PinnedFill::zero (the rest was zero already)
 };
 
 class PinnedPool;
@@ -76,11 +88,14 @@ class PinnedPool {
   static StatusOr<std::unique_ptr<PinnedPool>> create(const PinnedPoolOptions& options);
   ~PinnedPool();
 
-  // A 4 KiB-aligned block of at least `bytes` (rounded up to 4 KiB). Over capacity:
-  // out_of_memory naming the request, the reserved bytes and the capacity.
-  StatusOr<PinnedBuffer> acquire(uint64_t bytes) EXCLUDES(mu_);
+  // A 4 KiB-aligned block of at least `bytes` (rounded up to 4 KiB), holding what `fill` says.
+  // Over capacity: out_of_memory naming the request, the reserved bytes and the capacity.
+  StatusOr<PinnedBuffer> acquire(uint64_t bytes, PinnedFill fill = PinnedFill::any) EXCLUDES(mu_);
 
   PinnedPoolStats stats() const EXCLUDES(mu_);
+  // stats().reserved without the lock (which a slab's reservation holds for its whole time): for a
+  // progress line on another thread.
+  uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   // The kind new slabs get: starts as the best kind allowed and available, and steps down
   // (cuda_host -> mlock -> pageable, with one warning) if the OS or driver refuses a slab.
   PinnedKind kind() const { return kind_.load(); }
@@ -104,16 +119,21 @@ class PinnedPool {
     uint64_t size;
     PinnedKind kind;
   };
+  struct Tail {
+    uint64_t size;
+    bool zero;  // never handed out, and the OS gave it zeroed
+  };
   // Constant after construction.
   const PinnedPoolOptions options_;
 
   std::atomic<PinnedKind> kind_;  // written under mu_, read without it
+  std::atomic<uint64_t> reserved_{0};  // stats_.reserved, written under mu_, read without it
 
   // State below is protected by mu_.
   mutable Mutex mu_;
   std::vector<Slab> slabs_ GUARDED_BY(mu_);
   std::multimap<uint64_t, std::byte*> free_blocks_ GUARDED_BY(mu_);  // size -> block, exact-size reuse
-  std::map<std::byte*, uint64_t> tail_free_ GUARDED_BY(mu_);          // unused tails of slabs: start -> size
+  std::map<std::byte*, Tail> tail_free_ GUARDED_BY(mu_);              // unused tails of slabs: start -> tail
   std::function<void(size_t, std::span<std::byte>)> listener_ GUARDED_BY(mu_);
   PinnedPoolStats stats_ GUARDED_BY(mu_);
 };

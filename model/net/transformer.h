@@ -11,6 +11,7 @@
 // weight source's business (ResidentWeights, the model's own by default, or a paging source).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -147,6 +148,18 @@ class Transformer {
   // index), so the values do not depend on the chunking; large tensors are generated in parallel
   // (oneTBB), bit-identical to one sequential loop. Returns once copied.
   Status init(uint64_t seed);
+  // init(seed) for a model whose trainer takes its fp32 source next (16-bit): the weights of each
+  // chunk are written when take_fp32_source()'s source first produces it (the trainer's masters),
+  // so every value is generated once instead of twice; finish_init() then writes the chunks it did
+  // not produce and flushes. The weights and the source's values are init(seed)'s, bit for bit.
+  // Until finish_init() returns, the weights are not all written: nothing may read or acquire
+  // them, and the source is for one thread (it writes through the weight source). fp32: init(seed)
+  // (its masters are read back from the weights), and finish_init() does nothing.
+  Status begin_init(uint64_t seed);
+  Status finish_init();
+  // Parameters (master elements, padding included) written by init, load or the source of
+  // begin_init so far: a progress counter, safe to read from any thread.
+  uint64_t elements_written() const { return elements_written_.load(std::memory_order_relaxed); }
   // Writes chunk c's exact fp32 values in master_layout() (chunk bytes / 4 floats, padding zero)
   // to `out`. Keeps no mutable state (calls may run concurrently); must not outlive the model.
   using Fp32ChunkSource = std::function<Status(size_t chunk, float* out)>;
@@ -296,6 +309,9 @@ class Transformer {
   // one buffer of the largest chunk (rounded to the working precision); then `produce` is kept as
   // take_fp32_source() when that is 16-bit.
   Status write_chunks(const Fp32ChunkSource& produce);
+  // Chunk c's fp32 values `host` (master layout) rounded to the working precision into the weight
+  // source's update buffer, then committed.
+  Status write_chunk(size_t c, const float* host);
   // The optimizer's prepare(c) (if any), then weights().acquire(c).
   StatusOr<std::byte*> acquire_chunk(size_t c);
 
@@ -319,6 +335,9 @@ class Transformer {
   TraceRecorder* trace_ = nullptr;
   Optimizer* optimizer_ = nullptr;    // see set_optimizer
   Fp32ChunkSource fp32_source_;       // see take_fp32_source()
+  std::vector<uint8_t> init_pending_;  // begin_init: per chunk, its weights are still to be written
+  uint64_t init_seed_ = 0;             // begin_init's
+  std::atomic<uint64_t> elements_written_{0};
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;
   ActivationGrads dacts_;

@@ -144,30 +144,45 @@ std::vector<uint64_t> as_u64(const std::vector<int64_t>& shape) { return {shape.
 // copied, 16-bit rounded per tensor (padding zero), then committed; returns once every chunk
 // reached its home.
 Status Transformer::write_chunks(const Fp32ChunkSource& produce) {
-  const bool f32 = options_.dtype == DType::f32;
-  const kernels::FloatFormat format = f32 ? kernels::FloatFormat::f32 : float_format_of(options_.dtype, "weights").value();
   uint64_t largest = 0;
   for (const ChunkSpec& chunk : master_layout_.chunks) largest = std::max(largest, chunk.bytes);
   std::vector<float> host(largest / sizeof(float));
   for (size_t c = 0; c < master_layout_.chunks.size(); ++c) {
     STRATA_RETURN_IF_ERROR(produce(c, host.data()));
-    STRATA_ASSIGN_OR_RETURN(std::byte* staged, weights_->update_buffer(c));
-    if (f32) {
-      std::memcpy(staged, host.data(), layout_.chunks[c].bytes);
-    } else {
-      std::memset(staged, 0, layout_.chunks[c].bytes);
-      for (const ParamSpec* p : chunk_params_[c]) {
-        const float* src = host.data() + master_layout_.params[p - layout_.params.data()].offset / sizeof(float);
-        auto* dst = reinterpret_cast<uint16_t*>(staged + p->offset);
-        tbb::parallel_for(tbb::blocked_range<uint64_t>(0, p->elements, kRangeElements),
-                          [&](const tbb::blocked_range<uint64_t>& r) {
-                            for (uint64_t e = r.begin(); e < r.end(); ++e) dst[e] = kernels::float_to_half(format, src[e]);
-                          });
-      }
-    }
-    STRATA_RETURN_IF_ERROR(weights_->commit_update(c));
+    STRATA_RETURN_IF_ERROR(write_chunk(c, host.data()));
   }
   return weights_->flush();
+}
+
+Status Transformer::write_chunk(size_t c, const float* host) {
+  STRATA_ASSIGN_OR_RETURN(std::byte* staged, weights_->update_buffer(c));
+  if (options_.dtype == DType::f32) {
+    std::memcpy(staged, host, layout_.chunks[c].bytes);
+  } else {
+    const kernels::FloatFormat format = float_format_of(options_.dtype, "weights").value();
+    uint64_t zeroed = 0;  // the padding before each tensor (and after the last) is zeroed, the tensors written once
+    for (const ParamSpec* p : chunk_params_[c]) {
+      if (p->offset < zeroed) {  // not in offset order: zero the whole chunk first (never for a built layout)
+        std::memset(staged, 0, layout_.chunks[c].bytes);
+        zeroed = layout_.chunks[c].bytes;
+        break;
+      }
+      std::memset(staged + zeroed, 0, p->offset - zeroed);
+      zeroed = p->offset + p->elements * esize_;
+    }
+    if (zeroed < layout_.chunks[c].bytes) std::memset(staged + zeroed, 0, layout_.chunks[c].bytes - zeroed);
+    for (const ParamSpec* p : chunk_params_[c]) {
+      const float* src = host + master_layout_.params[p - layout_.params.data()].offset / sizeof(float);
+      auto* dst = reinterpret_cast<uint16_t*>(staged + p->offset);
+      tbb::parallel_for(tbb::blocked_range<uint64_t>(0, p->elements, kRangeElements),
+                        [&](const tbb::blocked_range<uint64_t>& r) {
+                          for (uint64_t e = r.begin(); e < r.end(); ++e) dst[e] = kernels::float_to_half(format, src[e]);
+                        });
+    }
+  }
+  STRATA_RETURN_IF_ERROR(weights_->commit_update(c));
+  elements_written_.fetch_add(master_layout_.chunks[c].bytes / sizeof(float), std::memory_order_relaxed);
+  return Status::ok();
 }
 
 Transformer::Fp32ChunkSource Transformer::take_fp32_source() { return std::exchange(fp32_source_, nullptr); }
@@ -179,6 +194,7 @@ Status Transformer::load_hf_safetensors(const std::string& path) {
 
 Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
   fp32_source_ = nullptr;
+  init_pending_.clear();
   for (const auto& p : master_layout_.params) {  // every tensor checked before the first chunk is written
     const SafetensorsTensor* t = find_in_file(file, p.name).tensor;
     if (t == nullptr) {
@@ -211,6 +227,7 @@ Status Transformer::load_hf_safetensors(const SafetensorsFile& file) {
 Status Transformer::load_hf_weights(const HfWeights& weights) {
   STRATA_RETURN_IF_ERROR(weights.check_layout(master_layout_, config_.name));
   fp32_source_ = nullptr;
+  init_pending_.clear();
   const auto read = [this](const HfWeights& w, size_t c, float* out) {
     return read_hf_chunk(master_layout_, c, [&](std::string_view name) { return w.find(name); }, out);
   };
@@ -224,6 +241,7 @@ Status Transformer::load_hf_weights(const HfWeights& weights) {
 
 Status Transformer::init(uint64_t seed) {
   fp32_source_ = nullptr;
+  init_pending_.clear();
   Fp32ChunkSource generate = [this, seed](size_t c, float* out) {
     init_chunk(master_layout_, config_.n_layer, seed, c, out);
     return Status::ok();
@@ -231,6 +249,34 @@ Status Transformer::init(uint64_t seed) {
   STRATA_RETURN_IF_ERROR(write_chunks(generate));
   if (options_.dtype != DType::f32) fp32_source_ = std::move(generate);  // regenerates: nothing stored
   return Status::ok();
+}
+
+Status Transformer::begin_init(uint64_t seed) {
+  if (options_.dtype == DType::f32) return init(seed);
+  init_pending_.assign(master_layout_.chunks.size(), 1);
+  init_seed_ = seed;
+  fp32_source_ = [this](size_t c, float* out) -> Status {
+    init_chunk(master_layout_, config_.n_layer, init_seed_, c, out);
+    if (c >= init_pending_.size() || init_pending_[c] == 0) return Status::ok();
+    STRATA_RETURN_IF_ERROR(write_chunk(c, out));  // the values just made for the masters, rounded
+    init_pending_[c] = 0;
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status Transformer::finish_init() {
+  if (init_pending_.empty()) return Status::ok();
+  std::vector<float> host;
+  for (size_t c = 0; c < init_pending_.size(); ++c) {
+    if (init_pending_[c] == 0) continue;
+    host.resize(master_layout_.chunks[c].bytes / sizeof(float));
+    init_chunk(master_layout_, config_.n_layer, init_seed_, c, host.data());
+    STRATA_RETURN_IF_ERROR(write_chunk(c, host.data()));
+    init_pending_[c] = 0;
+  }
+  init_pending_.clear();
+  return weights_->flush();
 }
 
 StatusOr<kernels::CrossEntropyResult> Transformer::read_loss() {

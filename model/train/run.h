@@ -41,6 +41,7 @@
 #include "model/train/train_device_rates.h"
 #include "model/train/train_offload.h"
 #include "model/train/train_options.h"
+#include "model/train/setup_progress.h"
 #include "model/train/train_progress.h"
 #include "model/train/trainer.h"
 #include "offload/trace.h"
@@ -112,7 +113,9 @@ class TrainingRun {
 
   // The whole setup, once. Not ok() when it ended the run: refused (before anything was allocated,
   // or a size check), failed, or stopped (a signal during the setup: nothing trained or saved).
-  // Installs the stop-signal handlers (train_signals.h) once the pinned pool exists.
+  // Installs the stop-signal handlers (train_signals.h) once the pinned pool exists. Shows its
+  // phase and what it has pinned and written as it goes (setup_progress.h), and logs one line of
+  // its phases' seconds when it is done.
   RunOutcome setup();
   // After a setup() that was ok(), once: the steps from the resumed (or first) step to the last,
   // then the end-of-run lines.
@@ -178,6 +181,7 @@ class TrainingRun {
   std::optional<MetricsLog> metrics_;        // --metrics; closed before the end-of-run lines follow it
   std::optional<TensorBoardWriter> tensorboard_;
   std::optional<TrainDeviceRates> rates_;
+  std::unique_ptr<SetupProgress> setup_progress_;  // while setup() runs; its ticker reads pinned_ and net_
 
   // State of train(): changes every step.
   std::optional<TrainProgress> progress_;

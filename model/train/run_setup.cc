@@ -16,6 +16,7 @@
 #include "model/train/run.h"
 #include "model/train/run_model.h"
 #include "model/train/train_signals.h"
+#include "runtime/units.h"
 
 namespace strata::model {
 namespace {
@@ -74,9 +75,23 @@ TrainingRun::~TrainingRun() {
 }
 
 RunOutcome TrainingRun::setup() {
+  setup_progress_ = std::make_unique<SetupProgress>(hooks_.live);
+  setup_progress_->begin("checks");
   for (auto phase : {&TrainingRun::preflight, &TrainingRun::resume, &TrainingRun::place, &TrainingRun::join_world,
-                     &TrainingRun::build})
-    if (RunOutcome out = (this->*phase)(); !out.ok()) return out;
+                     &TrainingRun::build}) {
+    if (RunOutcome out = (this->*phase)(); !out.ok()) {
+      setup_progress_.reset();  // its ticker stops, its line goes
+      return out;
+    }
+  }
+  std::string detail;
+  if (pinned_) {
+    const PinnedPoolStats p = pinned_->stats();
+    detail = fmt::format("pinning {:.1f} s for {}", p.reserve_seconds, format_size(p.reserved));
+    if (p.zeroed_bytes > 0) detail += fmt::format(", {} zeroed", format_size(p.zeroed_bytes));
+  }
+  spdlog::info("{}", setup_progress_->finish(detail));
+  setup_progress_.reset();
   return {};
 }
 
@@ -251,6 +266,7 @@ RunOutcome TrainingRun::check_checkpoint_dir_is_ours() const {
 // trainer. From the offload tiers on, a stop signal ends the setup at the next phase's end;
 // returning unwinds what was built, which removes the swap directories.
 RunOutcome TrainingRun::build() {
+  setup_progress_->begin("data and backend");
   StatusOr<RunData> data = open_run_data(o_, uint32_t(mc_.vocab), seed_);
   if (!data.is_ok()) return outcome_of(data.status());
   data_ = std::move(*data);
@@ -279,7 +295,11 @@ RunOutcome TrainingRun::build() {
       {.capacity = config_.get_size_or_auto("cpu_mem").value_or(0), .allow_cuda = backend_->kind() == BackendKind::cuda});
   if (!pinned.is_ok()) return outcome_of(pinned.status());
   pinned_ = std::move(*pinned);
+  setup_progress_->track({.name = "pinned",
+                          .done = [pool = pinned_.get()] { return pool->reserved_bytes(); },
+                          .total = placement_->predicted.bytes.tier(Tier::cpu)});
   install_stop_signals();
+  setup_progress_->begin("weight homes");
   StatusOr<std::unique_ptr<TrainOffload>> offload = TrainOffload::create(config_, o_, mc_, *backend_, *pinned_);
   if (!offload.is_ok()) return outcome_of(offload.status());
   offload_ = std::move(*offload);
@@ -301,6 +321,7 @@ RunOutcome TrainingRun::build() {
 // The batch loaders, the model (its weights initialized, loaded from --init-from or resumed) and
 // the trainer (its optimizer state, resumed when the run is).
 RunOutcome TrainingRun::build_model() {
+  setup_progress_->begin("model");
   BatchLoaderOptions lo;
   lo.sampling = {.batch_size = uint32_t(o_.micro_batch), .seq_len = uint32_t(o_.seq), .shuffle = true, .seed = seed_};
   if (resumed_) lo.start = resumed_->loader;
@@ -332,21 +353,33 @@ RunOutcome TrainingRun::build_model() {
   if (!net.is_ok()) return outcome_of(net.status());
   net_ = std::move(*net);
   net_->set_trace(observer_ ? observer_->trace() : offload_->trace());
+  uint64_t elements = 0;
+  for (const ChunkSpec& chunk : net_->master_layout().chunks) elements += chunk.bytes / sizeof(float);
+  setup_progress_->track({.name = "weights",
+                          .done = [net = net_.get()] { return net->elements_written(); },
+                          .total = elements,
+                          .bytes = false});
+  // A fresh 16-bit model's weights are written as the trainer fills its masters from the same
+  // values (Transformer::begin_init): each value is generated once.
+  const bool with_masters = !resumed_ && !init_weights_ && o_.dtype != DType::f32;
+  if (!with_masters) setup_progress_->begin("weights");
   if (resumed_ && init_weights_)
     spdlog::info("init-from: resuming from {}, so its weights are used; {} gave the model's configuration only",
                  resume_dir_, o_.init_from);
   if (Status s = resumed_       ? load_checkpoint_weights(resume_dir_, *net_)
                  : init_weights_ ? net_->load_hf_weights(*init_weights_)
-                                 : net_->init(seed_);
+                                 : net_->begin_init(seed_);
       !s.is_ok())
     return outcome_of(s);
   init_weights_.reset();  // unmap the Hugging Face files
   if (RunOutcome out = stopped_in_setup("writing the model's weights"); !out.ok()) return out;
+  setup_progress_->begin(with_masters ? "optimizer state and weights" : "optimizer state");
   StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::create(*backend_, *net_, *pinned_, pool_.get(), o_,
                       {.trace = offload_->trace(), .store = offload_->store(), .comm = comm_.get()});
   if (!trainer.is_ok()) return outcome_of(trainer.status());
   trainer_ = std::move(*trainer);
+  if (Status s = net_->finish_init(); !s.is_ok()) return outcome_of(s);  // what the masters' fill did not write
   if (RunOutcome out = stopped_in_setup("writing the optimizer state"); !out.ok()) return out;
   if (resumed_) {
     if (Status s = load_checkpoint_optimizer(resume_dir_, *trainer_); !s.is_ok()) return outcome_of(s);
@@ -359,6 +392,7 @@ RunOutcome TrainingRun::build_model() {
 // --metrics (a resumed run drops the lines after its checkpoint's step), TensorBoard, the model's
 // line and the device rates (TFLOP/s, MFU).
 RunOutcome TrainingRun::open_sinks() {
+  setup_progress_->begin("sinks");
   if (!o_.metrics_path.empty()) {
     if (resumed_) {
       StatusOr<uint64_t> dropped = truncate_metrics_after(o_.metrics_path, resumed_->step);

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -102,6 +103,41 @@ TEST(PinnedPool, ALastSlabIsTrimmedToTheCapacity) {
   PinnedBuffer b = take(pool->acquire(kMiB));
   EXPECT_EQ(pool->stats().reserved, 6 * kMiB);
   EXPECT_EQ(pool->slabs().back().size(), 2 * kMiB);
+}
+
+bool all_zero(const PinnedBuffer& b) {
+  return std::all_of(b.data(), b.data() + b.size(), [](std::byte x) { return x == std::byte{0}; });
+}
+
+// PinnedFill::zero: memory as the OS gave it (a new slab's tail, faulted in on every core) is
+// handed out without being written again; a block used before is zeroed (every byte, on every
+// core); PinnedFill::any leaves a reused block's bytes.
+TEST(PinnedPool, ZeroFillWritesOnlyWhatWasUsedBefore) {
+  for (const bool mlock : {false, true}) {
+    if (mlock && geteuid() != 0) continue;  // the mlock path needs root or CAP_IPC_LOCK
+    auto pool = make_pool(8 * kMiB, 0, mlock);
+    std::byte* first = nullptr;
+    {
+      PinnedBuffer a = take(pool->acquire(5 * kMiB + 4 * kKiB, PinnedFill::zero));  // several parallel ranges
+      EXPECT_TRUE(all_zero(a));
+      EXPECT_EQ(pool->stats().zeroed_bytes, 0u) << "fresh from the OS: not written again";
+      first = a.data();
+      std::memset(a.data(), 0x7e, a.size());
+    }
+    {
+      PinnedBuffer kept = take(pool->acquire(5 * kMiB + 4 * kKiB));
+      ASSERT_EQ(kept.data(), first);
+      EXPECT_EQ(kept.as<uint8_t>()[kept.size() - 1], 0x7e) << "PinnedFill::any leaves the last user's bytes";
+    }
+    PinnedBuffer reused = take(pool->acquire(5 * kMiB + 4 * kKiB, PinnedFill::zero));
+    ASSERT_EQ(reused.data(), first);
+    EXPECT_TRUE(all_zero(reused));
+    EXPECT_EQ(pool->stats().zeroed_bytes, 5 * kMiB + 4 * kKiB);
+    PinnedBuffer tail = take(pool->acquire(kMiB, PinnedFill::zero));  // the slab's untouched tail
+    EXPECT_TRUE(all_zero(tail));
+    EXPECT_EQ(pool->stats().zeroed_bytes, 5 * kMiB + 4 * kKiB);
+    EXPECT_EQ(pool->reserved_bytes(), pool->stats().reserved);
+  }
 }
 
 TEST(PinnedPool, ForcedPageableFallbackStillWorks) {

@@ -39,6 +39,10 @@ TEST(TrainCli, FiveStepsPrintFiveProgressLinesAndWriteFiveMetricsLines) {
   EXPECT_NE(r.err.find("cpu backend"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("trained 5 steps"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("peak memory: device (cpu backend) "), std::string::npos) << r.err;
+  // The setup's one line of phases (model/train/setup_progress.h), before the first step's.
+  EXPECT_EQ(count_lines_with(r.err, "[info] setup: "), 1) << r.err;
+  EXPECT_LT(r.err.find("[info] setup: "), r.err.find("/5 | loss ")) << r.err;
+  EXPECT_NE(r.err.find("; pinning "), std::string::npos) << r.err;
 
   std::ifstream in(metrics);
   std::vector<nlohmann::json> lines;

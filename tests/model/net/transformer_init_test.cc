@@ -144,6 +144,43 @@ TEST(TransformerInitTest, SourceAfterInitRegeneratesWhatInitWrote) {
   }
 }
 
+// begin_init writes each chunk's weights when its source first produces the chunk (the trainer's
+// masters), finish_init the chunks it never produced: every byte of every chunk (padding included)
+// and every value the source gives are init's.
+TEST(TransformerInitTest, BeginInitWritesInitsBitsThroughItsSource) {
+  auto backend = cpu_backend();
+  const ModelConfig c = wide_vocab_llama();
+  auto eager = expect_value(Transformer::create(*backend, c, {.batch = 1, .seq_len = 8, .dtype = DType::bf16}));
+  auto deferred = expect_value(Transformer::create(*backend, c, {.batch = 1, .seq_len = 8, .dtype = DType::bf16}));
+  ASSERT_TRUE(eager->init(11).is_ok());
+  ASSERT_TRUE(deferred->begin_init(11).is_ok());
+  EXPECT_EQ(deferred->elements_written(), 0u) << "nothing is written before the source runs";
+  const std::vector<std::vector<float>> want = produce_all(*eager, eager->take_fp32_source());
+  const Transformer::Fp32ChunkSource source = deferred->take_fp32_source();
+  ASSERT_TRUE(source);
+  const size_t chunks = want.size(), skipped = 1;  // a chunk the source never produces
+  ASSERT_GT(chunks, 2u);
+  for (size_t k = chunks; k-- > 0;) {  // in reverse, and the last chunk twice: order does not matter
+    if (k == skipped) continue;
+    std::vector<float> got(want[k].size(), -1.f);
+    ASSERT_TRUE(source(k, got.data()).is_ok()) << k;
+    EXPECT_EQ(got, want[k]) << "chunk " << k;
+  }
+  std::vector<float> again(want[chunks - 1].size(), -1.f);
+  ASSERT_TRUE(source(chunks - 1, again.data()).is_ok());
+  EXPECT_EQ(again, want[chunks - 1]);
+  EXPECT_LT(deferred->elements_written(), eager->elements_written()) << "chunk " << skipped << " is not written yet";
+  ASSERT_TRUE(deferred->finish_init().is_ok());
+  EXPECT_EQ(deferred->elements_written(), eager->elements_written());
+  for (size_t k = 0; k < chunks; ++k) {
+    const uint64_t bytes = eager->layout().chunks[k].bytes;
+    std::vector<std::byte> a(bytes, std::byte{0x5a}), b(bytes, std::byte{0xa5});
+    ASSERT_TRUE(eager->weights().read(k, a.data()).is_ok());
+    ASSERT_TRUE(deferred->weights().read(k, b.data()).is_ok());
+    EXPECT_EQ(a, b) << "chunk " << k;
+  }
+}
+
 // The source of a load re-reads the files, which it keeps mapped after the loader's own copy
 // (load_hf_safetensors(path)'s, an HfWeights the caller drops) is gone.
 TEST(TransformerInitTest, SourceAfterLoadGivesTheFilesValues) {
