@@ -187,10 +187,14 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
   }
+  // Layer-major (o.step_schedule resolved to it, model/train/step_schedule.h): K residual streams,
+  // K d residuals, the tied table's K - 1 stashed gradients (Transformer::activation_bytes) and K
+  // batch buffers, where micro-batch-major has one of each.
+  const int64_t K = o.step_schedule == StepSchedule::layer_major ? int64_t(std::max<uint64_t>(o.grad_accum, 1)) : 1;
   const TransformerOptions t{.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
-                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype};
+                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype, .micro_batches = K};
   d.activations = aligned(Transformer::activation_bytes(config, t));
-  d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
+  d.batch = 2 * uint64_t(K) * aligned(o.micro_batch * o.seq * sizeof(int32_t));
   return d;
 }
 
