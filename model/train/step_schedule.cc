@@ -22,19 +22,29 @@ StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const T
   }
   if (K < 2) return mbm("one micro-batch per step (--grad-accum 1): both schedules are the same work");
   if (asked == StepSchedule::micro_batch_major) return mbm("as asked (--step-schedule micro-batch-major)");
-  if (asked == StepSchedule::layer_major)
+  TrainOptions layer_major = options;
+  layer_major.step_schedule = StepSchedule::layer_major;
+  const DeviceBytes d = estimate_device_bytes(config, layer_major);
+  if (asked == StepSchedule::layer_major) {
+    if (d.total() > device_budget) {
+      TrainOptions micro_batch_major = options;
+      micro_batch_major.step_schedule = StepSchedule::micro_batch_major;
+      return error(Code::out_of_memory, "--step-schedule layer-major needs {} of device memory ({} micro-batches' "
+                   "layer inputs: activations {}) but the budget is {}; pass --step-schedule auto or micro-batch-major "
+                   "({}), a smaller --grad-accum or --micro-batch, or raise --gpu-mem", format_size(d.total()), K,
+                   format_size(d.activations), format_size(device_budget),
+                   format_size(estimate_device_bytes(config, micro_batch_major).total()));
+    }
     return ScheduleChoice{StepSchedule::layer_major,
                           fmt::format("as asked (--step-schedule layer-major): each chunk acquired once per pass for "
                                       "the step's {} micro-batches", K)};
+  }
   if (!options.paged_weights())
     return mbm("the weights are resident on the device: layer-major would save no transfer (it pays with "
                "--offload-param cpu or nvme)");
   if (!options.activation_checkpointing)
     return mbm(fmt::format("layer-major keeps {} micro-batches' activations, which needs activation checkpointing "
                            "(pass --activation-checkpointing true for it)", K));
-  TrainOptions layer_major = options;
-  layer_major.step_schedule = StepSchedule::layer_major;
-  const DeviceBytes d = estimate_device_bytes(config, layer_major);
   if (d.total() > device_budget)
     return mbm(fmt::format("layer-major would need {} of device memory ({} micro-batches' layer inputs: activations "
                            "{}), over the budget of {}", format_size(d.total()), K, format_size(d.activations),

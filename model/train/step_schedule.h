@@ -23,8 +23,9 @@ struct ScheduleChoice {
 // every activation would be kept K times), and estimate_device_bytes with layer-major within
 // `device_budget`; else micro-batch-major, saying which condition failed and what would change it.
 // An explicit choice is kept (layer-major with one micro-batch per step is micro-batch-major: the
-// same work). Errors: layer-major across ranks (`world_size` > 1: each rank runs one micro-batch
-// of a step, there is nothing to group), invalid_argument saying what to pass instead.
+// same work). Errors, saying what to pass instead: layer-major across ranks (`world_size` > 1:
+// each rank runs one micro-batch of a step, there is nothing to group), invalid_argument; an
+// explicit layer-major over `device_budget`, out_of_memory.
 StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const TrainOptions& options, int world_size,
                                               uint64_t device_budget);
 

@@ -56,7 +56,7 @@ TEST(StepScheduleTest, AutoIsLayerMajorWhereItPaysAndFits) {
                 "per rank");
 }
 
-TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedAcrossRanks) {
+TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedAcrossRanksOrOverTheBudget) {
   const ModelConfig gpt2 = expect_value(model_preset("gpt2-tiny"));
   TrainOptions o = paged(4);
   o.step_schedule = StepSchedule::micro_batch_major;
@@ -64,6 +64,11 @@ TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedAcrossRanks) 
   o.step_schedule = StepSchedule::layer_major;
   o.weight_home = Tier::device;  // pays nothing, but asked for
   expect_choice(expect_value(choose_step_schedule(gpt2, o, 1, kLarge)), StepSchedule::layer_major, "as asked");
+  const StatusOr<ScheduleChoice> over = choose_step_schedule(gpt2, o, 1, estimate_device_bytes(gpt2, paged(4)).total());
+  ASSERT_FALSE(over.is_ok());
+  EXPECT_EQ(over.status().code(), Code::out_of_memory);
+  EXPECT_NE(over.status().message().find("--step-schedule auto or micro-batch-major"), std::string::npos)
+      << over.status().message();
   const StatusOr<ScheduleChoice> ranks = choose_step_schedule(gpt2, o, 2, kLarge);
   ASSERT_FALSE(ranks.is_ok());
   EXPECT_EQ(ranks.status().code(), Code::invalid_argument);
