@@ -44,7 +44,7 @@ StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const T
                "--offload-param cpu or nvme)");
   if (!options.activation_checkpointing)
     return mbm(fmt::format("layer-major keeps {} micro-batches' activations, which needs activation checkpointing "
-                           "(pass --activation-checkpointing true for it)", K));
+                           "(pass --activation-checkpointing for it)", K));
   if (d.total() > device_budget)
     return mbm(fmt::format("layer-major would need {} of device memory ({} micro-batches' layer inputs: activations "
                            "{}), over the budget of {}", format_size(d.total()), K, format_size(d.activations),

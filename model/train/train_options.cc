@@ -399,7 +399,7 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   if (o.step_schedule == StepSchedule::layer_major && !o.activation_checkpointing)
     return error(Code::invalid_argument,
                  "{} keeps each layer's input for every micro-batch of the step and recomputes the layer in the "
-                 "backward, so it needs activation checkpointing: pass --activation-checkpointing true, or "
+                 "backward, so it needs activation checkpointing: pass --activation-checkpointing, or "
                  "--step-schedule auto",
                  describe(config, "step_schedule"));
   STRATA_RETURN_IF_ERROR(read_optimizer(config, o));
