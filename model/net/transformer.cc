@@ -153,7 +153,8 @@ uint64_t Transformer::activation_bytes(const ModelConfig& config, const Transfor
   Activations a;
   ActivationGrads d;
   const int64_t T = options.seq_len > 0 ? options.seq_len : config.max_seq;
-  const uint64_t one = carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
+  const uint64_t one =
+      carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
   if (options.micro_batches <= 1) return one;
   StatusOr<std::shared_ptr<const ParamLayout>> layout = shared_param_layout(config, dtype_size(options.dtype));
   if (!layout.is_ok()) return one;  // create() refuses this config anyway
@@ -220,9 +221,9 @@ Status Transformer::allocate_all(ChunkSources sources) {
   carve_activations(options_.batch, options_.seq_len);
   if (options_.micro_batches > 1) {
     const uint64_t extra = carve_layer_major(config_, options_, layout_, nullptr, nullptr, nullptr, nullptr);
-    STRATA_ASSIGN_OR_RETURN(void* mb, backend_.allocate(extra, fmt::format("{} layer-major micro-batches (K={}, B={}, "
-                                                                           "T={})", config_.name, options_.micro_batches,
-                                                                           options_.batch, options_.seq_len)));
+    const std::string tag = fmt::format("{} layer-major micro-batches (K={}, B={}, T={})", config_.name,
+                                        options_.micro_batches, options_.batch, options_.seq_len);
+    STRATA_ASSIGN_OR_RETURN(void* mb, backend_.allocate(extra, tag));
     blocks_.push_back(mb);
     carve_layer_major(config_, options_, layout_, static_cast<std::byte*>(mb), &mb_residual_, &mb_dres_, &tied_stash_);
   }
@@ -304,8 +305,9 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   inputs_ = inputs;
   targets_ = targets;
 
-  STRATA_RETURN_IF_ERROR(for_embedding_tiles(
-      [&](size_t k, const GlobalParams& emb, const GlobalParams& first) { return embedding_forward_tile(k, emb, first); }));
+  STRATA_RETURN_IF_ERROR(for_embedding_tiles([&](size_t k, const GlobalParams& emb, const GlobalParams& first) {
+    return embedding_forward_tile(k, emb, first);
+  }));
   for (int l = 0; l < config_.n_layer; ++l) {
     if (layer_chunks_ > 1) {
       STRATA_RETURN_IF_ERROR(tiled_layer_forward(l));

@@ -27,15 +27,16 @@ Status Transformer::step_layer_major(std::span<const MicroBatch> batches, float 
     return error(Code::invalid_argument, "transformer '{}': a layer-major step of {} micro-batches, but it was created "
                  "for 1 to {} (TransformerOptions::micro_batches)", config_.name, K, options_.micro_batches);
   if (grad_sink_ == nullptr)
-    return error(Code::failed_precondition, "transformer '{}': a layer-major step without a gradient sink", config_.name);
+    return error(Code::failed_precondition, "transformer '{}': a layer-major step without a gradient sink",
+                 config_.name);
   for (size_t k = 0; k < K; ++k) {
     const MicroBatch& mb = batches[k];
     if (mb.B < 1 || mb.T < 1 || mb.B > options_.batch || mb.T > options_.seq_len)
       return error(Code::invalid_argument, "transformer '{}': micro-batch {} is B={} T={} but buffers were sized for "
                    "B<={} T<={}", config_.name, k, mb.B, mb.T, options_.batch, options_.seq_len);
     if (mb.counted_targets < 0 || mb.counted_targets > mb.B * mb.T)
-      return error(Code::invalid_argument, "transformer '{}': micro-batch {}'s counted_targets {} outside [0, B*T = {}]",
-                   config_.name, k, mb.counted_targets, mb.B * mb.T);
+      return error(Code::invalid_argument, "transformer '{}': micro-batch {}'s counted_targets {} outside [0, B*T = "
+                   "{}]", config_.name, k, mb.counted_targets, mb.B * mb.T);
   }
   GradSink& sink = *grad_sink_;
   const auto each = [&](const std::function<Status(size_t)>& work) -> Status {

@@ -42,7 +42,8 @@ Status check_model_options(const Transformer& model, const TrainOptions& options
 bool runs_layer_major(const Transformer& model, const TrainOptions& options) {
   if (options.grad_accum < 2) return false;
   if (options.step_schedule == StepSchedule::layer_major) return true;
-  return options.step_schedule == StepSchedule::automatic && model.options().micro_batches >= int64_t(options.grad_accum);
+  return options.step_schedule == StepSchedule::automatic &&
+         model.options().micro_batches >= int64_t(options.grad_accum);
 }
 
 }  // namespace
