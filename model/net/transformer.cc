@@ -87,6 +87,32 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
   return k.used();
 }
 
+// Layer-major (TransformerOptions::micro_batches = K > 1): micro-batches 1 .. K - 1 each keep a
+// residual stream (L + 1, N, C) and a d residual (N, C) of their own (micro-batch 0 uses the
+// activation block's), and a tied table's head contributions of micro-batches 1 .. K - 1 wait in
+// copies of its chunks (Transformer::step_layer_major). With a null base it only counts. Sizes
+// for the largest (B, T).
+uint64_t carve_layer_major(const ModelConfig& c, const TransformerOptions& o, const ParamLayout& layout,
+                           std::byte* base, std::vector<std::byte*>* residual, std::vector<std::byte*>* dres,
+                           std::vector<std::byte*>* stash) {
+  Carver k(base, dtype_size(o.dtype));
+  const uint64_t N = uint64_t(o.batch) * uint64_t(o.seq_len > 0 ? o.seq_len : c.max_seq), C = c.dim;
+  const uint64_t extra = o.micro_batches > 1 ? uint64_t(o.micro_batches) - 1 : 0;
+  for (uint64_t m = 0; m < extra; ++m) {
+    std::byte* r = k.tensor((uint64_t(c.n_layer) + 1) * N * C);
+    std::byte* d = k.tensor(N * C);
+    if (residual != nullptr) residual->push_back(r);
+    if (dres != nullptr) dres->push_back(d);
+  }
+  if (c.tied_head)
+    for (uint64_t m = 0; m < extra; ++m)
+      for (size_t t = 0; t < layout.embedding_chunks(); ++t) {
+        std::byte* p = k.take(layout.chunks[t].bytes);
+        if (stash != nullptr) stash->push_back(p);
+      }
+  return k.used();
+}
+
 }  // namespace
 
 // ---- creation ------------------------------------------------------------------------------------
@@ -106,6 +132,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::create(Backend& backend, con
                  "transformer '{}': batch {} and seq_len {} must be >= 1 and seq_len <= max_seq {}", config.name,
                  o.batch, o.seq_len, config.max_seq);
   }
+  if (o.micro_batches < 1 || (o.micro_batches > 1 && !o.checkpoint_layers))
+    return error(Code::invalid_argument, "transformer '{}': {} micro-batches per layer-major step; more than 1 needs "
+                 "checkpoint_layers (each micro-batch keeps only its layer inputs)", config.name, o.micro_batches);
   if (WeightSource* w = sources.weights) {
     bool same = w->chunk_count() == layout.chunks.size();
     for (size_t c = 0; same && c < layout.chunks.size(); ++c) same = w->chunk_bytes(c) == layout.chunks[c].bytes;
@@ -124,7 +153,14 @@ uint64_t Transformer::activation_bytes(const ModelConfig& config, const Transfor
   Activations a;
   ActivationGrads d;
   const int64_t T = options.seq_len > 0 ? options.seq_len : config.max_seq;
-  return carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
+  const uint64_t one =
+      carve(config, options.checkpoint_layers, dtype_size(options.dtype), options.batch, T, nullptr, a, d);
+  if (options.micro_batches <= 1) return one;
+  StatusOr<std::shared_ptr<const ParamLayout>> layout = shared_param_layout(config, dtype_size(options.dtype));
+  if (!layout.is_ok()) return one;  // create() refuses this config anyway
+  // A block of its own, aligned as the arena aligns blocks.
+  const uint64_t extra = carve_layer_major(config, options, **layout, nullptr, nullptr, nullptr, nullptr);
+  return one + (extra + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
 }
 
 Transformer::Transformer(Backend& backend, ModelConfig config, ParamLayout layout, ParamLayout master_layout,
@@ -183,6 +219,14 @@ Status Transformer::allocate_all(ChunkSources sources) {
   blocks_.push_back(block);
   act_block_ = static_cast<std::byte*>(block);
   carve_activations(options_.batch, options_.seq_len);
+  if (options_.micro_batches > 1) {
+    const uint64_t extra = carve_layer_major(config_, options_, layout_, nullptr, nullptr, nullptr, nullptr);
+    const std::string tag = fmt::format("{} layer-major micro-batches (K={}, B={}, T={})", config_.name,
+                                        options_.micro_batches, options_.batch, options_.seq_len);
+    STRATA_ASSIGN_OR_RETURN(void* mb, backend_.allocate(extra, tag));
+    blocks_.push_back(mb);
+    carve_layer_major(config_, options_, layout_, static_cast<std::byte*>(mb), &mb_residual_, &mb_dres_, &tied_stash_);
+  }
   return Status::ok();
 }
 
@@ -260,30 +304,10 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   carve_activations(B, T);
   inputs_ = inputs;
   targets_ = targets;
-  const int64_t N = B * T, C = config_.dim, V = config_.vocab;
 
-  // Embedding, one vocabulary tile at a time: GPT-2 adds learned positions (in the first tile,
-  // held while the others pass); LLaMA's positions enter through RoPE.
-  GlobalParams first;
-  STRATA_ASSIGN_OR_RETURN(std::byte* first_chunk, acquire_chunk(embedding_chunk()));
-  bind_globals(first, embedding_chunk(), first_chunk);
-  for (size_t k = 0; k < embedding_chunks_; ++k) {
-    const ChunkSpec& tile = layout_.chunks[k];
-    GlobalParams emb = first;
-    if (k > 0) {
-      STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(k));
-      bind_globals(emb, k, w);
-    }
-    STRATA_RETURN_IF_ERROR(traced("forward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
-      if (config_.arch == Arch::gpt2)
-        return ops_.encoder_forward(options_.dtype, residual(0), inputs, emb.wte, first.wpe, B, T, C, tile.rows,
-                                    tile.row_begin);
-      return ops_.token_embedding_forward(options_.dtype, residual(0), inputs, emb.wte, N, C, tile.rows,
-                                          tile.row_begin);
-    }));
-    if (k > 0) STRATA_RETURN_IF_ERROR(weights_->release(k));
-  }
-  STRATA_RETURN_IF_ERROR(weights_->release(embedding_chunk()));
+  STRATA_RETURN_IF_ERROR(for_embedding_tiles([&](size_t k, const GlobalParams& emb, const GlobalParams& first) {
+    return embedding_forward_tile(k, emb, first);
+  }));
   for (int l = 0; l < config_.n_layer; ++l) {
     if (layer_chunks_ > 1) {
       STRATA_RETURN_IF_ERROR(tiled_layer_forward(l));
@@ -293,11 +317,46 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
     STRATA_RETURN_IF_ERROR(traced("forward layer", l, [&] { return layer_forward(bind_layer(l, w), l); }));
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
   }
-
-  // Final norm, head (tied to wte or lm_head) one table tile at a time into its columns of the
-  // logits, then the fused cross-entropy -> mean loss on the device.
-  GlobalParams g;
   STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  STRATA_RETURN_IF_ERROR(head_forward(head));
+  return weights_->release(head_chunk());
+}
+
+// Embedding, one vocabulary tile at a time: GPT-2 adds learned positions (in the first tile,
+// held while the others pass); LLaMA's positions enter through RoPE.
+Status Transformer::for_embedding_tiles(const EmbeddingTileWork& work) {
+  GlobalParams first;
+  STRATA_ASSIGN_OR_RETURN(std::byte* first_chunk, acquire_chunk(embedding_chunk()));
+  bind_globals(first, embedding_chunk(), first_chunk);
+  for (size_t k = 0; k < embedding_chunks_; ++k) {
+    GlobalParams emb = first;
+    if (k > 0) {
+      STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(k));
+      bind_globals(emb, k, w);
+    }
+    STRATA_RETURN_IF_ERROR(work(k, emb, first));
+    if (k > 0) STRATA_RETURN_IF_ERROR(weights_->release(k));
+  }
+  return weights_->release(embedding_chunk());
+}
+
+Status Transformer::embedding_forward_tile(size_t k, const GlobalParams& emb, const GlobalParams& first) {
+  const ChunkSpec& tile = layout_.chunks[k];
+  const int64_t N = B_ * T_, C = config_.dim;
+  return traced("forward embedding", embedding_chunks_ > 1 ? int64_t(k) : -1, [&] {
+    if (config_.arch == Arch::gpt2)
+      return ops_.encoder_forward(options_.dtype, residual(0), inputs_, emb.wte, first.wpe, B_, T_, C, tile.rows,
+                                  tile.row_begin);
+    return ops_.token_embedding_forward(options_.dtype, residual(0), inputs_, emb.wte, N, C, tile.rows,
+                                        tile.row_begin);
+  });
+}
+
+// Final norm, head (tied to wte or lm_head) one table tile at a time into its columns of the
+// logits, then the fused cross-entropy -> mean loss on the device.
+Status Transformer::head_forward(std::byte* head) {
+  const int64_t N = B_ * T_, V = config_.vocab;
+  GlobalParams g;
   bind_globals(g, head_chunk(), head);
   const size_t tiles = size_t(vocab_tiles(config_));
   const int64_t Vp = logits_stride();
@@ -313,11 +372,11 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
       STRATA_RETURN_IF_ERROR(head_table_forward(head_table_chunk(k), table));
       if (k + 1 < tiles) return Status::ok();
       return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits,
-                                       targets, N, V, Vp);
+                                       targets_, N, V, Vp);
     }));
     STRATA_RETURN_IF_ERROR(release_head_table(k));
   }
-  return weights_->release(head_chunk());
+  return Status::ok();
 }
 
 // x = residual[l] -> residual[l + 1]:  res1 = x + attn(norm1(x));  out = res1 + mlp(norm2(res1)).
@@ -440,30 +499,49 @@ Status Transformer::norm_forward(std::byte* out, float* mean, float* rstd, const
 
 // ---- backward ------------------------------------------------------------------------------------
 
+float Transformer::dloss_of(int64_t counted_targets, float grad_scale) const {
+  return grad_scale / float(counted_targets > 0 ? counted_targets : B_ * T_);
+}
+
 Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   if (inputs_ == nullptr) {
     return error(Code::failed_precondition, "transformer '{}': backward() before any forward()", config_.name);
   }
-  const int64_t N = B_ * T_, C = config_.dim, V = config_.vocab, L = config_.n_layer;
+  const int64_t N = B_ * T_;
   if (counted_targets < 0 || counted_targets > N) {
     return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
                  counted_targets, N);
   }
-  const float dloss = grad_scale / float(counted_targets > 0 ? counted_targets : N);
-
   if (grad_sink_ == nullptr)
     return error(Code::failed_precondition, "transformer '{}': backward() without a gradient sink", config_.name);
   GradSink& sink = *grad_sink_;
+  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
+  STRATA_RETURN_IF_ERROR(head_backward(head, dloss_of(counted_targets, grad_scale), sink, /*stash=*/nullptr));
+  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    if (layer_chunks_ > 1) {
+      STRATA_RETURN_IF_ERROR(tiled_layer_backward(l, sink, options_.checkpoint_layers && l != config_.n_layer - 1));
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
+    // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are still
+    // in the shared buffers from the forward).
+    STRATA_RETURN_IF_ERROR(layer_backward_step(l, w, sink, options_.checkpoint_layers && l != config_.n_layer - 1));
+    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
+  }
+  return embedding_backward_tiles(sink);
+}
 
-  // Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
-  // d loss / d residual stream from here down. The tied embedding's gradient gets two
-  // contributions per backward: this one, and the embedding's at the end.
+// Loss -> logits (in place) -> head (tied: the gradient lands in wte's) -> final norm. dres is
+// d loss / d residual stream from here down. The tied embedding's gradient gets two
+// contributions per backward: this one, and the embedding's at the end.
+Status Transformer::head_backward(std::byte* head, float dloss, GradSink& sink, std::byte* const* stash) {
+  const int64_t N = B_ * T_, C = config_.dim, V = config_.vocab, L = config_.n_layer;
   const int64_t Vp = logits_stride();  // dlogits keep the logits' padded rows
   STRATA_RETURN_IF_ERROR(
       ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
   const std::byte* dlogits = acts_.logits;
   GlobalParams p, g;
-  STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
   bind_globals(p, head_chunk(), head);
   STRATA_ASSIGN_OR_RETURN(std::byte* head_grads, sink.acquire(head_chunk()));
   bind_globals(g, head_chunk(), head_grads);
@@ -471,9 +549,13 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   for (size_t k = 0; k < tiles; ++k) {
     const size_t c = head_table_chunk(k);
     const bool own = !config_.tied_head && k == 0;  // the head's first chunk, held already
+    const bool stashed = stash != nullptr && !own;
     STRATA_ASSIGN_OR_RETURN(std::byte* base, acquire_head_table(k, head));
     std::byte* grads = head_grads;
-    if (!own) {
+    if (stashed) {
+      grads = stash[k];  // zeroed as the sink's buffer is
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(grads, layout_.chunks[c].bytes));
+    } else if (!own) {
       STRATA_ASSIGN_OR_RETURN(grads, sink.acquire(c));
     }
     GlobalParams t, dt;
@@ -490,31 +572,25 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
     }));
     STRATA_RETURN_IF_ERROR(release_head_table(k));
     // The tied embedding's tiles get a second contribution, the embedding's, at the end.
-    if (!own) STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/!config_.tied_head));
+    if (!own && !stashed) STRATA_RETURN_IF_ERROR(sink.release(c, /*last=*/!config_.tied_head));
   }
-  STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
-  STRATA_RETURN_IF_ERROR(sink.release(head_chunk(), /*last=*/true));
+  return sink.release(head_chunk(), /*last=*/true);
+}
 
-  for (int l = int(L) - 1; l >= 0; --l) {
-    if (layer_chunks_ > 1) {
-      STRATA_RETURN_IF_ERROR(tiled_layer_backward(l, sink));
-      continue;
-    }
-    STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
-    STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
-    const LayerParams lp = bind_layer(l, w);
-    STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&]() -> Status {
-      // Checkpointing: rebuild layer l's internals from its saved input (the last layer's are
-      // still in the shared buffers from the forward).
-      if (options_.checkpoint_layers && l != L - 1) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
-      return layer_backward(lp, bind_layer(l, gw), l);
-    }));
-    STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
-    STRATA_RETURN_IF_ERROR(sink.release(layer_chunk(l), /*last=*/true));
-  }
+Status Transformer::layer_backward_step(int l, std::byte* w, GradSink& sink, bool recompute) {
+  STRATA_ASSIGN_OR_RETURN(std::byte* gw, sink.acquire(layer_chunk(l)));
+  const LayerParams lp = bind_layer(l, w);
+  STRATA_RETURN_IF_ERROR(traced("backward layer", l, [&]() -> Status {
+    if (recompute) STRATA_RETURN_IF_ERROR(layer_forward(lp, l, /*write_output=*/false));
+    return layer_backward(lp, bind_layer(l, gw), l);
+  }));
+  return sink.release(layer_chunk(l), /*last=*/true);
+}
 
-  // The embedding's backward needs no weights, only its gradient chunks, a tile at a time
-  // (GPT-2's positions, in the first, once).
+// The embedding's backward needs no weights, only its gradient chunks, a tile at a time
+// (GPT-2's positions, in the first, once).
+Status Transformer::embedding_backward_tiles(GradSink& sink) {
+  const int64_t N = B_ * T_, C = config_.dim;
   for (size_t k = 0; k < embedding_chunks_; ++k) {
     const ChunkSpec& tile = layout_.chunks[k];
     GlobalParams ge;
@@ -581,12 +657,11 @@ Status Transformer::attention_half_backward(const LayerParams& p, const LayerPar
 // half and the first weight's tiles recompute fc and fc_act), the second weight's tiles last to
 // first into dfc_act, the activation's backward, the first weight's tiles last to first into
 // dln, then the attention half with the layer's own gradient chunk.
-Status Transformer::tiled_layer_backward(int l, GradSink& sink) {
+Status Transformer::tiled_layer_backward(int l, GradSink& sink, bool recompute) {
   const LayerActivations& a = layer_acts(l);
   const ActivationGrads& d = dacts_;
   const int64_t N = B_ * T_, C = config_.dim, H = config_.ffn_hidden;
   const int64_t tiles = mlp_tiles(config_);
-  const bool recompute = options_.checkpoint_layers && l != config_.n_layer - 1;
   STRATA_ASSIGN_OR_RETURN(std::byte* w, acquire_chunk(layer_chunk(l)));
   const LayerParams lp = bind_layer(l, w);
   if (recompute) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,13 @@ struct TransformerOptions {
   int64_t seq_len = 0;            // T: longest sequence forward() will see; 0 = config.max_seq
   bool checkpoint_layers = true;  // keep only layer inputs; recompute each layer in backward()
   DType dtype = DType::f32;       // working precision: f32, bf16 or f16
+  // Micro-batches one step_layer_major() call may run (K): every one keeps its own residual stream
+  // ((L + 1, N, C): each layer's input) and its own d residual (N, C), and with a tied embedding
+  // K - 1 device copies of the table's gradient chunks (the head's contribution of micro-batches
+  // 1 .. K - 1, handed to the sink after the embedding's of the micro-batch before, see
+  // step_layer_major). 1: forward() and backward() only (no extra memory). > 1 needs
+  // checkpoint_layers.
+  int64_t micro_batches = 1;
   // Keep a gradient buffer per chunk on the device (DeviceGrads) for the model's own use: needed
   // by an optimizer on the device and by callers that read gradients from the model. A trainer
   // that streams gradients to the host installs its own sink (set_grad_sink) and needs none.
@@ -181,6 +189,31 @@ class Transformer {
   // row's loss gets gradient grad_scale / counted_targets (counted_targets 0 means B * T: no -1
   // targets). Micro-batch accumulation: pass grad_scale = 1 / micro_batches. Destroys logits().
   Status backward(int64_t counted_targets = 0, float grad_scale = 1.0f);
+  // One micro-batch of a layer-major step: device inputs and targets (B, T) filled by the caller,
+  // and its counted targets (0: B * T).
+  struct MicroBatch {
+    const int32_t* inputs = nullptr;
+    const int32_t* targets = nullptr;
+    int64_t B = 0, T = 0;
+    int64_t counted_targets = 0;
+  };
+  struct LayerMajorHooks {
+    std::function<Status()> before_backward;           // every forward queued, no backward yet
+    std::function<Status(size_t micro_batch)> loss_ready;  // its loss is in loss_result() now
+  };
+  // The layer-major ("vertical") schedule of one step's K = batches.size() micro-batches (K <=
+  // options().micro_batches; checkpoint_layers): each chunk is acquired ONCE per pass for all K
+  // (the embedding's forward for every micro-batch, then layer 0's, ..., then per micro-batch the
+  // head's forward, loss_ready, the head's backward; then each layer's recomputation and backward
+  // for every micro-batch, last layer first; then the embedding's backward), so paged weights
+  // cross PCIe / NVMe about twice a step whatever K (vocabulary tiles of the head's table: each
+  // tile is acquired per micro-batch, as in forward()). The bits are forward() + backward() per
+  // micro-batch in turn: every chunk's gradient contributions reach the sink in micro-batch order,
+  // and the tied table's in that order's interleaving too (head 0, embedding 0, head 1, ...): the
+  // head's contribution of micro-batch k >= 1 waits in a device copy until the embedding's of
+  // micro-batch k - 1 is released (then it is copied into the sink's buffer and released).
+  // The grad_scale, sink flags (set_last_micro_batch per micro-batch) and losses as backward().
+  Status step_layer_major(std::span<const MicroBatch> batches, float grad_scale, const LayerMajorHooks& hooks);
   // Starts a new accumulation: the gradient sink's begin_step (DeviceGrads: zeroes every chunk).
   // failed_precondition, zeroing nothing, while the optimizer's update is pending (it still reads
   // the last step's gradient): finish_update first.
@@ -259,6 +292,26 @@ class Transformer {
   std::byte* residual(int l) const { return at(acts_.residual, int64_t(l) * B_ * T_ * config_.dim); }
   const LayerActivations& layer_acts(int l) const { return acts_.layers[options_.checkpoint_layers ? 0 : l]; }
   Status layer_forward(const LayerParams& p, int l, bool write_output = true);
+  // The pieces forward() and backward() are made of, shared with step_layer_major
+  // (transformer_layer_major.cc). `emb` the tile's bound table, `first` the first tile's (GPT-2's
+  // positions).
+  Status embedding_forward_tile(size_t k, const GlobalParams& emb, const GlobalParams& first);
+  // Acquires the embedding's tiles in turn (the first held throughout) and runs `work` on each.
+  using EmbeddingTileWork = std::function<Status(size_t k, const GlobalParams& emb, const GlobalParams& first)>;
+  Status for_embedding_tiles(const EmbeddingTileWork& work);
+  Status embedding_backward_tiles(GradSink& sink);
+  // The head's forward (final norm, logits by table tile, loss) from the acquired head chunk.
+  Status head_forward(std::byte* head);
+  // The loss's and the head's backward into dres, from the acquired head chunk. `stash`: null, or
+  // (tied) per table tile a device buffer the tile's gradient is written to instead of the sink.
+  Status head_backward(std::byte* head, float dloss, GradSink& sink, std::byte* const* stash);
+  // Layer l's recomputation (checkpointing, when `recompute`) and backward with its acquired
+  // weights `w`, the gradient into the sink.
+  Status layer_backward_step(int l, std::byte* w, GradSink& sink, bool recompute);
+  float dloss_of(int64_t counted_targets, float grad_scale) const;
+  // Layer-major: the activations carved for micro-batch k's (B, T), its residual stream, d
+  // residual, inputs and targets.
+  void use_micro_batch(const MicroBatch& mb, size_t k);
   Status layer_backward(const LayerParams& p, const LayerParams& g, int l);
   // Layer l with its MLP in tiles (mlp_tiles > 1): the attention half from the layer's chunk
   // (held through the layer's backward), then each MLP tile's chunk in turn. The forward's
@@ -268,7 +321,7 @@ class Transformer {
   // units), so those sums are grouped by tile: a tiled run is within fp32 rounding of those
   // sums of an untiled one, not bit-identical (the weight and bias gradients are per row: same).
   Status tiled_layer_forward(int l);
-  Status tiled_layer_backward(int l, GradSink& sink);
+  Status tiled_layer_backward(int l, GradSink& sink, bool recompute);
   Status tiled_mlp_forward(int l, std::string_view what, bool second);
   Status attention_half_forward(const LayerParams& p, int l);  // ln1, attention, res1, ln2
   Status attention_half_backward(const LayerParams& p, const LayerParams& g, int l);  // from dln = d ln2
@@ -341,6 +394,10 @@ class Transformer {
   std::byte* act_block_ = nullptr;    // all activations, carved per (B, T)
   Activations acts_;
   ActivationGrads dacts_;
+  // Layer-major (options_.micro_batches > 1): micro-batch k >= 1's residual stream and d residual
+  // (k - 1), and the tied table's stashed head contributions (micro-batch k >= 1, tile t at
+  // (k - 1) * tiles + t), carved from one block.
+  std::vector<std::byte*> mb_residual_, mb_dres_, tied_stash_;
   const int32_t* inputs_ = nullptr;   // of the last forward
   const int32_t* targets_ = nullptr;
   int64_t B_ = 0, T_ = 0;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "model/train/step_schedule.h"
+
 namespace strata::model {
 namespace {
 
@@ -111,6 +113,14 @@ int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& optio
   if (options.resident_layers >= 0) return std::min<int64_t>(options.resident_layers, config.n_layer);
   const uint64_t usable = gpu_budget - gpu_budget / 64;
   TrainOptions o = options;
+  // The layers fill what the step schedule leaves: auto's choice with none resident (layer-major,
+  // where it fits, saves K times the paged bytes; a layer kept resident saves its own), so the
+  // schedule the run then chooses with them resident is the same.
+  if (o.step_schedule == StepSchedule::automatic) {
+    o.resident_layers = 0;
+    const StatusOr<ScheduleChoice> schedule = choose_step_schedule(config, o, 1, usable);
+    o.step_schedule = schedule.is_ok() ? schedule->schedule : StepSchedule::micro_batch_major;
+  }
   const auto fits = [&](int64_t k) {
     o.resident_layers = k;
     return estimate_device_bytes(config, o).total() <= usable;
@@ -264,10 +274,14 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
   }
+  // Layer-major (o.step_schedule resolved to it, model/train/step_schedule.h): K residual streams,
+  // K d residuals, the tied table's K - 1 stashed gradients (Transformer::activation_bytes) and K
+  // batch buffers, where micro-batch-major has one of each.
+  const int64_t K = o.step_schedule == StepSchedule::layer_major ? int64_t(std::max<uint64_t>(o.grad_accum, 1)) : 1;
   const TransformerOptions t{.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
-                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype};
+                             .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype, .micro_batches = K};
   d.activations = aligned(Transformer::activation_bytes(config, t));
-  d.batch = 2 * aligned(o.micro_batch * o.seq * sizeof(int32_t));
+  d.batch = 2 * uint64_t(K) * aligned(o.micro_batch * o.seq * sizeof(int32_t));
   return d;
 }
 

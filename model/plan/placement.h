@@ -54,7 +54,8 @@ MaskedChunks masked_chunks(const ParamLayout& layout, const std::vector<bool>& m
 // The resident layers a run of `config` with `options` keeps: 0 for resident weights (every chunk
 // is resident anyway) and MLP tiles; options.resident_layers when given (at most n_layer); auto
 // (-1): as many as fit `gpu_budget` beside the working set (estimate_device_bytes with the
-// others paged), less a reserve of 1/64 of the budget against the arena's fragmentation.
+// others paged, under the step schedule the run takes: auto's choice with none resident), less a
+// reserve of 1/64 of the budget against the arena's fragmentation.
 int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& options, uint64_t gpu_budget);
 // The trainer's gradient slots: two for the layers (one written by the backward, one copied out),
 // one each for the embedding and the head (both held at the tied head's backward), two each when

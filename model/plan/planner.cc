@@ -15,6 +15,7 @@
 #include "model/net/param_layout.h"
 #include "model/plan/placement.h"
 #include "model/plan/tiling.h"
+#include "model/train/step_schedule.h"
 #include "model/train/train_config_keys.h"
 #include "offload/gradient_offloader.h"
 #include "offload/nvme_store.h"
@@ -196,7 +197,16 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
   const bool paged = o.weight_home != Tier::device;
   const WeightShare share = weight_share(layout, o);
-  t.h2d += 2 * share.paged * k;                          // forward and backward fetch every paged chunk
+  // Forward and backward fetch every paged chunk, per micro-batch; layer-major once for all K
+  // (Transformer::step_layer_major), but for the tiles (vocabulary and MLP), still per micro-batch.
+  const bool layer_major = o.step_schedule == StepSchedule::layer_major && k > 1;
+  const uint64_t passes = layer_major ? 1 : k;
+  uint64_t per_micro_batch = 0;  // layer-major: the tiles' bytes fetched every micro-batch
+  if (layer_major)
+    for (const ChunkSpec& c : layout.chunks)
+      if (c.tiles > 1) per_micro_batch += c.bytes;
+  const uint64_t fetched = share.paged * passes + per_micro_batch * (k - passes);
+  t.h2d += 2 * fetched;
   if (o.cpu_optimizer()) t.h2d += share.resident;        // the updated resident weights, uploaded once
   if (o.cpu_optimizer()) t.d2h += weights * k;          // each micro-batch's gradients
   t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
@@ -209,7 +219,7 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
       if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
   t.h2d += refetched * k;
   if (o.weight_home == Tier::nvme) {
-    t.nvme_read += (2 * share.paged + refetched) * k;
+    t.nvme_read += 2 * fetched + refetched * k;
     t.nvme_write += share.paged;
   }
   if (grads_on_nvme(o)) {
@@ -280,6 +290,11 @@ PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& opti
   PlanCandidate c;
   c.options = options;
   c.options.resident_layers = resident_layers_for(config, options, h.gpu_bytes);
+  // The schedule the run takes with them (train resolves it again, logging why; plan_traffic needs it).
+  if (c.options.step_schedule == StepSchedule::automatic) {
+    const StatusOr<ScheduleChoice> schedule = choose_step_schedule(config, c.options, 1, h.gpu_bytes);
+    c.options.step_schedule = schedule.is_ok() ? schedule->schedule : StepSchedule::micro_batch_major;
+  }
   c.model = config;
   c.bytes = plan_bytes(config, c.options);
   c.traffic = plan_traffic(config, c.options);

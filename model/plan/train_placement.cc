@@ -117,6 +117,7 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
                model::placement_summary(c.options), model::placement_flags(c.options), why,
                against_budgets(c, out.machine, false), c.time.step_s, c.time.bottleneck, rates_note(out.machine));
   out.options = c.options;
+  out.options.step_schedule = o.step_schedule;  // the run chooses it again (auto: the same), saying why
   out.predicted = c;
   out.planned = true;
   STRATA_RETURN_IF_ERROR(model::check_trainer_options(out.options));

@@ -14,6 +14,7 @@
 #include "model/plan/placement.h"
 #include "model/plan/train_preflight.h"
 #include "model/train/run.h"
+#include "model/train/step_schedule.h"
 #include "model/train/run_model.h"
 #include "model/train/train_signals.h"
 #include "runtime/units.h"
@@ -289,6 +290,11 @@ RunOutcome TrainingRun::build() {
     if (!flags.is_ok()) return outcome_of(flags.status());
     stop_flags_ = static_cast<int32_t*>(*flags);
   }
+  StatusOr<ScheduleChoice> schedule =
+      choose_step_schedule(mc_, o_, launch_.size, backend_->memory().capacity);
+  if (!schedule.is_ok()) return refused(schedule.status());
+  o_.step_schedule = schedule->schedule;
+  spdlog::info("schedule: {} ({})", step_schedule_name(o_.step_schedule), schedule->why);
   if (Status s = check_device_budget(mc_, o_, *backend_, placement_->machine.hardware.rates); !s.is_ok())
     return refused(s);
   StatusOr<std::unique_ptr<PinnedPool>> pinned = PinnedPool::create(
@@ -347,6 +353,7 @@ RunOutcome TrainingRun::build_model() {
        .seq_len = int64_t(o_.seq),
        .checkpoint_layers = o_.activation_checkpointing,
        .dtype = o_.dtype,
+       .micro_batches = o_.step_schedule == StepSchedule::layer_major ? int64_t(o_.grad_accum) : 1,
        // A CPU optimizer streams gradients to the host: no full set of them on the device.
        .device_grads = o_.optimizer_home == Tier::device},
       {.weights = offload_->weights(), .pinned = pinned_.get()});

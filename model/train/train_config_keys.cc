@@ -137,6 +137,16 @@ void add_train_config_keys(ConfigSchema& schema) {
               .type = ValueType::boolean,
               .default_text = "false",
               .help = "Let fp32 matrix multiplies on the GPU use TF32 tensor cores (faster, ~3 fewer digits)"});
+  schema.add({.name = "step_schedule",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "The order of a step's --grad-accum micro-batches: micro-batch-major (each one's forward and "
+                      "backward in turn: paged weights are read 2K times a step), layer-major (each layer's forward "
+                      "for all K, then each layer's backward for all K: paged weights cross about twice a step "
+                      "whatever K; the same bits; needs --activation-checkpointing and K layer inputs of "
+                      "device memory) or auto (layer-major when K > 1, the weights are paged, checkpointing is on "
+                      "and it fits; the log says which and why)",
+              .choices = {"auto", "micro-batch-major", "layer-major"}});
   schema.add({.name = "activation_checkpointing",
               .type = ValueType::boolean,
               .default_text = "false",

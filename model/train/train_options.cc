@@ -393,6 +393,16 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   STRATA_RETURN_IF_ERROR(read_dtype(config, o));
   o.tf32 = config.get_bool("tf32");
   o.activation_checkpointing = config.get_bool("activation_checkpointing");
+  const std::string schedule = config.get_text("step_schedule");
+  o.step_schedule = schedule == "layer-major"         ? StepSchedule::layer_major
+                    : schedule == "micro-batch-major" ? StepSchedule::micro_batch_major
+                                                      : StepSchedule::automatic;
+  if (o.step_schedule == StepSchedule::layer_major && !o.activation_checkpointing)
+    return error(Code::invalid_argument,
+                 "{} keeps each layer's input for every micro-batch of the step and recomputes the layer in the "
+                 "backward, so it needs activation checkpointing: pass --activation-checkpointing, or "
+                 "--step-schedule auto",
+                 describe(config, "step_schedule"));
   STRATA_RETURN_IF_ERROR(read_optimizer(config, o));
   STRATA_RETURN_IF_ERROR(read_weight_placement(config, o));
   STRATA_RETURN_IF_ERROR(read_schedule(config, o));
@@ -421,6 +431,15 @@ StatusOr<TrainOptions> train_options_from_config(const Config& config) {
   for (std::string& w : config.ignored_file_warnings()) o.warnings.push_back(std::move(w));
   for (const std::string& w : config.unknown_env_warnings()) o.warnings.push_back(w);
   return o;
+}
+
+std::string_view step_schedule_name(StepSchedule s) {
+  switch (s) {
+    case StepSchedule::micro_batch_major: return "micro-batch-major";
+    case StepSchedule::layer_major: return "layer-major";
+    case StepSchedule::automatic: break;
+  }
+  return "auto";
 }
 
 std::string_view offload_value(Tier home) {

@@ -24,6 +24,16 @@
 
 namespace strata::model {
 
+// The order of one step's work over its grad_accum micro-batches (model/train/step_schedule.h):
+//   micro_batch_major: each micro-batch's forward and backward in turn (every chunk acquired 2K
+//                      times a step);
+//   layer_major:       each chunk's forward for all K micro-batches, the head per micro-batch, then
+//                      each chunk's backward for all K (Transformer::step_layer_major: every chunk
+//                      acquired about twice a step); the same bits; needs activation checkpointing;
+//   automatic:         layer_major where it pays and fits (choose_step_schedule), else micro_batch_major.
+enum class StepSchedule : uint8_t { automatic, micro_batch_major, layer_major };
+std::string_view step_schedule_name(StepSchedule s);  // "auto", "micro-batch-major", "layer-major"
+
 struct TrainOptions {
   std::string preset;     // model preset name, e.g. "gpt2-tiny"
   ModelOverrides model;   // explicit dimensions over the preset (model_config_with() resolves both)
@@ -42,6 +52,7 @@ struct TrainOptions {
   uint64_t micro_batch = 16;  // B
   uint64_t seq = 64;         // T
   uint64_t grad_accum = 1;   // K
+  StepSchedule step_schedule = StepSchedule::automatic;  // the key step_schedule
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
 
   DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations

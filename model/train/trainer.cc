@@ -29,7 +29,21 @@ Status check_model_options(const Transformer& model, const TrainOptions& options
   if (model.dtype() != options.dtype)
     return error(Code::invalid_argument, "the model computes in {} but the trainer options ask for {}; create both "
                  "with the same --dtype", dtype_name(model.dtype()), dtype_name(options.dtype));
+  if (options.step_schedule == StepSchedule::layer_major && options.grad_accum > 1 &&
+      model.options().micro_batches < int64_t(options.grad_accum))
+    return error(Code::invalid_argument, "the layer-major schedule of {} micro-batches needs a model created for them "
+                 "(TransformerOptions::micro_batches = {}, with checkpoint_layers), not {}", options.grad_accum,
+                 options.grad_accum, model.options().micro_batches);
   return Status::ok();
+}
+
+// Whether a step runs layer-major (model/train/step_schedule.h): asked for, or automatic with a
+// model created for the step's micro-batches (a run resolves automatic before it creates the model).
+bool runs_layer_major(const Transformer& model, const TrainOptions& options) {
+  if (options.grad_accum < 2) return false;
+  if (options.step_schedule == StepSchedule::layer_major) return true;
+  return options.step_schedule == StepSchedule::automatic &&
+         model.options().micro_batches >= int64_t(options.grad_accum);
 }
 
 }  // namespace
@@ -69,6 +83,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
     return error(Code::invalid_argument, "the trainer needs an optimizer and its state (make_optimizer)");
   STRATA_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr_schedule));
   std::unique_ptr<Trainer> t(new Trainer(backend, model, options, std::move(schedule), std::move(parts)));
+  t->layer_major_ = runs_layer_major(model, options) && (comm == nullptr || comm->size() < 2);
   if (options.dtype == DType::f16) {
     STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
   }
@@ -125,18 +140,24 @@ Trainer::~Trainer() {
   if (model_.optimizer() == parts_.optimizer.get()) model_.set_optimizer(nullptr);
   (void)backend_.synchronize_all();
   if (parts_.gradients && model_.grad_sink() == parts_.gradients.get()) (void)model_.set_grad_sink(nullptr);
-  for (void* p : {static_cast<void*>(inputs_), static_cast<void*>(targets_), static_cast<void*>(rank_losses_)})
-    if (p != nullptr) (void)backend_.release(p);
+  for (size_t k = 0; k < inputs_.size(); ++k)
+    for (void* p : {static_cast<void*>(inputs_[k]), static_cast<void*>(targets_[k])})
+      if (p != nullptr) (void)backend_.release(p);
+  if (rank_losses_ != nullptr) (void)backend_.release(rank_losses_);
 }
 
 Status Trainer::allocate(PinnedPool& pinned) {
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
   const uint64_t batch_bytes = uint64_t(mo.batch * mo.seq_len) * sizeof(int32_t);
-  STRATA_ASSIGN_OR_RETURN(void* in, backend_.allocate(batch_bytes, "trainer inputs"));
-  inputs_ = static_cast<int32_t*>(in);
-  STRATA_ASSIGN_OR_RETURN(void* tg, backend_.allocate(batch_bytes, "trainer targets"));
-  targets_ = static_cast<int32_t*>(tg);
+  // Layer-major: every micro-batch of the step is on the device at once.
+  const uint64_t buffers = layer_major_ ? options_.grad_accum : 1;
+  for (uint64_t k = 0; k < buffers; ++k) {
+    STRATA_ASSIGN_OR_RETURN(void* in, backend_.allocate(batch_bytes, fmt::format("trainer inputs {}", k)));
+    inputs_.push_back(static_cast<int32_t*>(in));
+    STRATA_ASSIGN_OR_RETURN(void* tg, backend_.allocate(batch_bytes, fmt::format("trainer targets {}", k)));
+    targets_.push_back(static_cast<int32_t*>(tg));
+  }
   uploaded_ = backend_.create_event();
   computed_ = backend_.create_event();
   loss_copied_ = backend_.create_event();
@@ -206,7 +227,7 @@ uint64_t Trainer::host_bytes() const {
   return parts_.state->pipeline().stats().pinned_bytes + parts_.gradient_host_bytes;
 }
 
-Status Trainer::upload_batch(const BatchView& batch) {
+StatusOr<int64_t> Trainer::upload_batch(const BatchView& batch, size_t buffer) {
   const TransformerOptions& mo = model_.options();
   if (int64_t(batch.batch_size) > mo.batch || int64_t(batch.seq_len) > mo.seq_len)
     return error(Code::invalid_argument, "a batch of ({}, {}) does not fit the model's buffers for ({}, {})",
@@ -215,12 +236,39 @@ Status Trainer::upload_batch(const BatchView& batch) {
   // The previous micro-batch's compute must be done with the device buffers before they change.
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(Stream::h2d, *computed_));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(inputs_, batch.inputs, bytes, Stream::h2d));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(targets_, batch.targets, bytes, Stream::h2d));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(inputs_[buffer], batch.inputs, bytes, Stream::h2d));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(targets_[buffer], batch.targets, bytes, Stream::h2d));
   STRATA_RETURN_IF_ERROR(backend_.record(*uploaded_, Stream::h2d));
   // The batch's host buffer goes back to its source on the next call: finish reading it now.
   STRATA_RETURN_IF_ERROR(backend_.synchronize(*uploaded_));
-  return backend_.wait(Stream::compute, *uploaded_);
+  STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, *uploaded_));
+  return counted_targets(batch);
+}
+
+// A training micro-batch (the k-th of step `step`, 0-based) uploaded to device buffer `buffer`;
+// its counted targets, which must not be 0.
+StatusOr<int64_t> Trainer::upload_train_batch(const BatchView& batch, size_t buffer, uint64_t k, uint64_t step) {
+  STRATA_ASSIGN_OR_RETURN(const int64_t counted, upload_batch(batch, buffer));
+  if (counted == 0)
+    return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1, step);
+  return counted;
+}
+
+// The layer-major schedule (Transformer::step_layer_major): every micro-batch uploaded to a buffer
+// of its own first, then one pass over the model for all of them.
+Status Trainer::layer_major_micro_batches(const NextBatch& next, double loss_scale, StepResult& r) {
+  const uint64_t K = options_.grad_accum;
+  std::vector<Transformer::MicroBatch> batches(K);
+  for (uint64_t k = 0; k < K; ++k) {
+    STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
+    STRATA_ASSIGN_OR_RETURN(const int64_t counted, upload_train_batch(batch, k, k, r.step));
+    batches[k] = {.inputs = inputs_[k], .targets = targets_[k], .B = int64_t(batch.batch_size),
+                  .T = int64_t(batch.seq_len), .counted_targets = counted};
+    r.tokens += uint64_t(counted);
+  }
+  return model_.step_layer_major(batches, float(loss_scale / double(K)),
+                                 {.before_backward = [&] { return begin_gradient(); },
+                                  .loss_ready = [&](size_t k) { return queue_loss_copy(k); }});
 }
 
 // Queues the copy of the last forward's loss into host slot `micro_batch`; the next forward (which
@@ -273,22 +321,22 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   // The step's micro-batches over every rank; this rank runs `mine` of them (all of them alone).
   const uint64_t K = options_.grad_accum;
   const uint64_t mine = comm_ != nullptr ? K / uint64_t(comm_->size()) : K;
-  for (uint64_t k = 0; k < mine; ++k) {
-    STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
-    STRATA_RETURN_IF_ERROR(upload_batch(batch));  // checks the batch's shape before anything reads it
-    const int64_t counted = counted_targets(batch);
-    if (counted == 0)
-      return error(Code::invalid_argument, "micro-batch {} of step {} has no counted targets (all -1)", k + 1,
-                   r.step);
-    // The first forward applies the previous step's pending update chunk by chunk, just before
-    // each chunk is acquired (the model calls the optimizer's prepare(c)); then the gradient it
-    // read is free to reset.
-    STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
-    if (k == 0) STRATA_RETURN_IF_ERROR(begin_gradient());
-    model_.grad_sink()->set_last_micro_batch(k + 1 == mine);
-    STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
-    STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
-    r.tokens += uint64_t(counted);
+  if (layer_major_) {
+    STRATA_RETURN_IF_ERROR(layer_major_micro_batches(next, loss_scale, r));
+  } else {
+    for (uint64_t k = 0; k < mine; ++k) {
+      STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
+      STRATA_ASSIGN_OR_RETURN(const int64_t counted, upload_train_batch(batch, 0, k, r.step));
+      // The first forward applies the previous step's pending update chunk by chunk, just before
+      // each chunk is acquired (the model calls the optimizer's prepare(c)); then the gradient it
+      // read is free to reset.
+      STRATA_RETURN_IF_ERROR(model_.forward(inputs_[0], targets_[0], batch.batch_size, batch.seq_len));
+      if (k == 0) STRATA_RETURN_IF_ERROR(begin_gradient());
+      model_.grad_sink()->set_last_micro_batch(k + 1 == mine);
+      STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
+      STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
+      r.tokens += uint64_t(counted);
+    }
   }
   STRATA_RETURN_IF_ERROR(model_.weights().end_sequence());
   // The squared norm of the accumulated (for fp16, loss-scaled) gradient, by the blocked definition
@@ -328,8 +376,8 @@ StatusOr<double> Trainer::evaluate(const NextBatch& next, uint64_t batches) {
   double sum = 0.0;
   for (uint64_t i = 0; i < batches; ++i) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
-    STRATA_RETURN_IF_ERROR(upload_batch(batch));
-    STRATA_RETURN_IF_ERROR(model_.forward(inputs_, targets_, batch.batch_size, batch.seq_len));
+    STRATA_RETURN_IF_ERROR(upload_batch(batch, 0).status());
+    STRATA_RETURN_IF_ERROR(model_.forward(inputs_[0], targets_[0], batch.batch_size, batch.seq_len));
     STRATA_ASSIGN_OR_RETURN(kernels::CrossEntropyResult loss, model_.read_loss());
     sum += double(loss.mean_loss);
   }

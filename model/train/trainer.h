@@ -91,7 +91,8 @@ class Trainer {
   // The fp32 master weights are the model's take_fp32_source() when it has one (16-bit models
   // keep the exact values of their last load or init), else the device weights; the moments
   // start at zero. So load or init the model first. Errors: check_trainer_options's, a model
-  // whose precision differs from options.dtype, make_optimizer's (an optimizer on the device
+  // whose precision differs from options.dtype or, for options.step_schedule layer_major with
+  // grad_accum > 1, was not created for grad_accum micro-batches, make_optimizer's (an optimizer on the device
   // with weights that are not resident or a model without device gradients; an nvme home or
   // spill without io.store; the store's no_space), the loss scaler's options (fp16), the pool's
   // or arena's out_of_memory for the host copies, the gradient slots or the device scalars.
@@ -112,7 +113,11 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // One optimizer step over options.grad_accum micro-batches from `next`. A non-finite gradient
+  // One optimizer step over options.grad_accum micro-batches from `next`: micro-batch-major (each
+  // one's forward and backward in turn), or layer-major when options.step_schedule says so (or is
+  // automatic and the model was created with TransformerOptions::micro_batches >= grad_accum, as
+  // a run does when model/train/step_schedule.h picks it): all K batches uploaded first, then
+  // Transformer::step_layer_major; the same bits. A non-finite gradient
   // skips the update (logged; fp16 also adjusts the loss scale). With the optimizer on the device,
   // or on the CPU without options.overlap_optimizer, returns once the updated weights are on the
   // device (queued there for the device optimizer). With overlap_optimizer the CPU update is
@@ -171,6 +176,8 @@ class Trainer {
   uint64_t host_bytes() const;
   // The gradient offloader (optimizer on the CPU), else null.
   const GradientOffloader* gradients() const { return parts_.gradients.get(); }
+  // Whether steps run in the layer-major schedule (TrainOptions::step_schedule).
+  bool layer_major() const { return layer_major_; }
   // The optimizer: "cpu" or "device" (Optimizer::where).
   const Optimizer& optimizer() const { return *parts_.optimizer; }
 
@@ -180,7 +187,11 @@ class Trainer {
   Status init_masters();
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
   // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
-  Status upload_batch(const BatchView& batch);
+  // Returns its counted targets.
+  StatusOr<int64_t> upload_batch(const BatchView& batch, size_t buffer);
+  StatusOr<int64_t> upload_train_batch(const BatchView& batch, size_t buffer, uint64_t k, uint64_t step);
+  // The step's micro-batches in the layer-major schedule (Transformer::step_layer_major).
+  Status layer_major_micro_batches(const NextBatch& next, double loss_scale, StepResult& r);
   Status queue_loss_copy(uint64_t micro_batch);
   // Starts the step's gradient after its first forward: the last step's update lands (the forward
   // applied most of it), then the gradient it read is zeroed. The one place zero_grad is called.
@@ -200,8 +211,9 @@ class Trainer {
   // destructor.
   OptimizerParts parts_;
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
-  int32_t* inputs_ = nullptr;   // device (B, T)
-  int32_t* targets_ = nullptr;  // device (B, T)
+  bool layer_major_ = false;        // the step's schedule (runs_layer_major in trainer.cc)
+  std::vector<int32_t*> inputs_;    // device (B, T) each: grad_accum of them layer-major, else 1
+  std::vector<int32_t*> targets_;   // device (B, T) each, as inputs_
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_;
   Communicator* comm_ = nullptr;  // across ranks (size() > 1), else null
   double* rank_losses_ = nullptr; // device: per rank (mean loss, counted tokens), across ranks
