@@ -388,6 +388,7 @@ class Transformer {
   TraceRecorder* trace_ = nullptr;
   Optimizer* optimizer_ = nullptr;    // see set_optimizer
   Fp32ChunkSource fp32_source_;       // see take_fp32_source()
+  Status init_once(size_t c, float* out);  // begin_init's source: values, and the weights once
   std::vector<uint8_t> init_pending_;  // begin_init: per chunk, its weights are still to be written
   uint64_t init_seed_ = 0;             // begin_init's
   std::atomic<uint64_t> elements_written_{0};

@@ -255,13 +255,17 @@ Status Transformer::begin_init(uint64_t seed) {
   if (options_.dtype == DType::f32) return init(seed);
   init_pending_.assign(master_layout_.chunks.size(), 1);
   init_seed_ = seed;
-  fp32_source_ = [this](size_t c, float* out) -> Status {
-    init_chunk(master_layout_, config_.n_layer, init_seed_, c, out);
-    if (c >= init_pending_.size() || init_pending_[c] == 0) return Status::ok();
-    STRATA_RETURN_IF_ERROR(write_chunk(c, out));  // the values just made for the masters, rounded
-    init_pending_[c] = 0;
-    return Status::ok();
-  };
+  fp32_source_ = [this](size_t c, float* out) { return init_once(c, out); };
+  return Status::ok();
+}
+
+// Chunk c's initial fp32 values into `out`, and (the first time since begin_init) its weights
+// from them, rounded.
+Status Transformer::init_once(size_t c, float* out) {
+  init_chunk(master_layout_, config_.n_layer, init_seed_, c, out);
+  if (c >= init_pending_.size() || init_pending_[c] == 0) return Status::ok();
+  STRATA_RETURN_IF_ERROR(write_chunk(c, out));
+  init_pending_[c] = 0;
   return Status::ok();
 }
 
@@ -271,9 +275,7 @@ Status Transformer::finish_init() {
   for (size_t c = 0; c < init_pending_.size(); ++c) {
     if (init_pending_[c] == 0) continue;
     host.resize(master_layout_.chunks[c].bytes / sizeof(float));
-    init_chunk(master_layout_, config_.n_layer, init_seed_, c, host.data());
-    STRATA_RETURN_IF_ERROR(write_chunk(c, host.data()));
-    init_pending_[c] = 0;
+    STRATA_RETURN_IF_ERROR(init_once(c, host.data()));
   }
   init_pending_.clear();
   return weights_->flush();

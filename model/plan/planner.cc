@@ -45,19 +45,17 @@ std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
   return bytes;
 }
 
-// Working bytes of the chunks a paged run keeps resident and of those it pages.
+// Working bytes of the chunks a run keeps resident (each, and together) and of those it pages.
 struct WeightShare {
+  std::vector<uint64_t> resident_chunks;
   uint64_t resident = 0, paged = 0;
-  std::vector<uint64_t> resident_chunks;  // each resident chunk's bytes
 };
 WeightShare weight_share(const ParamLayout& layout, const TrainOptions& o) {
-  WeightShare w;
   const std::vector<bool> resident = o.weight_home == Tier::device ? std::vector<bool>(layout.chunks.size(), true)
                                                                     : resident_chunk_mask(layout, o.resident_layers);
-  for (size_t c = 0; c < layout.chunks.size(); ++c) {
-    (resident[c] ? w.resident : w.paged) += layout.chunks[c].bytes;
-    if (resident[c]) w.resident_chunks.push_back(layout.chunks[c].bytes);
-  }
+  WeightShare w{.resident_chunks = masked_chunks(layout, resident).bytes};
+  for (uint64_t b : w.resident_chunks) w.resident += b;
+  w.paged = layout.total_bytes() - w.resident;
   return w;
 }
 
