@@ -37,6 +37,7 @@ StatusOr<std::unique_ptr<DeviceGrads>> DeviceGrads::create(Backend& backend, DTy
     g->acc_.push_back(reinterpret_cast<float*>(acc));
     const uint64_t blocks = (g->elements(c) + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
     g->partial_at_.push_back(g->partial_at_.back() + blocks);
+    g->shards_.push_back(chunk_shard(g->elements(c), 1, 0));
   }
   STRATA_ASSIGN_OR_RETURN(std::byte* partials,
                           allocate(g->partial_at_.back() * sizeof(double), fmt::format("{} norm partials", name)));
@@ -67,6 +68,13 @@ Status DeviceGrads::begin_step() {
   return Status::ok();
 }
 
+Status DeviceGrads::drop(void* block) {
+  blocks_.erase(std::find(blocks_.begin(), blocks_.end(), block));
+  return backend_.release(block);
+}
+
+// The full fp32 accumulators and the norm's partials are returned and replaced by the shards'
+// sums, the exchange buffers and every rank's partials.
 Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases) {
   if (comm_ != nullptr) return error(Code::failed_precondition, "device gradients: already spread over ranks");
   if (comm.size() < 2)
@@ -74,26 +82,43 @@ Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint
   if (releases.size() != work_.size())
     return error(Code::invalid_argument, "device gradients: {} release counts for {} chunks", releases.size(),
                  work_.size());
-  uint64_t largest = 0;  // floats of the largest stack
-  stacks_.assign(work_.size(), nullptr);
-  for (size_t c = 0; c < work_.size(); ++c) {
+  for (size_t c = 0; c < work_.size(); ++c)
     if (releases[c] == 0)
       return error(Code::invalid_argument, "device gradients: chunk {} gets no release per step", c);
+  if (std::any_of(held_.begin(), held_.end(), [](Held h) { return h != Held::none; }))
+    return error(Code::failed_precondition, "device gradients: spread over ranks during a step");
+  const uint64_t ranks = uint64_t(comm.size());
+  uint64_t exchange = 0;  // floats
+  stacks_.assign(work_.size(), nullptr);
+  partial_at_ = {0};
+  for (size_t c = 0; c < work_.size(); ++c) {
+    shards_[c] = chunk_shard(elements(c), comm.size(), comm.rank());
+    const uint64_t stride = shards_[c].stride;
+    STRATA_RETURN_IF_ERROR(drop(acc_[c]));
+    STRATA_ASSIGN_OR_RETURN(void* sum, backend_.allocate(stride * sizeof(float),
+                                                         fmt::format("device gradients: chunk {}'s shard sum", c)));
+    blocks_.push_back(sum);
+    acc_[c] = static_cast<float*>(sum);
+    partial_at_.push_back(partial_at_.back() + stride / kernels::kSumSquaresBlock);
+    exchange = std::max(exchange, uint64_t(releases[c]) * ranks * stride);
     if (releases[c] == 1) continue;
-    const uint64_t floats = uint64_t(releases[c]) * elements(c);
-    STRATA_ASSIGN_OR_RETURN(void* stack, backend_.allocate(floats * sizeof(float),
-                                                           fmt::format("device gradients: chunk {}'s {} releases", c,
-                                                                       releases[c])));
+    STRATA_ASSIGN_OR_RETURN(void* stack, backend_.allocate(uint64_t(releases[c]) * ranks * stride * sizeof(float),
+                                                           fmt::format("device gradients: chunk {}'s {} releases",
+                                                                       c, releases[c])));
     blocks_.push_back(stack);
     stacks_[c] = static_cast<float*>(stack);
-    largest = std::max(largest, floats);
   }
-  if (largest > 0) {
-    STRATA_ASSIGN_OR_RETURN(void* gathered, backend_.allocate(largest * sizeof(float) * uint64_t(comm.size()),
-                                                              "device gradients: the ranks' gathered releases"));
-    blocks_.push_back(gathered);
-    gathered_ = static_cast<float*>(gathered);
-  }
+  STRATA_ASSIGN_OR_RETURN(void* buffer, backend_.allocate(exchange * sizeof(float),
+                                                          "device gradients: the ranks' exchanged shards"));
+  blocks_.push_back(buffer);
+  exchange_ = static_cast<float*>(buffer);
+  rank_partials_ = partial_at_.back();
+  STRATA_RETURN_IF_ERROR(drop(partials_));
+  STRATA_ASSIGN_OR_RETURN(void* partials, backend_.allocate(ranks * rank_partials_ * sizeof(double),
+                                                            "device gradients: every rank's norm partials"));
+  blocks_.push_back(partials);
+  partials_ = static_cast<double*>(partials);
+  host_partials_.assign(ranks * rank_partials_, 0.0);
   releases_ = releases;
   released_.assign(work_.size(), 0);
   comm_ = &comm;
@@ -113,15 +138,14 @@ StatusOr<std::byte*> DeviceGrads::acquire(size_t c) {
 
 Status DeviceGrads::release(size_t c, bool /*last*/) {
   STRATA_RETURN_IF_ERROR(check(c, "release"));
-  if (comm_ != nullptr) {  // each release into its own fp32 buffer; finish_step sums them over ranks
+  if (comm_ != nullptr) {  // widened into the exchange buffer; the last release sends the shards
     const uint32_t j = released_[c]++;
     if (j >= releases_[c])
       return error(Code::failed_precondition, "device gradients: release {} of chunk {} in one step, but across ranks "
                    "each rank runs one micro-batch per step ({} release(s) of this chunk)", j + 1, c, releases_[c]);
-    float* into = stacks_[c] != nullptr ? stacks_[c] + uint64_t(j) * elements(c) : acc_[c];
-    STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(into, work_[c], dtype_, int64_t(elements(c)), true));
+    STRATA_RETURN_IF_ERROR(widen_for_ranks(c, j));
     held_[c] = Held::in_acc;
-    return Status::ok();
+    return j + 1 == releases_[c] ? exchange(c) : Status::ok();
   }
   if (held_[c] == Held::none) {
     held_[c] = Held::in_work;
@@ -137,6 +161,10 @@ DeviceGrads::Sum DeviceGrads::gradient(size_t c) const {
 
 StatusOr<const float*> DeviceGrads::widened(size_t c) {
   STRATA_RETURN_IF_ERROR(check(c, "widened"));
+  if (comm_ != nullptr)
+    return error(Code::failed_precondition, "device gradients: chunk {}'s whole sum is read, but the gradient is "
+                 "partitioned over {} ranks (this rank holds elements [{}, {}))", c, comm_->size(), shards_[c].begin,
+                 shards_[c].end);
   if (held_[c] == Held::in_work) {
     STRATA_RETURN_IF_ERROR(
         backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), /*first=*/true));
@@ -145,35 +173,74 @@ StatusOr<const float*> DeviceGrads::widened(size_t c) {
   return acc_[c];
 }
 
-// Across ranks, chunk by chunk in chunk order on the compute stream (every rank issues the same
-// collectives in the same order): the ranks' releases summed rank-major into acc(c).
-Status DeviceGrads::sum_over_ranks() {
-  for (size_t c = 0; c < work_.size(); ++c) {
-    const uint64_t n = elements(c);
-    if (released_[c] != 0 && released_[c] != releases_[c])
-      return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases this step", c,
-                   released_[c], releases_[c]);
-    if (released_[c] == 0) {  // no contribution on this rank: it adds zeros
-      STRATA_RETURN_IF_ERROR(backend_.fill_zero(stacks_[c] != nullptr ? stacks_[c] : acc_[c],
-                                                uint64_t(releases_[c]) * n * sizeof(float)));
-      held_[c] = Held::in_acc;
-    }
-    if (stacks_[c] == nullptr) {
-      STRATA_RETURN_IF_ERROR(comm_->all_reduce(acc_[c], acc_[c], n, Stream::compute));
-      continue;
-    }
-    const uint64_t per_rank = uint64_t(releases_[c]) * n;
-    STRATA_RETURN_IF_ERROR(comm_->all_gather(stacks_[c], gathered_, per_rank * sizeof(float), Stream::compute));
-    for (int r = 0; r < comm_->size(); ++r)
-      for (uint32_t j = 0; j < releases_[c]; ++j)
-        STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], gathered_ + uint64_t(r) * per_rank + j * n,
-                                                                 DType::f32, int64_t(n), r == 0 && j == 0));
+// Release j of chunk c, widened into the exchange buffer laid out [rank][release][stride]: block
+// (d, j) holds the elements destination rank d homes, zeros past the chunk's end.
+Status DeviceGrads::widen_for_ranks(size_t c, uint32_t j) {
+  const uint64_t n = elements(c), stride = shards_[c].stride, R = releases_[c];
+  float* send = stacks_[c] != nullptr ? stacks_[c] : exchange_;
+  for (int d = 0; d < comm_->size(); ++d) {
+    const ChunkShard to = chunk_shard(n, comm_->size(), d);
+    float* block = send + (uint64_t(d) * R + j) * stride;
+    if (to.elements() > 0)
+      STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(block, work_[c] + to.begin * dtype_size(dtype_), dtype_,
+                                                               int64_t(to.elements()), /*first=*/true));
+    if (to.elements() < stride)
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(block + to.elements(), (stride - to.elements()) * sizeof(float)));
   }
   return Status::ok();
 }
 
+// Chunk c's shards to their owners, queued on the compute stream after its releases: acc(c) =
+// the ordered sum over (rank, release) of what every rank sent this rank.
+Status DeviceGrads::exchange(size_t c) {
+  const uint64_t stride = shards_[c].stride, R = releases_[c];
+  if (stacks_[c] == nullptr) return comm_->reduce_scatter(exchange_, acc_[c], stride, Stream::compute);
+  STRATA_RETURN_IF_ERROR(comm_->all_to_all(stacks_[c], exchange_, R * stride * sizeof(float), Stream::compute));
+  for (uint64_t k = 0; k < uint64_t(comm_->size()) * R; ++k)  // k = r * R + j: rank-major, release-minor
+    STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], exchange_ + k * stride, DType::f32,
+                                                             int64_t(stride), /*first=*/k == 0));
+  return Status::ok();
+}
+
+// Each rank's blocks of its shards, all-gathered, summed per chunk in block order (rank-major,
+// which is block order: rank r's shard holds blocks [r x stride / block, ...)).
+StatusOr<double> DeviceGrads::norm_over_ranks() {
+  const int ranks = comm_->size();
+  double* mine = partials_ + uint64_t(comm_->rank()) * rank_partials_;
+  for (size_t c = 0; c < work_.size(); ++c) {
+    if (released_[c] != 0 && released_[c] != releases_[c])
+      return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases this step", c,
+                   released_[c], releases_[c]);
+    if (released_[c] == 0) {  // no contribution on this rank (nor, the same model, on any): zeros exchanged
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(stacks_[c] != nullptr ? stacks_[c] : exchange_,
+                                                uint64_t(releases_[c]) * uint64_t(ranks) * shards_[c].stride *
+                                                    sizeof(float)));
+      STRATA_RETURN_IF_ERROR(exchange(c));
+      held_[c] = Held::in_acc;
+    }
+    if (shards_[c].elements() > 0)
+      STRATA_RETURN_IF_ERROR(backend_.ops().sum_squares_blocks(mine + partial_at_[c], acc_[c], DType::f32,
+                                                               int64_t(shards_[c].elements())));
+  }
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(mine, partials_, rank_partials_ * sizeof(double), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,
+                                               host_partials_.size() * sizeof(double), Stream::d2h));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  double total = 0.0;
+  for (size_t c = 0; c < work_.size(); ++c) {
+    const uint64_t blocks = (elements(c) + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
+    const uint64_t per_rank = partial_at_[c + 1] - partial_at_[c];
+    double chunk = 0.0;  // kernels::sum_squares's order: blocks in order from +0.0
+    for (uint64_t b = 0; b < blocks; ++b)
+      chunk += host_partials_[(b / per_rank) * rank_partials_ + partial_at_[c] + b % per_rank];
+    total += chunk;
+  }
+  return total;
+}
+
 StatusOr<double> DeviceGrads::finish_step() {
-  if (comm_ != nullptr) STRATA_RETURN_IF_ERROR(sum_over_ranks());
+  if (comm_ != nullptr) return norm_over_ranks();
   for (size_t c = 0; c < work_.size(); ++c) {
     if (held_[c] == Held::none) {  // no contribution this step: the sum is zero
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(acc_[c], elements(c) * sizeof(float)));
@@ -183,7 +250,7 @@ StatusOr<double> DeviceGrads::finish_step() {
     STRATA_RETURN_IF_ERROR(
         backend_.ops().sum_squares_blocks(partials_ + partial_at_[c], sum.data, sum.format, int64_t(elements(c))));
   }
-  STRATA_RETURN_IF_ERROR(comm_ != nullptr ? comm_->synchronize(Stream::compute) : backend_.synchronize(Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,
                                                host_partials_.size() * sizeof(double), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));

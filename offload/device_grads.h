@@ -13,8 +13,9 @@
 // Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
 // 4096 floats for the norm's block partials.
 // Across ranks (spread_over_ranks, a scale-out run): each rank runs one micro-batch of the step and
-// the accumulated gradient is the sum of every rank's contributions in (rank, release) order, the
-// bits of one rank accumulating the same micro-batches in that order.
+// keeps its shard of the gradient, the sum of every rank's contributions in (rank, release) order,
+// the bits of one rank accumulating the same micro-batches in that order (ZeRO's partitioned
+// gradient: a rank's fp32 sums are 1/N of the model's).
 // Thread-safety: one driving thread. Lifetime: the backend (and the communicator given to
 // spread_over_ranks) outlive it; the destructor waits for every stream and returns its blocks.
 #pragma once
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "offload/chunk_shard.h"
 #include "offload/chunk_source.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
@@ -60,7 +62,7 @@ class DeviceGrads final : public GradSink {
   // the step's only contribution (format = the working precision), else the fp32 accumulator (f32);
   // chunk_bytes(c) / element size elements, element i = element i of the chunk in the
   // working-precision layout. Valid after finish_step until the next step's acquire of the chunk
-  // (stream order).
+  // (stream order). Partitioned across ranks: the shard's fp32 sum, shard(c).elements() of them.
   struct Sum {
     const void* data;
     DType format;
@@ -68,25 +70,39 @@ class DeviceGrads final : public GradSink {
   Sum gradient(size_t c) const;
   // Chunk c's fp32 accumulator holding the step's sum, widening a single contribution into it first
   // (queued on Stream::compute: synchronize before reading it from the host). Untouched chunks read
-  // zero after finish_step.
+  // zero after finish_step. failed_precondition when partitioned (no rank holds the whole sum).
   StatusOr<const float*> widened(size_t c);
 
-  // ---- across ranks -----------------------------------------------------------------------------
-  // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1),
-  // each rank running ONE micro-batch per step (micro-batch r of the step on rank r): chunk c gets
-  // exactly `releases[c]` releases per step on every rank (its releases per backward: 2 for a tied
-  // embedding's tiles, the head's then the embedding's; else 1; Transformer::gradient_releases),
-  // each widened into its own fp32 buffer; finish_step then makes acc(c) on every rank
+  // ---- across ranks: the gradient partitioned (ZeRO) -------------------------------------------
+  // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1) and
+  // each rank keeps only ITS SHARD of every chunk's sum (offload/chunk_shard.h: chunk_shard(
+  // elements, size(), rank())), each rank running ONE micro-batch per step (micro-batch r of the
+  // step on rank r): chunk c gets exactly `releases[c]` releases per step on every rank (its
+  // releases per backward: 2 for a tied embedding's tiles, the head's then the embedding's; else 1;
+  // Transformer::gradient_releases). Each release is widened into an fp32 exchange buffer laid out
+  // by destination rank; at the chunk's last release the shards go to their owners (a chunk of one
+  // release: comm.reduce_scatter; of several: all_to_all) and the owner sums them
   //   x(0,0); += x(0,1); ...; += x(1,0); ...   (rank r's j-th release x(r,j), rank-major)
-  // -- the order one rank accumulating the same micro-batches in turn adds them. A chunk with one
-  // release goes through comm.all_reduce (its ordered sum); one with several is all-gathered whole
-  // and summed on every rank by accumulate_widened, so its extra device memory is (releases - 1)
-  // buffers of its fp32 size plus one gather buffer of size() x releases x its largest such chunk.
+  // -- the order in which one rank accumulating the same micro-batches adds them, so the shard
+  // holds exactly the bits one rank's sum holds there. finish_step combines the ranks' block
+  // partials (all-gathered) in block order: the one-rank norm, bit for bit.
+  // Device memory then: per chunk its working-precision buffer and its shard's fp32 sum (the full
+  // fp32 accumulators are returned to the arena); one exchange buffer of size() x the largest
+  // stride (fp32), shared by the chunks of one release; for a chunk of R > 1 releases, R x size()
+  // x its stride of its own; size() x the norm's partials.
   // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0),
   // failed_precondition when called twice or during a step, the arena's out_of_memory. A release
   // beyond releases[c] in a step, or finish_step with a chunk released fewer times, is
   // failed_precondition (the model ran more than one micro-batch per rank, or another backward).
+  // Every rank must release the chunks in the same order (the same model): the exchanges are
+  // collectives.
   Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases);
+  // Whether spread_over_ranks partitioned the gradient; then gradient(c) is the rank's shard of
+  // the sum (element i = chunk element shard(c).begin + i, fp32) and widened() refuses.
+  bool partitioned() const { return comm_ != nullptr; }
+  Communicator* communicator() const { return comm_; }  // spread_over_ranks's; null on one rank
+  // This rank's shard of chunk c (the whole chunk on one rank).
+  const ChunkShard& shard(size_t c) const { return shards_.at(c); }
 
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
@@ -96,7 +112,10 @@ class DeviceGrads final : public GradSink {
       : backend_(backend), dtype_(dtype), bytes_(std::move(bytes)) {}
   uint64_t elements(size_t c) const { return bytes_[c] / dtype_size(dtype_); }
   Status check(size_t c, const char* what) const;
-  Status sum_over_ranks();
+  Status widen_for_ranks(size_t c, uint32_t release);
+  Status exchange(size_t c);
+  StatusOr<double> norm_over_ranks();
+  Status drop(void* block);
 
   Backend& backend_;
   const DType dtype_;
@@ -115,11 +134,15 @@ class DeviceGrads final : public GradSink {
     in_acc,        // acc holds the sum; the working buffer is scratch
   };
   std::vector<Held> held_;  // per chunk
-  // Across ranks (spread_over_ranks; comm_ null otherwise).
+  std::vector<ChunkShard> shards_;      // per chunk: this rank's shard (the whole chunk on one rank)
+  // Across ranks (spread_over_ranks; comm_ null otherwise). acc_[c] is then the shard's sum
+  // (stride floats) and partials_ holds size() x rank_partials_ doubles, rank r's at r x
+  // rank_partials_ (its chunk c's blocks at partial_at_[c] within).
   Communicator* comm_ = nullptr;
   std::vector<uint32_t> releases_;      // per chunk: its releases per step
-  std::vector<float*> stacks_;          // per chunk with several releases: releases x elements fp32, else null
-  float* gathered_ = nullptr;           // comm size x the largest stack: an all-gathered stack
+  std::vector<float*> stacks_;          // per chunk of R > 1 releases: the exchange buffer, [rank][release][stride]
+  float* exchange_ = nullptr;           // size() x the largest stride (x R for the stacks' received shards)
+  uint64_t rank_partials_ = 0;
   std::vector<uint32_t> released_;      // per chunk: releases so far this step
 };
 

@@ -2,16 +2,43 @@
 // device_optimizer.h).
 #include "model/train/device_optimizer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
 
 namespace strata::model {
+namespace {
+
+// Each segment's state starts 256-byte aligned, as a tensor does in the layouts (vector loads).
+constexpr uint64_t kStateAlign = 64;  // floats
+
+}  // namespace
 
 DeviceOptimizer::DeviceOptimizer(Backend& backend, ResidentWeights& weights, DeviceGrads& grads, OptimizerState& state,
                                  const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options)
     : backend_(backend), weights_(weights), grads_(grads), state_(state), layout_(layout), masters_(masters),
-      options_(options) {}
+      options_(options), comm_(grads.communicator()) {}
+
+int DeviceOptimizer::ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
+int DeviceOptimizer::rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+
+std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(size_t c, int r, uint64_t* length) const {
+  const uint64_t eb = layout_.element_bytes;
+  const ChunkShard shard = chunk_shard(layout_.chunks[c].bytes / eb, ranks(), r);
+  std::vector<Segment> out;
+  uint64_t at = 0;
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    const ParamSpec& p = layout_.params[i];
+    if (size_t(p.chunk) != c) continue;
+    const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
+    if (begin >= end) continue;
+    out.push_back({.param = i, .first = begin - p.offset / eb, .n = end - begin, .at = at});
+    at += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
+  }
+  *length = at;
+  return out;
+}
 
 StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& backend, ResidentWeights& weights,
                                                                    DeviceGrads& grads, OptimizerState& state,
@@ -19,17 +46,34 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
                                                                    const ParamLayout& masters,
                                                                    const TrainOptions& options) {
   std::unique_ptr<DeviceOptimizer> o(new DeviceOptimizer(backend, weights, grads, state, layout, masters, options));
-  // The chunks' fp32 state back to back.
-  o->master_offsets_ = {0};
-  for (const ChunkSpec& c : masters.chunks) o->master_offsets_.push_back(o->master_offsets_.back() + c.bytes);
-  const uint64_t total = o->master_offsets_.back();
+  // This rank's segments' fp32 state, chunk after chunk.
+  o->state_at_ = {0};
+  uint64_t widest_stride = 0;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    uint64_t length = 0;
+    o->segments_.push_back(o->segments(c, o->rank(), &length));
+    o->state_at_.push_back(o->state_at_.back() + length);
+    for (int r = 0; r < o->ranks(); ++r) {
+      uint64_t theirs = 0;
+      (void)o->segments(c, r, &theirs);
+      o->widest_state_ = std::max(o->widest_state_, theirs);
+    }
+    widest_stride = std::max(widest_stride, grads.shard(c).stride);
+  }
+  const uint64_t total = o->state_at_.back() * sizeof(float);
   const bool half = options.dtype != DType::f32;
   for (auto [slot, what] : {std::pair{&o->device_masters_, "fp32 master weights"}, {&o->device_m_, "Adam m"},
                             {&o->device_v_, "Adam v"}}) {
     if (slot == &o->device_masters_ && !half) continue;
-    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(total, fmt::format("optimizer {}", what)));
-    *slot = static_cast<std::byte*>(block);
+    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(total, fmt::format("optimizer {}{}", what,
+                                                                             o->comm_ ? " (this rank's shards)" : "")));
+    *slot = static_cast<float*>(block);
     STRATA_RETURN_IF_ERROR(backend.fill_zero(block, total));
+  }
+  if (o->comm_ != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(uint64_t(o->ranks()) * widest_stride * layout.element_bytes,
+                                                          "optimizer: the ranks' updated weights of one chunk"));
+    o->gathered_weights_ = static_cast<std::byte*>(block);
   }
   o->computed_ = backend.create_event();
   o->copied_ = backend.create_event();
@@ -38,72 +82,155 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
 
 DeviceOptimizer::~DeviceOptimizer() {
   (void)backend_.synchronize_all();
-  for (std::byte* p : {device_masters_, device_m_, device_v_})
+  for (void* p : {static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_),
+                  static_cast<void*>(gathered_weights_)})
     if (p != nullptr) (void)backend_.release(p);
 }
 
-// The update queued on the compute stream: fp32 masters (the weights for fp32) and moments in
-// device memory, the gradient as DeviceGrads holds it (fp32 sums, or one contribution in the
-// working precision, widened as it is read), and for 16-bit training the rounded weights written
-// into the resident chunks in the same pass. Decaying tensors and the others in two groups.
+// The update queued on the compute stream, chunk by chunk: fp32 masters (the weights for fp32) and
+// moments in device memory, the gradient as DeviceGrads holds it (fp32 sums, or one contribution
+// in the working precision, widened as it is read; across ranks this rank's shard), and for 16-bit
+// training the rounded weights written into the resident chunks in the same pass. Decaying tensors
+// and the others with their own constants. Across ranks each chunk's shards are then gathered.
 Status DeviceOptimizer::begin_update(const UpdateStep& update) {
+  host_current_ = false;
   const bool half = options_.dtype != DType::f32;
   kernels::AdamHyper hyper = options_.adam_hyper;
   hyper.lr = float(update.lr);
   hyper.step = update.step;
   hyper.grad_scale = float(update.grad_multiplier);
-  for (const bool decayed : {true, false}) {
-    kernels::AdamHyper group = hyper;
-    if (!decayed) group.weight_decay = 0.0f;
-    const kernels::AdamConstants constants = kernels::adam_constants(group);
-    for (size_t i = 0; i < layout_.params.size(); ++i) {
-      const ParamSpec& p = layout_.params[i];
-      if (p.weight_decay != decayed) continue;
-      const uint64_t master_at = master_offsets_[p.chunk] + masters_.params[i].offset;
-      std::byte* w = weights_.device_chunk(p.chunk) + p.offset;
+  kernels::AdamHyper undecayed = hyper;
+  undecayed.weight_decay = 0.0f;
+  const kernels::AdamConstants constants[2] = {kernels::adam_constants(undecayed), kernels::adam_constants(hyper)};
+  const uint64_t eb = layout_.element_bytes;
+  for (size_t c = 0; c < segments_.size(); ++c) {
+    // The chunk's sum: its working-precision buffer after a single contribution, else fp32.
+    const DeviceGrads::Sum sum = grads_.gradient(c);
+    const kernels::FloatFormat grad_format = float_format_of(sum.format, "gradients").value();
+    const uint64_t grad_bytes = kernels::float_format_size(grad_format);
+    for (const Segment& s : segments_[c]) {
+      const ParamSpec& p = layout_.params[s.param];
+      const uint64_t element = p.offset / eb + s.first;  // in the chunk
+      std::byte* w = weights_.device_chunk(c) + element * eb;
+      const uint64_t at = state_at_[c] + s.at;
       kernels::AdamSpan span;
-      span.param = reinterpret_cast<float*>(half ? device_masters_ + master_at : w);
-      span.m = reinterpret_cast<float*>(device_m_ + master_at);
-      span.v = reinterpret_cast<float*>(device_v_ + master_at);
-      // The chunk's sum: its working-precision buffer after a single contribution, else fp32.
-      const DeviceGrads::Sum sum = grads_.gradient(p.chunk);
-      const kernels::FloatFormat grad_format = float_format_of(sum.format, "gradients").value();
-      span.grad = static_cast<const std::byte*>(sum.data) +
-                  p.offset / layout_.element_bytes * kernels::float_format_size(grad_format);
+      span.param = half ? device_masters_ + at : reinterpret_cast<float*>(w);
+      span.m = device_m_ + at;
+      span.v = device_v_ + at;
+      span.grad = static_cast<const std::byte*>(sum.data) + (element - grads_.shard(c).begin) * grad_bytes;
       span.copy_out = half ? w : nullptr;
-      span.n = p.elements;
+      span.n = s.n;
       const kernels::AdamFormats formats{.grad = grad_format, .copy = adam_copy_out(options_.dtype)};
-      STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants, formats, span));
+      STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants[p.weight_decay], formats, span));
     }
+    if (comm_ != nullptr) STRATA_RETURN_IF_ERROR(gather_weights(c));
   }
   return Status::ok();
 }
 
+// Every rank's updated shard of chunk c's working weights into every rank's chunk, on the compute
+// stream: this rank's shard into its block of the gather buffer, the all-gather, the chunk back.
+Status DeviceOptimizer::gather_weights(size_t c) {
+  const uint64_t eb = layout_.element_bytes, bytes = layout_.chunks[c].bytes;
+  const ChunkShard& shard = grads_.shard(c);
+  std::byte* mine = gathered_weights_ + uint64_t(rank()) * shard.stride * eb;
+  if (shard.elements() > 0)
+    STRATA_RETURN_IF_ERROR(
+        backend_.copy_on_device(mine, weights_.device_chunk(c) + shard.begin * eb, shard.elements() * eb));
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(mine, gathered_weights_, shard.stride * eb, Stream::compute));
+  return backend_.copy_on_device(weights_.device_chunk(c), gathered_weights_, bytes);
+}
+
+// Across ranks, for a checkpoint: every rank's state of chunk c (`length` floats a rank, this
+// rank's at `segs`) into into[k] (ranks x length floats; k: masters, m, v) on the compute stream,
+// then synchronized (the copies down read it next).
+Status DeviceOptimizer::gather_state(size_t c, std::span<const Segment> segs, float* const* into, uint64_t length) {
+  const float* own[3] = {device_masters_, device_m_, device_v_};
+  uint64_t mine = 0;
+  if (!segs.empty()) mine = segs.back().at + segs.back().n;
+  for (int k = 0; k < 3; ++k) {
+    if (own[k] == nullptr) continue;
+    float* block = into[k] + uint64_t(rank()) * length;
+    if (mine > 0)
+      STRATA_RETURN_IF_ERROR(backend_.copy_on_device(block, own[k] + state_at_[c], mine * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(comm_->all_gather(block, into[k], length * sizeof(float), Stream::compute));
+  }
+  return comm_->synchronize(Stream::compute);
+}
+
+// Between the state's host images (pieces in the master layout) and the device arrays (segments),
+// segment by segment where the two overlap. To the host across ranks, each chunk's state of every
+// rank is gathered first (into a buffer released at the end), and every rank's segments copied down.
 Status DeviceOptimizer::copy_state(bool to_device) {
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
-  const auto copy = [&](size_t i, ChunkState& state) -> Status {
+  const bool gather = !to_device && comm_ != nullptr;
+  float* gathered[3] = {nullptr, nullptr, nullptr};
+  void* buffer = nullptr;
+  if (gather) {
+    const uint64_t floats = uint64_t(ranks()) * widest_state_;
+    STRATA_ASSIGN_OR_RETURN(buffer, backend_.allocate(3 * floats * sizeof(float),
+                                                      "optimizer: the ranks' state of one chunk, for a checkpoint"));
+    for (int k = 0; k < 3; ++k) gathered[k] = static_cast<float*>(buffer) + k * floats;
+  }
+  size_t gathered_chunk = SIZE_MAX;
+  std::vector<std::vector<Segment>> theirs(static_cast<size_t>(ranks()));
+  uint64_t length = 0;  // floats a rank in `gathered`
+  const auto copy = [&](size_t i, ChunkState& host) -> Status {
     const StatePiece& piece = state_.pieces()[i];
-    const uint64_t at = master_offsets_[piece.chunk] + piece.element_begin * sizeof(float);
-    const uint64_t bytes = piece.elements() * sizeof(float);
-    std::pair<std::byte*, float*> pairs[] = {{device_masters_, state.master}, {device_m_, state.m}, {device_v_, state.v}};
-    for (auto [device, host] : pairs) {
-      if (device == nullptr) continue;
-      STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(device + at, host, bytes, stream)
-                                       : backend_.copy_to_host(host, device + at, bytes, stream));
+    const size_t c = piece.chunk;
+    if (gather && gathered_chunk != c) {
+      STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the last chunk's copies read the buffer
+      length = 0;
+      for (int r = 0; r < ranks(); ++r) {
+        uint64_t l = 0;
+        theirs[size_t(r)] = segments(c, r, &l);
+        length = std::max(length, l);
+      }
+      STRATA_RETURN_IF_ERROR(gather_state(c, segments_[c], gathered, length));
+      gathered_chunk = c;
+    }
+    float* const host_of[3] = {host.master, host.m, host.v};
+    float* const device_of[3] = {device_masters_, device_m_, device_v_};
+    for (int r = gather ? 0 : rank(); r < (gather ? ranks() : rank() + 1); ++r) {
+      const std::vector<Segment>& segs = gather ? theirs[size_t(r)] : segments_[c];
+      for (const Segment& s : segs) {
+        // The segment's fp32 elements in the master layout's chunk, cut to the piece.
+        const uint64_t m0 = masters_.params[s.param].offset / sizeof(float) + s.first;
+        const uint64_t from = std::max(m0, piece.element_begin), to = std::min(m0 + s.n, piece.element_end);
+        if (from >= to) continue;
+        const uint64_t bytes = (to - from) * sizeof(float), at = s.at + (from - m0);
+        for (int k = 0; k < 3; ++k) {
+          if (device_of[k] == nullptr) continue;
+          float* h = host_of[k] + (from - piece.element_begin);
+          if (to_device) {
+            STRATA_RETURN_IF_ERROR(backend_.copy_to_device(device_of[k] + state_at_[c] + at, h, bytes, stream));
+          } else {
+            const float* d = gather ? gathered[k] + uint64_t(r) * length + at : device_of[k] + state_at_[c] + at;
+            STRATA_RETURN_IF_ERROR(backend_.copy_to_host(h, d, bytes, stream));
+          }
+        }
+      }
     }
     return Status::ok();
   };
-  STRATA_RETURN_IF_ERROR(state_.pipeline().for_each_chunk(state_.order(), copy, /*write_back=*/false));
-  STRATA_RETURN_IF_ERROR(backend_.record(*copied_, stream));
-  if (to_device) return backend_.wait(Stream::compute, *copied_);  // the next step reads them
-  STRATA_RETURN_IF_ERROR(backend_.synchronize(*copied_));
-  if (device_masters_ != nullptr) return Status::ok();
-  // fp32: the masters are the resident weights.
-  return state_.fill_masters(
-      [&](size_t c, float* out) { return weights_.read(c, reinterpret_cast<std::byte*>(out)); },
-      /*write_back=*/false);
+  Status walked = state_.pipeline().for_each_chunk(state_.order(), copy, /*write_back=*/false);
+  if (walked.is_ok()) walked = backend_.record(*copied_, stream);
+  if (walked.is_ok()) walked = to_device ? backend_.wait(Stream::compute, *copied_) : backend_.synchronize(*copied_);
+  if (buffer != nullptr) {
+    (void)backend_.synchronize(stream);
+    if (Status s = backend_.release(buffer); walked.is_ok()) walked = s;
+  }
+  STRATA_RETURN_IF_ERROR(walked);
+  if (!to_device && device_masters_ == nullptr) {
+    // fp32: the masters are the resident weights (whole on every rank).
+    STRATA_RETURN_IF_ERROR(state_.fill_masters(
+        [&](size_t c, float* out) { return weights_.read(c, reinterpret_cast<std::byte*>(out)); },
+        /*write_back=*/false));
+  }
+  host_current_ = true;
+  return Status::ok();
 }
 
 }  // namespace strata::model

@@ -9,11 +9,19 @@
 // weights must be resident (ResidentWeights).
 // Thread-safety and ordering: Optimizer's. Lifetime: the backend, weights, gradients and state
 // outlive it; the destructor waits for the backend's streams and returns its device blocks.
+// Across ranks (DeviceGrads::partitioned, ZeRO): this rank's masters and moments are those of its
+// shard of each chunk (offload/chunk_shard.h), 1/N of the model's; it updates its shard from its
+// shard of the gradient sum, then the ranks all-gather the chunk's new working weights, so every
+// rank holds the whole updated chunk (AdamW is elementwise: the same bits as one rank's update).
+// state_to_host all-gathers the shards into every rank's host images (a collective: every rank
+// calls it, in the same order); state_from_host takes each rank's shard from them, so a
+// checkpoint is the same files whatever the world size and resumes at any other.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -48,12 +56,26 @@ class DeviceOptimizer final : public Optimizer {
   // Masters (16-bit; fp32's are the resident weights) and moments, chunk by chunk between the
   // state's pinned images and the device arrays. to_host waits for the copies; from_host orders
   // the next compute after them.
-  Status state_to_host() override { return copy_state(/*to_device=*/false); }
+  // to_host is a no-op while the images already hold the state (no update since the last copy
+  // either way), so a caller may sync before another one does.
+  Status state_to_host() override { return host_current_ ? Status::ok() : copy_state(/*to_device=*/false); }
   Status state_from_host() override { return copy_state(/*to_device=*/true); }
 
  private:
   DeviceOptimizer(Backend& backend, ResidentWeights& weights, DeviceGrads& grads, OptimizerState& state,
                   const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options);
+  // A tensor's part in a rank's shard of its chunk: elements [first, first + n) of layout param
+  // `param`, its fp32 state at float `at` of the rank's state of the chunk.
+  struct Segment {
+    size_t param;
+    uint64_t first, n, at;
+  };
+  // Rank `rank`'s segments of chunk c (`length`: its state's floats, each segment 64-aligned).
+  std::vector<Segment> segments(size_t c, int rank, uint64_t* length) const;
+  int ranks() const;
+  int rank() const;
+  Status gather_weights(size_t c);
+  Status gather_state(size_t c, std::span<const Segment> segs, float* const* into, uint64_t length);
   Status copy_state(bool to_device);
 
   // Constant after construction.
@@ -64,10 +86,15 @@ class DeviceOptimizer final : public Optimizer {
   const ParamLayout& layout_;
   const ParamLayout& masters_;
   const TrainOptions options_;
-  std::vector<uint64_t> master_offsets_;  // device byte offset of each chunk's fp32 state; the total last
-  std::byte* device_masters_ = nullptr;   // (sum of master chunk bytes) 16-bit training only
-  std::byte* device_m_ = nullptr;         // same size
-  std::byte* device_v_ = nullptr;         // same size
+  Communicator* const comm_;             // the gradients' (across ranks), else null
+  std::vector<std::vector<Segment>> segments_;  // per chunk: this rank's
+  std::vector<uint64_t> state_at_;        // per chunk: float offset of its state; the total last
+  uint64_t widest_state_ = 0;             // floats: the largest chunk state of any rank (across ranks)
+  float* device_masters_ = nullptr;       // (state_at_.back() floats) 16-bit training only
+  float* device_m_ = nullptr;             // same size
+  float* device_v_ = nullptr;             // same size
+  std::byte* gathered_weights_ = nullptr; // across ranks: ranks x the largest stride of working weights
+  bool host_current_ = false;             // the host images hold the state
   std::unique_ptr<Event> computed_, copied_;
 };
 

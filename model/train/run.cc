@@ -125,9 +125,16 @@ RunOutcome TrainingRun::diverged(const StepMetrics& m) const {
 }
 
 // Writes the checkpoint of the steps done so far (once per step).
+// Across ranks every rank calls it: each homes a shard of the optimizer state, which they gather
+// (collectives) before rank 0 writes the files.
 Status TrainingRun::save() {
   const uint64_t step = trainer_->steps_done();
-  if (!store_ || saved_step_ == step) return Status::ok();
+  if (o_.checkpoint_dir.empty() || saved_step_ == step) return Status::ok();
+  if (comm_) STRATA_RETURN_IF_ERROR(trainer_->sync_host_state());
+  if (!store_) {  // not rank 0
+    saved_step_ = step;
+    return Status::ok();
+  }
   LoaderPosition loader = train_loader_->position();
   if (rank_batches_) {
     STRATA_ASSIGN_OR_RETURN(loader, rank_batches_->step_position());
@@ -148,7 +155,8 @@ Status TrainingRun::save() {
 
 // The checkpoint every checkpoint_every steps and after the last.
 RunOutcome TrainingRun::save_due(uint64_t step) {
-  if (!store_ || (step != o_.steps && (o_.checkpoint_every == 0 || step % o_.checkpoint_every != 0))) return {};
+  if (o_.checkpoint_dir.empty() || (step != o_.steps && (o_.checkpoint_every == 0 || step % o_.checkpoint_every != 0)))
+    return {};
   if (Status s = save(); !s.is_ok())
     return fail("checkpoint at step {}: {}; {}{}", step, s.message(),
                 s.code() == Code::no_space ? "free space there, then: " : "", resume_advice());
@@ -175,7 +183,10 @@ StatusOr<int> TrainingRun::world_stop_signal() {
 // A stop signal: the checkpoint, then the command that resumes.
 RunOutcome TrainingRun::stop_for_signal(int sig) {
   const uint64_t step = trainer_->steps_done();
-  if (!store_ && launch_.rank != 0) return {RunEnd::stopped, Status::ok(), sig};  // rank 0 says what happened
+  if (launch_.rank != 0) {  // it takes part in the save; rank 0 says what happened
+    Status s = save();
+    return {RunEnd::stopped, s, sig};
+  }
   if (!store_) {
     spdlog::warn("{}: stopped after step {} of {}; no --checkpoint-dir was set, so this run cannot be resumed",
                  signal_name(sig), step, o_.steps);

@@ -12,8 +12,9 @@
 // Across ranks (launched by mpirun, runtime/communicator.h's detect_launch): every rank runs the
 // same run on its own backend, micro-batch r of each step on rank r (RankBatches; --grad-accum is
 // the step's micro-batches over all ranks and must equal the world size), the gradient summed
-// across ranks in rank order and the optimizer state replicated (Trainer's TrainerIo::comm), so
-// the run is the bits of one rank with grad-accum N. Rank 0 alone writes checkpoints, --metrics,
+// across ranks in rank order into each rank's shard, the optimizer state partitioned (ZeRO: each
+// rank updates its shard, the weights are all-gathered; Trainer's TrainerIo::comm), so the run is
+// the bits of one rank with grad-accum N. Rank 0 alone writes checkpoints, --metrics,
 // TensorBoard and --trace (one set of files whatever the world size); a stop signal is agreed by
 // every rank at the next step's start.
 // Thread-safety: one thread (the caller's) calls setup() and train(); SIGINT/SIGTERM are polled

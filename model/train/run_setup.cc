@@ -241,9 +241,10 @@ RunOutcome TrainingRun::join_world() {
     o_.trace_path.clear();
     o_.bench = false;
   }
-  spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r, the gradient is summed in rank order "
-               "and the optimizer state is replicated; rank 0 writes checkpoints and logs",
-               n, launcher_name(launch_.launcher));
+  spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
+               "gradient sum and optimizer state (summed in rank order, the updated weights all-gathered); rank 0 "
+               "writes checkpoints and logs",
+               n, launcher_name(launch_.launcher), n);
   return {};
 }
 

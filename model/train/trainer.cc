@@ -46,6 +46,22 @@ bool runs_layer_major(const Transformer& model, const TrainOptions& options) {
          model.options().micro_batches >= int64_t(options.grad_accum);
 }
 
+// Across ranks the gradient is partitioned before the optimizer is made, which then holds only
+// this rank's shard of the state (DeviceGrads::spread_over_ranks, DeviceOptimizer).
+Status partition_gradients(Transformer& model, const TrainOptions& options, Communicator& comm) {
+  const int n = comm.size();
+  if (options.grad_accum != uint64_t(n))
+    return error(Code::invalid_argument, "across {} ranks each runs one micro-batch of a step, so --grad-accum (the "
+                 "step's micro-batches over all ranks) must be {}, not {}; more micro-batches per rank are not built",
+                 n, n, options.grad_accum);
+  if (options.optimizer_home != Tier::device || model.device_grads() == nullptr ||
+      model.grad_sink() != model.device_grads())
+    return error(Code::invalid_argument, "across ranks the optimizer runs on the device beside resident weights "
+                 "(pass --optimizer-device device); the CPU optimizer and offloaded gradients are not built across "
+                 "ranks yet");
+  return model.device_grads()->spread_over_ranks(comm, model.gradient_releases());
+}
+
 }  // namespace
 
 Trainer::Trainer(Backend& backend, Transformer& model, const TrainOptions& options, LrSchedule schedule,
@@ -70,6 +86,7 @@ Status check_trainer_options(const TrainOptions& options) {
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
   STRATA_RETURN_IF_ERROR(check_model_options(model, options));
+  if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
                           make_optimizer(backend, model, pinned, pool, options, io.trace, io.store));
   return create(backend, model, pinned, options, std::move(parts), io.comm);
@@ -97,16 +114,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 
 Status Trainer::join_ranks(Communicator& comm) {
   const int n = comm.size();
-  if (options_.grad_accum != uint64_t(n))
-    return error(Code::invalid_argument, "across {} ranks each runs one micro-batch of a step, so --grad-accum (the "
-                 "step's micro-batches over all ranks) must be {}, not {}; more micro-batches per rank are not built",
-                 n, n, options_.grad_accum);
-  if (options_.optimizer_home != Tier::device || model_.device_grads() == nullptr ||
-      model_.grad_sink() != model_.device_grads())
-    return error(Code::invalid_argument, "across ranks the optimizer runs on the device beside resident weights "
-                 "(pass --optimizer-device device); the CPU optimizer and offloaded gradients are not built across "
-                 "ranks yet");
-  STRATA_RETURN_IF_ERROR(model_.device_grads()->spread_over_ranks(comm, model_.gradient_releases()));
+  if (model_.device_grads() == nullptr || model_.device_grads()->communicator() != &comm)
+    return error(Code::failed_precondition, "across ranks the gradient is partitioned before the optimizer is made "
+                 "(Trainer::create with TrainerIo::comm does both)");
   STRATA_ASSIGN_OR_RETURN(void* losses, backend_.allocate(2 * sizeof(double) * uint64_t(n), "trainer rank losses"));
   rank_losses_ = static_cast<double*>(losses);
   comm_ = &comm;

@@ -76,8 +76,10 @@ struct TrainerIo {
   // rank() of every step (options.grad_accum must equal size(): the step's micro-batches over all
   // ranks) and the step's gradient, norm, clip, update and loss are those of one rank running the
   // grad_accum micro-batches in turn, the same bits on every rank. The optimizer must be on the
-  // device beside resident weights (the model's DeviceGrads carry the sum across ranks); the
-  // optimizer state is then replicated: every rank updates all of it identically.
+  // device beside resident weights; the model's DeviceGrads are partitioned before the optimizer
+  // is made, so each rank homes and updates its shard of every chunk's gradient sum and state
+  // (offload/chunk_shard.h) and the new weights are all-gathered. Trainer::gradient() refuses
+  // then (no rank holds a whole sum).
   Communicator* comm = nullptr;
 };
 

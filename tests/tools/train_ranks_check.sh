@@ -3,8 +3,8 @@
 # of each step on rank r, against one rank with --grad-accum NP, for PRESET in DTYPE with clipping
 # on (the test asserts it clipped): every step's loss, gradient norm and validation loss the same
 # digits (--metrics, written by rank 0 alone), and the final checkpoint's files the same bytes
-# (weights, optimizer state, config). Then a checkpoint written at NP ranks resumes on one rank,
-# and one written on one rank resumes at NP ranks, both ending on the same bytes. Last, what is not
+# (weights, optimizer state, config). Then checkpoints resume across world sizes (NP to 1, 1 or 2
+# to NP: below), ending on the same bytes. Last, what is not
 # built is refused before training, saying what to pass: --grad-accum other than NP, the CPU optimizer.
 # Usage: train_ranks_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
@@ -19,8 +19,13 @@ export OPENBLAS_NUM_THREADS=1
 common=(train --preset "$preset" --dtype "$dtype" --micro-batch 2 --seq 32 --grad-accum "$np" --optimizer-device device
         --clip-grad-norm 0.5 --lr-schedule-steps 4 --threads 1 --eval-every 2 --log-every 1)
 one() { timeout 120 "$strata" "${common[@]}" "$@" >>log 2>&1 || fail "1 rank: $* (exit $?): $(tail -3 log)"; }
-ranks() { timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "$@" >>log 2>&1 ||
-            fail "$np ranks: $* (exit $?): $(tail -3 log)"; }
+ranks_at() {
+  local n=$1
+  shift
+  timeout 120 "${mpirun[@]}" -np "$n" "$strata" "${common[@]}" "$@" >>log 2>&1 ||
+    fail "$n ranks: $* (exit $?): $(tail -3 log)"
+}
+ranks() { ranks_at "$np" "$@"; }
 # step, loss, grad_norm, val_loss of each step line: the figures that must match to the last digit.
 figures() { python3 -c '
 import json, sys
@@ -45,13 +50,26 @@ norms = [d["grad_norm"] for d in map(json.loads, open(sys.argv[1])) if "grad_nor
 sys.exit(0 if max(norms) > 0.5 else 1)' one.jsonl || fail "no step clipped (every gradient norm <= 0.5)"
 same_checkpoint one/step-000004 many/step-000004
 
-# Resume across world sizes: NP ranks to step 2, then 1 rank to 4; 1 rank to 2, then NP ranks to 4.
+# Resume across world sizes (each rank homes a shard of the optimizer state; a checkpoint is one
+# set of files whatever the world size): NP ranks to step 2, then 1 rank to 4; and
+# - NP 2: 1 rank to step 2, then NP ranks to 4, against the 1-rank run;
+# - a larger NP: 2 ranks to step 2, then NP ranks to 4 (the shards of 2 cut again into NP), against
+#   1 rank with --grad-accum 2 to step 2, then --grad-accum NP to 4 (a resume may change it).
 ranks --steps 2 --checkpoint-dir a
 one --steps 4 --resume a --checkpoint-dir a
-one --steps 2 --checkpoint-dir b
-ranks --steps 4 --resume b --checkpoint-dir b
 same_checkpoint one/step-000004 a/step-000004
-same_checkpoint one/step-000004 b/step-000004
+if [ "$np" -gt 2 ]; then
+  one --steps 2 --checkpoint-dir ref --grad-accum 2
+  one --steps 4 --resume ref --checkpoint-dir ref
+  ranks_at 2 --steps 2 --checkpoint-dir b --grad-accum 2
+  same_checkpoint ref/step-000002 b/step-000002
+  ranks --steps 4 --resume b --checkpoint-dir b
+  same_checkpoint ref/step-000004 b/step-000004
+else
+  one --steps 2 --checkpoint-dir b
+  ranks --steps 4 --resume b --checkpoint-dir b
+  same_checkpoint one/step-000004 b/step-000004
+fi
 # Refusals: exit 2 (a usage error) with the flag to change named.
 refused() {
   local want=$1
