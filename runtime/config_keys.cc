@@ -42,7 +42,8 @@ void add_runtime_config_keys(ConfigSchema& schema) {
               .default_text = "20",
               .help = "Across ranks (mpirun): seconds a collective may wait with no message to or from a peer "
                       "completing before the run stops, naming the peer (dead or stuck); set it above the longest "
-                      "step or checkpoint write of the run; 0 waits forever",
+                      "step or checkpoint write of the run (left at the default with a checkpoint directory, it is "
+                      "raised to twice the checkpoint's write at 100 MB/s); 0 waits forever",
               .min = 0,
               .max = 86400});
   schema.add({.name = "cpu_mem",

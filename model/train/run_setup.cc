@@ -2,6 +2,7 @@
 // placement, then every part of the run in the order it is owned. The step loop is in run.cc.
 #include <signal.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -241,6 +242,19 @@ RunOutcome TrainingRun::join_world() {
     o_.trace_path.clear();
     o_.bench = false;
   }
+  // The other ranks wait in the next collective while rank 0 writes a checkpoint: the default
+  // timeout grows to twice its write at a slow disk's rate, so a large model's save is not taken
+  // for a dead rank (a rank that dies is still found at once: mpirun ends the job).
+  comm_timeout_ = config_.get_real("comm_timeout");
+  constexpr double kSlowDiskBytesPerSecond = 100e6;
+  const double write_seconds = double(parameter_count(mc_)) * 12.0 / kSlowDiskBytesPerSecond;  // masters, m, v
+  if (!o_.checkpoint_dir.empty() && config_.source("comm_timeout") == ConfigSource::default_value &&
+      comm_timeout_ > 0 && 2 * write_seconds > comm_timeout_) {
+    comm_timeout_ = std::ceil(2 * write_seconds);
+    spdlog::info("comm timeout: {:.0f} s (the default {:.0f} s raised: rank 0 writes {} checkpoints, ~{:.0f} s at "
+                 "100 MB/s, while the other ranks wait; pass --comm-timeout to set it)", comm_timeout_,
+                 config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
+  }
   spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
                "gradient sum and optimizer state (summed in rank order, the updated weights all-gathered); rank 0 "
                "writes checkpoints and logs",
@@ -284,7 +298,7 @@ RunOutcome TrainingRun::build() {
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend_->kind()), backend_->device().name, why);
   if (launch_.size > 1) {
     StatusOr<std::unique_ptr<Communicator>> comm =
-        make_communicator(*backend_, launch_, {.timeout_seconds = config_.get_real("comm_timeout")});
+        make_communicator(*backend_, launch_, {.timeout_seconds = comm_timeout_});
     if (!comm.is_ok()) return outcome_of(comm.status());
     comm_ = std::move(*comm);
     StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");
