@@ -20,31 +20,86 @@ StatusOr<std::unique_ptr<DeviceGrads>> DeviceGrads::create(Backend& backend, DTy
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
     return error(Code::invalid_argument, "device gradients '{}': {} is not a gradient format", name, dtype_name(dtype));
   std::unique_ptr<DeviceGrads> g(new DeviceGrads(backend, dtype, chunk_bytes));
-  auto allocate = [&](uint64_t bytes, const std::string& tag) -> StatusOr<std::byte*> {
-    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(bytes, tag));
-    g->blocks_.push_back(block);
-    return static_cast<std::byte*>(block);
-  };
-  g->partial_at_ = {0};
+  g->name_ = name;
+  g->chunk_names_ = chunk_names;
   for (size_t c = 0; c < chunk_bytes.size(); ++c) {
     if (chunk_bytes[c] == 0 || chunk_bytes[c] % dtype_size(dtype) != 0)
       return error(Code::invalid_argument, "device gradients '{}': chunk {} has {} bytes, not a positive multiple of {}",
                    name, c, chunk_bytes[c], dtype_size(dtype));
-    STRATA_ASSIGN_OR_RETURN(std::byte* work, allocate(chunk_bytes[c], fmt::format("{} gradients ({})", name, chunk_names[c])));
-    g->work_.push_back(work);
-    STRATA_ASSIGN_OR_RETURN(std::byte* acc, allocate(g->elements(c) * sizeof(float),
-                                                     fmt::format("{} fp32 gradient sums ({})", name, chunk_names[c])));
-    g->acc_.push_back(reinterpret_cast<float*>(acc));
-    const uint64_t blocks = (g->elements(c) + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
-    g->partial_at_.push_back(g->partial_at_.back() + blocks);
+    STRATA_ASSIGN_OR_RETURN(void* work,
+                            g->allocate(chunk_bytes[c], fmt::format("{} gradients ({})", name, chunk_names[c])));
+    g->work_.push_back(static_cast<std::byte*>(work));
     g->shards_.push_back(chunk_shard(g->elements(c), 1, 0));
   }
-  STRATA_ASSIGN_OR_RETURN(std::byte* partials,
-                          allocate(g->partial_at_.back() * sizeof(double), fmt::format("{} norm partials", name)));
-  g->partials_ = reinterpret_cast<double*>(partials);
-  g->host_partials_.resize(g->partial_at_.back());
   g->held_.assign(chunk_bytes.size(), Held::none);
   return g;
+}
+
+StatusOr<void*> DeviceGrads::allocate(uint64_t bytes, const std::string& tag) {
+  STRATA_ASSIGN_OR_RETURN(void* block, backend_.allocate(bytes, tag));
+  blocks_.push_back(block);
+  return block;
+}
+
+// The fp32 sums (whole, or this rank's shards), across ranks the exchange buffers, and the
+// norm's block partials (every rank's across ranks), at the first step: after spread_over_ranks,
+// so the whole sums are never allocated on a rank that keeps shards.
+Status DeviceGrads::allocate_sums() {
+  if (!acc_.empty()) return Status::ok();
+  const int ranks = comm_ != nullptr ? comm_->size() : 1;
+  uint64_t exchange = 0;  // floats
+  partial_at_ = {0};
+  stacks_.assign(work_.size(), nullptr);
+  for (size_t c = 0; c < work_.size(); ++c) {
+    const uint64_t stride = shards_[c].stride;
+    const uint64_t floats = ranks > 1 ? stride : elements(c);
+    STRATA_ASSIGN_OR_RETURN(void* sum, allocate(floats * sizeof(float),
+                                                fmt::format("{} fp32 gradient sums ({}{})", name_, chunk_names_[c],
+                                                            ranks > 1 ? ", this rank's shard" : "")));
+    acc_.push_back(static_cast<float*>(sum));
+    partial_at_.push_back(partial_at_.back() + (floats + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock);
+    if (ranks == 1) continue;
+    exchange = std::max(exchange, uint64_t(ranks) * stride);
+    if (releases_[c] == 1) continue;
+    STRATA_ASSIGN_OR_RETURN(void* stack, allocate(uint64_t(releases_[c]) * uint64_t(ranks) * stride * sizeof(float),
+                                                  fmt::format("{} gradients: the ranks' shards of {}'s {} releases",
+                                                              name_, chunk_names_[c], releases_[c])));
+    stacks_[c] = static_cast<float*>(stack);
+  }
+  if (ranks > 1) {
+    STRATA_ASSIGN_OR_RETURN(void* buffer, allocate(exchange * sizeof(float),
+                                                   fmt::format("{} gradients: a release by destination rank", name_)));
+    exchange_ = static_cast<float*>(buffer);
+  }
+  rank_partials_ = partial_at_.back();
+  STRATA_ASSIGN_OR_RETURN(void* partials, allocate(uint64_t(ranks) * rank_partials_ * sizeof(double),
+                                                   fmt::format("{} norm partials", name_)));
+  partials_ = static_cast<double*>(partials);
+  host_partials_.assign(uint64_t(ranks) * rank_partials_, 0.0);
+  return Status::ok();
+}
+
+uint64_t DeviceGrads::device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
+                                   const std::vector<uint32_t>& releases, int ranks, uint64_t align) {
+  const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
+  constexpr uint64_t kBlock = kernels::kSumSquaresBlock;
+  uint64_t bytes = 0, partials = 0, exchange = 0;
+  for (size_t c = 0; c < chunk_bytes.size(); ++c) {
+    const uint64_t elements = chunk_bytes[c] / dtype_size(dtype);
+    bytes += aligned(chunk_bytes[c]);
+    if (ranks == 1) {
+      bytes += aligned(elements * sizeof(float));
+      partials += (elements + kBlock - 1) / kBlock;
+      continue;
+    }
+    const uint64_t stride = chunk_shard(elements, ranks, 0).stride;
+    bytes += aligned(stride * sizeof(float));
+    partials += stride / kBlock;
+    exchange = std::max(exchange, uint64_t(ranks) * stride);
+    if (releases.at(c) > 1) bytes += aligned(uint64_t(releases[c]) * uint64_t(ranks) * stride * sizeof(float));
+  }
+  if (ranks > 1) bytes += aligned(exchange * sizeof(float));
+  return bytes + aligned(uint64_t(ranks) * partials * sizeof(double));
 }
 
 DeviceGrads::~DeviceGrads() {
@@ -63,20 +118,16 @@ Status DeviceGrads::check(size_t c, const char* what) const {
 }
 
 Status DeviceGrads::begin_step() {
+  STRATA_RETURN_IF_ERROR(allocate_sums());
   held_.assign(work_.size(), Held::none);
   released_.assign(work_.size(), 0);
   return Status::ok();
 }
 
-Status DeviceGrads::drop(void* block) {
-  blocks_.erase(std::find(blocks_.begin(), blocks_.end(), block));
-  return backend_.release(block);
-}
-
-// The full fp32 accumulators and the norm's partials are returned and replaced by the shards'
-// sums, the exchange buffers and every rank's partials.
 Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases) {
   if (comm_ != nullptr) return error(Code::failed_precondition, "device gradients: already spread over ranks");
+  if (!acc_.empty())
+    return error(Code::failed_precondition, "device gradients: spread over ranks after a step (before the first)");
   if (comm.size() < 2)
     return error(Code::invalid_argument, "device gradients: spreading over a world of {} rank(s)", comm.size());
   if (releases.size() != work_.size())
@@ -85,40 +136,7 @@ Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint
   for (size_t c = 0; c < work_.size(); ++c)
     if (releases[c] == 0)
       return error(Code::invalid_argument, "device gradients: chunk {} gets no release per step", c);
-  if (std::any_of(held_.begin(), held_.end(), [](Held h) { return h != Held::none; }))
-    return error(Code::failed_precondition, "device gradients: spread over ranks during a step");
-  const uint64_t ranks = uint64_t(comm.size());
-  uint64_t exchange = 0;  // floats
-  stacks_.assign(work_.size(), nullptr);
-  partial_at_ = {0};
-  for (size_t c = 0; c < work_.size(); ++c) {
-    shards_[c] = chunk_shard(elements(c), comm.size(), comm.rank());
-    const uint64_t stride = shards_[c].stride;
-    STRATA_RETURN_IF_ERROR(drop(acc_[c]));
-    STRATA_ASSIGN_OR_RETURN(void* sum, backend_.allocate(stride * sizeof(float),
-                                                         fmt::format("device gradients: chunk {}'s shard sum", c)));
-    blocks_.push_back(sum);
-    acc_[c] = static_cast<float*>(sum);
-    partial_at_.push_back(partial_at_.back() + stride / kernels::kSumSquaresBlock);
-    exchange = std::max(exchange, uint64_t(releases[c]) * ranks * stride);
-    if (releases[c] == 1) continue;
-    STRATA_ASSIGN_OR_RETURN(void* stack, backend_.allocate(uint64_t(releases[c]) * ranks * stride * sizeof(float),
-                                                           fmt::format("device gradients: chunk {}'s {} releases",
-                                                                       c, releases[c])));
-    blocks_.push_back(stack);
-    stacks_[c] = static_cast<float*>(stack);
-  }
-  STRATA_ASSIGN_OR_RETURN(void* buffer, backend_.allocate(exchange * sizeof(float),
-                                                          "device gradients: the ranks' exchanged shards"));
-  blocks_.push_back(buffer);
-  exchange_ = static_cast<float*>(buffer);
-  rank_partials_ = partial_at_.back();
-  STRATA_RETURN_IF_ERROR(drop(partials_));
-  STRATA_ASSIGN_OR_RETURN(void* partials, backend_.allocate(ranks * rank_partials_ * sizeof(double),
-                                                            "device gradients: every rank's norm partials"));
-  blocks_.push_back(partials);
-  partials_ = static_cast<double*>(partials);
-  host_partials_.assign(ranks * rank_partials_, 0.0);
+  for (size_t c = 0; c < work_.size(); ++c) shards_[c] = chunk_shard(elements(c), comm.size(), comm.rank());
   releases_ = releases;
   released_.assign(work_.size(), 0);
   comm_ = &comm;
@@ -127,6 +145,7 @@ Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint
 
 StatusOr<std::byte*> DeviceGrads::acquire(size_t c) {
   STRATA_RETURN_IF_ERROR(check(c, "acquire"));
+  STRATA_RETURN_IF_ERROR(allocate_sums());
   if (held_[c] == Held::in_work) {  // a second contribution: the first is widened before the buffer is reused
     STRATA_RETURN_IF_ERROR(
         backend_.ops().accumulate_widened(acc_[c], work_[c], dtype_, int64_t(elements(c)), /*first=*/true));
@@ -143,9 +162,9 @@ Status DeviceGrads::release(size_t c, bool /*last*/) {
     if (j >= releases_[c])
       return error(Code::failed_precondition, "device gradients: release {} of chunk {} in one step, but across ranks "
                    "each rank runs one micro-batch per step ({} release(s) of this chunk)", j + 1, c, releases_[c]);
-    STRATA_RETURN_IF_ERROR(widen_for_ranks(c, j));
+    STRATA_RETURN_IF_ERROR(widen_for_ranks(c));
     held_[c] = Held::in_acc;
-    return j + 1 == releases_[c] ? exchange(c) : Status::ok();
+    return exchange(c, j);
   }
   if (held_[c] == Held::none) {
     held_[c] = Held::in_work;
@@ -161,6 +180,7 @@ DeviceGrads::Sum DeviceGrads::gradient(size_t c) const {
 
 StatusOr<const float*> DeviceGrads::widened(size_t c) {
   STRATA_RETURN_IF_ERROR(check(c, "widened"));
+  STRATA_RETURN_IF_ERROR(allocate_sums());
   if (comm_ != nullptr)
     return error(Code::failed_precondition, "device gradients: chunk {}'s whole sum is read, but the gradient is "
                  "partitioned over {} ranks (this rank holds elements [{}, {}))", c, comm_->size(), shards_[c].begin,
@@ -173,14 +193,13 @@ StatusOr<const float*> DeviceGrads::widened(size_t c) {
   return acc_[c];
 }
 
-// Release j of chunk c, widened into the exchange buffer laid out [rank][release][stride]: block
-// (d, j) holds the elements destination rank d homes, zeros past the chunk's end.
-Status DeviceGrads::widen_for_ranks(size_t c, uint32_t j) {
-  const uint64_t n = elements(c), stride = shards_[c].stride, R = releases_[c];
-  float* send = stacks_[c] != nullptr ? stacks_[c] : exchange_;
+// A release of chunk c widened into the exchange buffer laid out by destination: block d holds the
+// elements rank d homes, zeros past the chunk's end.
+Status DeviceGrads::widen_for_ranks(size_t c) {
+  const uint64_t n = elements(c), stride = shards_[c].stride;
   for (int d = 0; d < comm_->size(); ++d) {
     const ChunkShard to = chunk_shard(n, comm_->size(), d);
-    float* block = send + (uint64_t(d) * R + j) * stride;
+    float* block = exchange_ + uint64_t(d) * stride;
     if (to.elements() > 0)
       STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(block, work_[c] + to.begin * dtype_size(dtype_), dtype_,
                                                                int64_t(to.elements()), /*first=*/true));
@@ -190,15 +209,19 @@ Status DeviceGrads::widen_for_ranks(size_t c, uint32_t j) {
   return Status::ok();
 }
 
-// Chunk c's shards to their owners, queued on the compute stream after its releases: acc(c) =
-// the ordered sum over (rank, release) of what every rank sent this rank.
-Status DeviceGrads::exchange(size_t c) {
-  const uint64_t stride = shards_[c].stride, R = releases_[c];
+// Release j of chunk c (in the exchange buffer) to the shards' owners, queued on the compute stream:
+// one release is reduce-scattered into acc(c); of several, each is sent all-to-all into the chunk's
+// stack ([release][rank][stride]) and the last adds them, rank-major, release-minor, into acc(c).
+Status DeviceGrads::exchange(size_t c, uint32_t j) {
+  const uint64_t stride = shards_[c].stride, ranks = uint64_t(comm_->size()), R = releases_[c];
   if (stacks_[c] == nullptr) return comm_->reduce_scatter(exchange_, acc_[c], stride, Stream::compute);
-  STRATA_RETURN_IF_ERROR(comm_->all_to_all(stacks_[c], exchange_, R * stride * sizeof(float), Stream::compute));
-  for (uint64_t k = 0; k < uint64_t(comm_->size()) * R; ++k)  // k = r * R + j: rank-major, release-minor
-    STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], exchange_ + k * stride, DType::f32,
-                                                             int64_t(stride), /*first=*/k == 0));
+  STRATA_RETURN_IF_ERROR(
+      comm_->all_to_all(exchange_, stacks_[c] + j * ranks * stride, stride * sizeof(float), Stream::compute));
+  if (j + 1 < R) return Status::ok();
+  for (uint64_t r = 0; r < ranks; ++r)
+    for (uint64_t k = 0; k < R; ++k)
+      STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], stacks_[c] + (k * ranks + r) * stride,
+                                                               DType::f32, int64_t(stride), /*first=*/r == 0 && k == 0));
   return Status::ok();
 }
 
@@ -212,10 +235,8 @@ StatusOr<double> DeviceGrads::norm_over_ranks() {
       return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases this step", c,
                    released_[c], releases_[c]);
     if (released_[c] == 0) {  // no contribution on this rank (nor, the same model, on any): zeros exchanged
-      STRATA_RETURN_IF_ERROR(backend_.fill_zero(stacks_[c] != nullptr ? stacks_[c] : exchange_,
-                                                uint64_t(releases_[c]) * uint64_t(ranks) * shards_[c].stride *
-                                                    sizeof(float)));
-      STRATA_RETURN_IF_ERROR(exchange(c));
+      STRATA_RETURN_IF_ERROR(backend_.fill_zero(exchange_, uint64_t(ranks) * shards_[c].stride * sizeof(float)));
+      for (uint32_t j = 0; j < releases_[c]; ++j) STRATA_RETURN_IF_ERROR(exchange(c, j));
       held_[c] = Held::in_acc;
     }
     if (shards_[c].elements() > 0)
@@ -240,6 +261,7 @@ StatusOr<double> DeviceGrads::norm_over_ranks() {
 }
 
 StatusOr<double> DeviceGrads::finish_step() {
+  STRATA_RETURN_IF_ERROR(allocate_sums());
   if (comm_ != nullptr) return norm_over_ranks();
   for (size_t c = 0; c < work_.size(); ++c) {
     if (held_[c] == Held::none) {  // no contribution this step: the sum is zero

@@ -10,8 +10,9 @@
 // read the working-precision buffer, whose exact widening is the fp32 sum (the same bits, without
 // the fp32 pass: 6 bytes an element written and read less). Its first widening waits until a second
 // contribution's acquire, or a reader asks for widened().
-// Device memory per chunk: its working-precision buffer, its fp32 accumulator and one double per
-// 4096 floats for the norm's block partials.
+// Device memory per chunk: its working-precision buffer (from create), its fp32 accumulator and one
+// double per 4096 floats for the norm's block partials (from the first begin_step or acquire, so a
+// spread over ranks before it allocates shards only); device_bytes says how much in all.
 // Across ranks (spread_over_ranks, a scale-out run): each rank runs one micro-batch of the step and
 // keeps its shard of the gradient, the sum of every rank's contributions in (rank, release) order,
 // the bits of one rank accumulating the same micro-batches in that order (ZeRO's partitioned
@@ -80,18 +81,20 @@ class DeviceGrads final : public GradSink {
   // step on rank r): chunk c gets exactly `releases[c]` releases per step on every rank (its
   // releases per backward: 2 for a tied embedding's tiles, the head's then the embedding's; else 1;
   // Transformer::gradient_releases). Each release is widened into an fp32 exchange buffer laid out
-  // by destination rank; at the chunk's last release the shards go to their owners (a chunk of one
-  // release: comm.reduce_scatter; of several: all_to_all) and the owner sums them
+  // by destination rank and its shards go to their owners at once, in the backward (a chunk of one
+  // release: comm.reduce_scatter; of several: all_to_all into the chunk's stack, summed at its last
+  // release); the owner sums them
   //   x(0,0); += x(0,1); ...; += x(1,0); ...   (rank r's j-th release x(r,j), rank-major)
   // -- the order in which one rank accumulating the same micro-batches adds them, so the shard
   // holds exactly the bits one rank's sum holds there. finish_step combines the ranks' block
   // partials (all-gathered) in block order: the one-rank norm, bit for bit.
-  // Device memory then: per chunk its working-precision buffer and its shard's fp32 sum (the full
-  // fp32 accumulators are returned to the arena); one exchange buffer of size() x the largest
-  // stride (fp32), shared by the chunks of one release; for a chunk of R > 1 releases, R x size()
-  // x its stride of its own; size() x the norm's partials.
+  // Device memory then: per chunk its working-precision buffer and its shard's fp32 sum (the whole
+  // sums are never allocated: call it before the first step); one exchange buffer of size() x the largest
+  // stride (fp32), shared by every chunk; for a chunk of R > 1 releases, a stack of R x size() x
+  // its stride; size() x the norm's partials.
   // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0),
-  // failed_precondition when called twice or during a step, the arena's out_of_memory. A release
+  // failed_precondition when called twice or after the first step; the arena's out_of_memory comes
+  // at the first step. A release
   // beyond releases[c] in a step, or finish_step with a chunk released fewer times, is
   // failed_precondition (the model ran more than one micro-batch per rank, or another backward).
   // Every rank must release the chunks in the same order (the same model): the exchanges are
@@ -104,6 +107,11 @@ class DeviceGrads final : public GradSink {
   // This rank's shard of chunk c (the whole chunk on one rank).
   const ChunkShard& shard(size_t c) const { return shards_.at(c); }
 
+  // The device bytes create and then spread_over_ranks (ranks > 1) allocate, each block aligned to
+  // `align` (the arena's): the planner's figure, to the byte.
+  static uint64_t device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
+                               const std::vector<uint32_t>& releases, int ranks, uint64_t align);
+
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
 
@@ -112,14 +120,17 @@ class DeviceGrads final : public GradSink {
       : backend_(backend), dtype_(dtype), bytes_(std::move(bytes)) {}
   uint64_t elements(size_t c) const { return bytes_[c] / dtype_size(dtype_); }
   Status check(size_t c, const char* what) const;
-  Status widen_for_ranks(size_t c, uint32_t release);
-  Status exchange(size_t c);
+  Status widen_for_ranks(size_t c);
+  Status exchange(size_t c, uint32_t release);
   StatusOr<double> norm_over_ranks();
-  Status drop(void* block);
+  StatusOr<void*> allocate(uint64_t bytes, const std::string& tag);
+  Status allocate_sums();
 
   Backend& backend_;
   const DType dtype_;
   const std::vector<uint64_t> bytes_;
+  std::string name_;                    // for the blocks' tags
+  std::vector<std::string> chunk_names_;
   std::vector<void*> blocks_;           // every arena block, for release
   std::vector<std::byte*> work_;        // per chunk: the backward's buffer (working precision)
   std::vector<float*> acc_;             // per chunk: fp32 accumulator
@@ -140,8 +151,8 @@ class DeviceGrads final : public GradSink {
   // rank_partials_ (its chunk c's blocks at partial_at_[c] within).
   Communicator* comm_ = nullptr;
   std::vector<uint32_t> releases_;      // per chunk: its releases per step
-  std::vector<float*> stacks_;          // per chunk of R > 1 releases: the exchange buffer, [rank][release][stride]
-  float* exchange_ = nullptr;           // size() x the largest stride (x R for the stacks' received shards)
+  std::vector<float*> stacks_;          // per chunk of R > 1 releases: the shards received, [release][rank][stride]
+  float* exchange_ = nullptr;           // size() x the largest stride: a release by destination rank
   uint64_t rank_partials_ = 0;
   std::vector<uint32_t> released_;      // per chunk: releases so far this step
 };

@@ -21,7 +21,8 @@ void add_runtime_config_keys(ConfigSchema& schema) {
   schema.add({.name = "gpu_index",
               .type = ValueType::integer,
               .default_text = "0",
-              .help = "Which GPU to use (as numbered by nvidia-smi / CUDA_VISIBLE_DEVICES)",
+              .help = "Which GPU to use (as numbered by nvidia-smi / CUDA_VISIBLE_DEVICES); across ranks "
+                      "(mpirun) the default is each rank's local rank: one GPU a rank",
               .min = 0,
               .max = 63});
   schema.add({.name = "gpu_mem",

@@ -276,9 +276,13 @@ Status Transformer::traced(std::string_view what, int64_t index, const std::func
 }
 
 std::vector<uint32_t> Transformer::gradient_releases() const {
-  std::vector<uint32_t> releases(layout_.chunks.size(), 1);
-  if (config_.tied_head)  // backward: each table tile's head contribution, then its embedding's
-    for (size_t k = 0; k < size_t(vocab_tiles(config_)); ++k) releases[head_table_chunk(k)] = 2;
+  return gradient_releases(config_, layout_.chunks.size());
+}
+
+std::vector<uint32_t> Transformer::gradient_releases(const ModelConfig& config, size_t chunk_count) {
+  std::vector<uint32_t> releases(chunk_count, 1);
+  if (config.tied_head)  // backward: each table tile's head contribution, then its embedding's (tile k is chunk k)
+    for (size_t k = 0; k < size_t(vocab_tiles(config)); ++k) releases[k] = 2;
   return releases;
 }
 

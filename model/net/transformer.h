@@ -242,6 +242,8 @@ class Transformer {
   // Per chunk, how many times one backward releases its gradient to the sink: 2 for the tiles of a
   // tied embedding (the head's contribution, then the embedding's), 1 for every other chunk.
   std::vector<uint32_t> gradient_releases() const;
+  // The same for a model of `config` laid out in `chunk_count` chunks, without one (the planner).
+  static std::vector<uint32_t> gradient_releases(const ModelConfig& config, size_t chunk_count);
 
   // The loss of the last forward: sum, counted rows, mean (synchronizes the compute stream).
   StatusOr<kernels::CrossEntropyResult> read_loss();

@@ -6,7 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "model/net/transformer.h"
+#include "model/train/device_optimizer.h"
 #include "model/train/step_schedule.h"
+#include "offload/device_grads.h"
 
 namespace strata::model {
 namespace {
@@ -261,16 +264,14 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
     d.weights += tier_device_bytes(run_weight_options(layout, o, config.name));
   }
   if (on_device) {
-    // DeviceGrads: each chunk's buffer, its fp32 sums and the norm's block partials.
-    uint64_t partials = 0;
-    for (const ChunkSpec& c : layout.chunks) {
-      const uint64_t elements = c.bytes / layout.element_bytes;
-      d.gradients += aligned(c.bytes) + aligned(elements * sizeof(float));
-      partials += (elements + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock;
-    }
-    d.gradients += aligned(partials * sizeof(double));
-    const uint64_t masters = shared_param_layout(config, sizeof(float)).value()->total_bytes();
-    d.optimizer = aligned(masters) * (o.dtype == DType::f32 ? 2 : 3);  // m, v (and fp32 masters for 16-bit)
+    // DeviceGrads: each chunk's buffer, its fp32 sums (across ranks: the shards' and the exchange
+    // buffers) and the norm's block partials; the DeviceOptimizer's state (this rank's shards).
+    std::vector<uint64_t> chunk_bytes;
+    for (const ChunkSpec& c : layout.chunks) chunk_bytes.push_back(c.bytes);
+    d.gradients = DeviceGrads::device_bytes(o.dtype, chunk_bytes,
+                                            Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
+                                            kArenaAlign);
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign);
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
   }

@@ -23,13 +23,14 @@ DeviceOptimizer::DeviceOptimizer(Backend& backend, ResidentWeights& weights, Dev
 int DeviceOptimizer::ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
 int DeviceOptimizer::rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
 
-std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(size_t c, int r, uint64_t* length) const {
-  const uint64_t eb = layout_.element_bytes;
-  const ChunkShard shard = chunk_shard(layout_.chunks[c].bytes / eb, ranks(), r);
+std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayout& layout, size_t c, int ranks,
+                                                                 int rank, uint64_t* length) {
+  const uint64_t eb = layout.element_bytes;
+  const ChunkShard shard = chunk_shard(layout.chunks[c].bytes / eb, ranks, rank);
   std::vector<Segment> out;
   uint64_t at = 0;
-  for (size_t i = 0; i < layout_.params.size(); ++i) {
-    const ParamSpec& p = layout_.params[i];
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamSpec& p = layout.params[i];
     if (size_t(p.chunk) != c) continue;
     const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
     if (begin >= end) continue;
@@ -38,6 +39,27 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(size_t c, int r,
   }
   *length = at;
   return out;
+}
+
+uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align) {
+  const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
+  uint64_t largest = 0, widest_state = 0, widest_stride = 0;
+  for (int r = 0; r < ranks; ++r) {
+    uint64_t total = 0;
+    for (size_t c = 0; c < layout.chunks.size(); ++c) {
+      uint64_t length = 0;
+      (void)segments(layout, c, ranks, r, &length);
+      total += length;
+      widest_state = std::max(widest_state, length);
+      widest_stride = std::max(widest_stride, chunk_shard(layout.chunks[c].bytes / layout.element_bytes, ranks, r).stride);
+    }
+    largest = std::max(largest, total);
+  }
+  uint64_t bytes = aligned(largest * sizeof(float)) * (dtype == DType::f32 ? 2 : 3);  // m, v (and 16-bit's masters)
+  if (ranks > 1)
+    bytes += aligned(uint64_t(ranks) * widest_stride * layout.element_bytes) +
+             aligned(uint64_t(ranks) * widest_state * sizeof(float));
+  return bytes;
 }
 
 StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& backend, ResidentWeights& weights,
@@ -51,11 +73,11 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
   uint64_t widest_stride = 0;
   for (size_t c = 0; c < layout.chunks.size(); ++c) {
     uint64_t length = 0;
-    o->segments_.push_back(o->segments(c, o->rank(), &length));
+    o->segments_.push_back(segments(layout, c, o->ranks(), o->rank(), &length));
     o->state_at_.push_back(o->state_at_.back() + length);
     for (int r = 0; r < o->ranks(); ++r) {
       uint64_t theirs = 0;
-      (void)o->segments(c, r, &theirs);
+      (void)segments(layout, c, o->ranks(), r, &theirs);
       o->widest_state_ = std::max(o->widest_state_, theirs);
     }
     widest_stride = std::max(widest_stride, grads.shard(c).stride);
@@ -74,6 +96,9 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
     STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(uint64_t(o->ranks()) * widest_stride * layout.element_bytes,
                                                           "optimizer: the ranks' updated weights of one chunk"));
     o->gathered_weights_ = static_cast<std::byte*>(block);
+    STRATA_ASSIGN_OR_RETURN(block, backend.allocate(uint64_t(o->ranks()) * o->widest_state_ * sizeof(float),
+                                                    "optimizer: the ranks' state of one chunk, for checkpoints"));
+    o->gathered_state_ = static_cast<float*>(block);
   }
   o->computed_ = backend.create_event();
   o->copied_ = backend.create_event();
@@ -83,7 +108,7 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
 DeviceOptimizer::~DeviceOptimizer() {
   (void)backend_.synchronize_all();
   for (void* p : {static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_),
-                  static_cast<void*>(gathered_weights_)})
+                  static_cast<void*>(gathered_weights_), static_cast<void*>(gathered_state_)})
     if (p != nullptr) (void)backend_.release(p);
 }
 
@@ -141,93 +166,74 @@ Status DeviceOptimizer::gather_weights(size_t c) {
   return backend_.copy_on_device(weights_.device_chunk(c), gathered_weights_, bytes);
 }
 
-// Across ranks, for a checkpoint: every rank's state of chunk c (`length` floats a rank, this
-// rank's at `segs`) into into[k] (ranks x length floats; k: masters, m, v) on the compute stream,
-// then synchronized (the copies down read it next).
-Status DeviceOptimizer::gather_state(size_t c, std::span<const Segment> segs, float* const* into, uint64_t length) {
-  const float* own[3] = {device_masters_, device_m_, device_v_};
-  uint64_t mine = 0;
-  if (!segs.empty()) mine = segs.back().at + segs.back().n;
-  for (int k = 0; k < 3; ++k) {
-    if (own[k] == nullptr) continue;
-    float* block = into[k] + uint64_t(rank()) * length;
-    if (mine > 0)
-      STRATA_RETURN_IF_ERROR(backend_.copy_on_device(block, own[k] + state_at_[c], mine * sizeof(float)));
-    STRATA_RETURN_IF_ERROR(comm_->all_gather(block, into[k], length * sizeof(float), Stream::compute));
-  }
+// Across ranks, for a checkpoint: every rank's state of chunk c in `array` (masters, m or v;
+// `length` floats a rank) into gathered_state_ on the compute stream, then synchronized (the
+// copies down read it next).
+Status DeviceOptimizer::gather_state(size_t c, const float* array, uint64_t length) {
+  const std::vector<Segment>& segs = segments_[c];
+  float* block = gathered_state_ + uint64_t(rank()) * length;
+  if (!segs.empty())
+    STRATA_RETURN_IF_ERROR(backend_.copy_on_device(block, array + state_at_[c],
+                                                   (segs.back().at + segs.back().n) * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(block, gathered_state_, length * sizeof(float), Stream::compute));
   return comm_->synchronize(Stream::compute);
 }
 
 // Between the state's host images (pieces in the master layout) and the device arrays (segments),
-// segment by segment where the two overlap. To the host across ranks, each chunk's state of every
-// rank is gathered first (into a buffer released at the end), and every rank's segments copied down.
+// segment by segment where the two overlap. To the host across ranks, each array of the piece's
+// chunk is gathered from every rank in turn and every rank's segments copied down from it.
 Status DeviceOptimizer::copy_state(bool to_device) {
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
   const bool gather = !to_device && comm_ != nullptr;
-  float* gathered[3] = {nullptr, nullptr, nullptr};
-  void* buffer = nullptr;
-  if (gather) {
-    const uint64_t floats = uint64_t(ranks()) * widest_state_;
-    STRATA_ASSIGN_OR_RETURN(buffer, backend_.allocate(3 * floats * sizeof(float),
-                                                      "optimizer: the ranks' state of one chunk, for a checkpoint"));
-    for (int k = 0; k < 3; ++k) gathered[k] = static_cast<float*>(buffer) + k * floats;
-  }
-  size_t gathered_chunk = SIZE_MAX;
-  std::vector<std::vector<Segment>> theirs(static_cast<size_t>(ranks()));
-  uint64_t length = 0;  // floats a rank in `gathered`
   const auto copy = [&](size_t i, ChunkState& host) -> Status {
     const StatePiece& piece = state_.pieces()[i];
     const size_t c = piece.chunk;
-    if (gather && gathered_chunk != c) {
-      STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the last chunk's copies read the buffer
-      length = 0;
-      for (int r = 0; r < ranks(); ++r) {
-        uint64_t l = 0;
-        theirs[size_t(r)] = segments(c, r, &l);
-        length = std::max(length, l);
-      }
-      STRATA_RETURN_IF_ERROR(gather_state(c, segments_[c], gathered, length));
-      gathered_chunk = c;
+    // The ranks whose segments are copied, and each one's (this rank's alone unless gathering).
+    std::vector<std::vector<Segment>> theirs;
+    uint64_t length = 0;  // floats a rank in gathered_state_
+    for (int r = gather ? 0 : rank(); r < (gather ? ranks() : rank() + 1); ++r) {
+      uint64_t l = 0;
+      theirs.push_back(gather ? segments(layout_, c, ranks(), r, &l) : segments_[c]);
+      length = std::max(length, l);
     }
     float* const host_of[3] = {host.master, host.m, host.v};
     float* const device_of[3] = {device_masters_, device_m_, device_v_};
-    for (int r = gather ? 0 : rank(); r < (gather ? ranks() : rank() + 1); ++r) {
-      const std::vector<Segment>& segs = gather ? theirs[size_t(r)] : segments_[c];
-      for (const Segment& s : segs) {
-        // The segment's fp32 elements in the master layout's chunk, cut to the piece.
-        const uint64_t m0 = masters_.params[s.param].offset / sizeof(float) + s.first;
-        const uint64_t from = std::max(m0, piece.element_begin), to = std::min(m0 + s.n, piece.element_end);
-        if (from >= to) continue;
-        const uint64_t bytes = (to - from) * sizeof(float), at = s.at + (from - m0);
-        for (int k = 0; k < 3; ++k) {
-          if (device_of[k] == nullptr) continue;
+    for (int k = 0; k < 3; ++k) {
+      if (device_of[k] == nullptr) continue;
+      if (gather) STRATA_RETURN_IF_ERROR(gather_state(c, device_of[k], length));
+      for (size_t t = 0; t < theirs.size(); ++t) {
+        for (const Segment& s : theirs[t]) {
+          // The segment's fp32 elements in the master layout's chunk, cut to the piece.
+          const uint64_t m0 = masters_.params[s.param].offset / sizeof(float) + s.first;
+          const uint64_t from = std::max(m0, piece.element_begin), to = std::min(m0 + s.n, piece.element_end);
+          if (from >= to) continue;
+          const uint64_t bytes = (to - from) * sizeof(float), at = s.at + (from - m0);
           float* h = host_of[k] + (from - piece.element_begin);
           if (to_device) {
             STRATA_RETURN_IF_ERROR(backend_.copy_to_device(device_of[k] + state_at_[c] + at, h, bytes, stream));
           } else {
-            const float* d = gather ? gathered[k] + uint64_t(r) * length + at : device_of[k] + state_at_[c] + at;
+            const float* d = gather ? gathered_state_ + t * length + at : device_of[k] + state_at_[c] + at;
             STRATA_RETURN_IF_ERROR(backend_.copy_to_host(h, d, bytes, stream));
           }
         }
       }
+      if (gather) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the next gather reuses the buffer
     }
     return Status::ok();
   };
-  Status walked = state_.pipeline().for_each_chunk(state_.order(), copy, /*write_back=*/false);
-  if (walked.is_ok()) walked = backend_.record(*copied_, stream);
-  if (walked.is_ok()) walked = to_device ? backend_.wait(Stream::compute, *copied_) : backend_.synchronize(*copied_);
-  if (buffer != nullptr) {
-    (void)backend_.synchronize(stream);
-    if (Status s = backend_.release(buffer); walked.is_ok()) walked = s;
-  }
-  STRATA_RETURN_IF_ERROR(walked);
-  if (!to_device && device_masters_ == nullptr) {
+  STRATA_RETURN_IF_ERROR(state_.pipeline().for_each_chunk(state_.order(), copy, /*write_back=*/false));
+  STRATA_RETURN_IF_ERROR(backend_.record(*copied_, stream));
+  if (to_device) {
+    STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, *copied_));  // the next step reads them
+  } else {
+    STRATA_RETURN_IF_ERROR(backend_.synchronize(*copied_));
     // fp32: the masters are the resident weights (whole on every rank).
-    STRATA_RETURN_IF_ERROR(state_.fill_masters(
-        [&](size_t c, float* out) { return weights_.read(c, reinterpret_cast<std::byte*>(out)); },
-        /*write_back=*/false));
+    if (device_masters_ == nullptr)
+      STRATA_RETURN_IF_ERROR(state_.fill_masters(
+          [&](size_t c, float* out) { return weights_.read(c, reinterpret_cast<std::byte*>(out)); },
+          /*write_back=*/false));
   }
   host_current_ = true;
   return Status::ok();

@@ -13,8 +13,8 @@
 // shard of each chunk (offload/chunk_shard.h), 1/N of the model's; it updates its shard from its
 // shard of the gradient sum, then the ranks all-gather the chunk's new working weights, so every
 // rank holds the whole updated chunk (AdamW is elementwise: the same bits as one rank's update).
-// state_to_host all-gathers the shards into every rank's host images (a collective: every rank
-// calls it, in the same order); state_from_host takes each rank's shard from them, so a
+// state_to_host all-gathers the shards, one chunk's array at a time through a buffer of its own,
+// into every rank's host images (a collective: every rank calls it, in the same order); state_from_host takes each rank's shard from them, so a
 // checkpoint is the same files whatever the world size and resumes at any other.
 #pragma once
 
@@ -45,6 +45,9 @@ class DeviceOptimizer final : public Optimizer {
                                                            const ParamLayout& layout, const ParamLayout& masters,
                                                            const TrainOptions& options);
   ~DeviceOptimizer() override;
+  // The device bytes create allocates for a model of `layout` trained in `dtype` over `ranks` ranks
+  // (the largest rank's), each block aligned to `align` (the arena's): the planner's figure.
+  static uint64_t device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align);
   DeviceOptimizer(const DeviceOptimizer&) = delete;
   DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
 
@@ -70,12 +73,13 @@ class DeviceOptimizer final : public Optimizer {
     size_t param;
     uint64_t first, n, at;
   };
-  // Rank `rank`'s segments of chunk c (`length`: its state's floats, each segment 64-aligned).
-  std::vector<Segment> segments(size_t c, int rank, uint64_t* length) const;
+  // Rank `rank` of `ranks`'s segments of chunk c of `layout` (`length`: its state's floats, each
+  // segment 64-aligned).
+  static std::vector<Segment> segments(const ParamLayout& layout, size_t c, int ranks, int rank, uint64_t* length);
   int ranks() const;
   int rank() const;
   Status gather_weights(size_t c);
-  Status gather_state(size_t c, std::span<const Segment> segs, float* const* into, uint64_t length);
+  Status gather_state(size_t c, const float* array, uint64_t length);
   Status copy_state(bool to_device);
 
   // Constant after construction.
@@ -94,6 +98,7 @@ class DeviceOptimizer final : public Optimizer {
   float* device_m_ = nullptr;             // same size
   float* device_v_ = nullptr;             // same size
   std::byte* gathered_weights_ = nullptr; // across ranks: ranks x the largest stride of working weights
+  float* gathered_state_ = nullptr;       // across ranks: ranks x widest_state_, one array of one chunk
   bool host_current_ = false;             // the host images hold the state
   std::unique_ptr<Event> computed_, copied_;
 };

@@ -206,6 +206,7 @@ RunOutcome TrainingRun::resume() {
 // when nothing fits. From here o_ is the run's, with the placement it trains, and mc_ is chunked
 // as that placement was planned (--vocab-tile, --mlp-tiles).
 RunOutcome TrainingRun::place() {
+  o_.ranks = launch_.size;  // the device estimate counts this rank's shards
   StatusOr<TrainPlacement> placement = choose_train_placement(config_, o_, mc_);
   if (!placement.is_ok()) return refused(placement.status());
   placement_ = std::move(*placement);
@@ -289,6 +290,9 @@ RunOutcome TrainingRun::build() {
   BackendOptions bo;
   bo.tf32 = o_.tf32;
   bo.device_index = int(config_.get_int("gpu_index"));
+  // Across ranks one GPU a rank: the node's local rank picks it, unless --gpu-index says otherwise.
+  if (launch_.size > 1 && config_.source("gpu_index") == ConfigSource::default_value)
+    bo.device_index = launch_.local_rank;
   bo.memory_budget = config_.get_size_or_auto("gpu_mem").value_or(0);
   std::string why;
   bo.kind = train_backend_kind(config_, &why);

@@ -53,6 +53,10 @@ struct TrainOptions {
   uint64_t seq = 64;         // T
   uint64_t grad_accum = 1;   // K
   StepSchedule step_schedule = StepSchedule::automatic;  // the key step_schedule
+  // The world the run spreads over (mpirun's size; not a key): each rank runs one of the step's
+  // grad_accum micro-batches and homes 1/ranks of the gradient sums and the device optimizer's
+  // state (offload/chunk_shard.h), which estimate_device_bytes counts.
+  int ranks = 1;
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
 
   DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations

@@ -137,6 +137,8 @@ Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::
   auto train_loader = expect_value(BatchLoader::create(data, *pinned, lo));
   auto val_loader = expect_value(BatchLoader::create(data, *pinned, lo));
   EXPECT_TRUE(o.evaluates());
+  // The device gradients' fp32 sums come at the first step (after a spread over ranks, shards).
+  if (DeviceGrads* grads = model->device_grads()) EXPECT_TRUE(grads->begin_step().is_ok());
   m.gpu = backend->memory().in_use;
   m.cpu = pinned->stats().in_use;
   if (store) {
