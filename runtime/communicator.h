@@ -1,9 +1,9 @@
 // Communicator: the collectives between the ranks of a scale-out run (all-gather, reduce-scatter,
 // all-to-all, all-reduce, broadcast, barrier) on a Backend's device buffers, queued on one of its
-// streams like the copies. Two implementations so far: LocalCommunicator (world size 1, any
-// backend: moves nothing between processes) and MpiCommunicator (runtime/mpi_communicator.h, the
-// CPU backend's host memory over Open MPI). The CUDA backend's NCCL communicator is not built yet:
-// make_communicator refuses a CUDA world above one, saying so.
+// streams like the copies. Three implementations: LocalCommunicator (world size 1, any backend:
+// moves nothing between processes), MpiCommunicator (runtime/mpi_communicator.h, the CPU backend's
+// host memory over Open MPI) and NcclCommunicator (runtime/cuda/nccl_communicator.h, the CUDA
+// backend's device memory over NCCL, when built in).
 // Also how a process finds its rank (detect_launch). Not a partitioner: it moves the bytes it is
 // given; which rank homes which shard is the caller's plan.
 #pragma once
@@ -36,6 +36,13 @@ struct LaunchInfo {
 StatusOr<LaunchInfo> detect_launch();
 
 // ---- the communicator --------------------------------------------------------------------------
+// Which communicator make_communicator builds.
+enum class CommKind : uint8_t {
+  automatic,  // make_communicator's choice: local for a world of one, else MPI (CPU) or NCCL (CUDA)
+  nccl,       // NCCL even for a world of one (its tests, `strata bench comm --comm nccl`): CUDA only
+};
+std::string_view comm_kind_name(CommKind k);  // "auto", "nccl"
+
 struct CommOptions {
   // A collective in which no message to or from a peer completes for this many seconds fails
   // (naming the ranks it still waits for) instead of hanging; the communicator is then broken
@@ -43,6 +50,7 @@ struct CommOptions {
   // last completed message, not the collective's start, so a large collective that is moving is
   // never cut off. The default keeps a dead rank's peers under 30 s to their error. 0 waits forever.
   double timeout_seconds = 20.0;
+  CommKind kind = CommKind::automatic;
 };
 
 // Contract, every implementation:
@@ -98,7 +106,9 @@ std::unique_ptr<Communicator> make_local_communicator(Backend& backend);
 // The communicator `launch` calls for on `backend`: a world of one is local (no MPI, no mpirun
 // needed); under mpirun, MPI on the CPU backend and NCCL on CUDA (unavailable when not built in);
 // torchrun-style variables with a world above one are unavailable (their rendezvous is not built
-// yet: launch under mpirun). `backend` must outlive the communicator.
+// yet: launch under mpirun). options.kind == nccl asks for NCCL at any world size: on the CPU backend
+// that is invalid_argument, without NCCL built in unavailable. `backend` must outlive the
+// communicator.
 StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,
                                                           const CommOptions& options = {});
 
