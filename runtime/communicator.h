@@ -48,7 +48,9 @@ struct CommOptions {
   // (naming the ranks it still waits for) instead of hanging; the communicator is then broken
   // (every later call returns that error) and the process should exit non-zero. Counted from the
   // last completed message, not the collective's start, so a large collective that is moving is
-  // never cut off. The default keeps a dead rank's peers under 30 s to their error. 0 waits forever.
+  // never cut off (NCCL shows no messages: there, from the last completed collective once the
+  // stream has reached the next, so one collective longer than this is cut off). The default keeps
+  // a dead rank's peers under 30 s to their error. 0 waits forever.
   double timeout_seconds = 20.0;
   CommKind kind = CommKind::automatic;
 };
@@ -62,7 +64,8 @@ struct CommOptions {
 //   One stream drives a communicator at a time.
 // * An error found before queueing is returned; one found while running (a peer's MPI error, a
 //   timeout) is sticky: synchronize() and every later call return it. Messages name the collective,
-//   this rank and the peer: "reduce_scatter #12 on rank 0 of 4: no data from rank 3 for 5.0 s".
+//   this rank and the peer where the library shows it (MPI: "reduce_scatter #12 on rank 0 of 4: no
+//   data from rank 3 for 5.0 s"; NCCL: "all_gather #3 on rank 0 of 2: no progress for 20.0 s ...").
 // * Exactness: reduce_scatter and all_reduce add the ranks' fp32 contributions in rank order,
 //   acc = x_0; acc += x_1; ...; acc += x_{N-1} (kernels/cpu/grad_accumulate.h's
 //   accumulate_widened: the first contribution is taken as is, so a -0.0 stays -0.0, as one rank's
