@@ -19,7 +19,9 @@
 #   comm     the NCCL communicator: its gpu tests (NcclWorldOfOne.*), then strata bench comm on NCCL
 #            at a world of one (--device cuda --comm nccl: comm-bench.txt), then the same under
 #            `mpirun -np 1` (NCCL's unique id over MPI: comm-bench-mpirun.txt) when mpirun is here
-#            (said and skipped when not); the all-gather and reduce-scatter rows go to the summary
+#            (said and skipped when not); the all-gather and reduce-scatter rows go to the summary.
+#            With the kit's comm_mpi_check: its collectives on NCCL at one rank, and under mpirun
+#            on every GPU when there are two or more (the ordered sums across ranks, bit for bit)
 #   train    strata train on random tokens in bf16, optimizer on the device, for each
 #            "preset:micro_batch" of GPU_CHECK_MODELS (default "gpt2-124m:16 gpt2-1.5b:8", T = 1024,
 #            GPU_CHECK_STEPS steps, default 30), beside bench/peers/torch_gpt_train.py on the same
@@ -63,6 +65,7 @@ if [ "${1:-}" = --pack ]; then
   bins=("$build/bin/strata")
   for t in "$build"/tests/strata_*_gpu_tests; do [ -x "$t" ] && bins+=("$t"); done
   [ ${#bins[@]} -gt 1 ] || fail "no gpu test binaries in $build/tests (configure with STRATA_BUILD_TESTS=ON)" 2
+  [ -x "$build/tests/comm_mpi_check" ] && bins+=("$build/tests/comm_mpi_check")  # the comm phase's ranks check
   for b in "${bins[@]}"; do
     cp "$b" "$stage/kit/bin/" && strip --strip-unneeded "$stage/kit/bin/$(basename "$b")" ||
       fail "cannot copy and strip $b"
@@ -306,11 +309,36 @@ if has_phase comm; then
     grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -15 | tee -a "$SUMMARY" >&2
   fi
   comm_bench ""
+  # comm_ranks LABEL [launcher...]: comm_mpi_check's collectives on NCCL (comm-ranks-LABEL.log).
+  ranks_bin=$BIN/comm_mpi_check  # the kit's; a build's is in its tests folder
+  [ -x "$ranks_bin" ] || ranks_bin=${BUILD_DIR:-build-gpu}/tests/comm_mpi_check
+  [ -x "$ranks_bin" ] || note "comm: no comm_mpi_check (configured without mpirun?): the ranks check is skipped"
+  comm_ranks() {
+    local label=$1
+    shift
+    local log="$LOG_DIR/comm-ranks-$label.log"
+    if [ ! -x "$ranks_bin" ]; then
+      return
+    elif within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" "$@" "$ranks_bin" collectives cuda; then
+      note "comm ranks ($label): $(grep -c 'nccl collectives ok' "$log") rank(s) ok"
+    else
+      phase_failed "comm ranks ($label) (rc $?); the end of $(basename "$log"):"
+      tail -8 "$log" | tee -a "$SUMMARY" >&2
+    fi
+  }
+  comm_ranks one
   if command -v mpirun > /dev/null; then
     mpi_flags=()
     # Open MPI: root in a container, no core binding, the kit's library path to the rank.
     mpirun --version 2>&1 | grep -q "Open MPI" && mpi_flags=(--allow-run-as-root --bind-to none -x LD_LIBRARY_PATH)
     comm_bench "-mpirun" mpirun "${mpi_flags[@]}" -np 1
+    comm_ranks mpirun-np1 mpirun "${mpi_flags[@]}" -np 1
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+    if [ "$gpus" -ge 2 ]; then
+      comm_ranks "mpirun-np$gpus" mpirun "${mpi_flags[@]}" -np "$gpus"
+    else
+      note "comm: one GPU; NCCL across ranks (one GPU a rank) is not checked"
+    fi
   else
     note "comm: no mpirun on this machine; the bench under mpirun -np 1 (NCCL's unique id over MPI) is skipped"
   fi
