@@ -150,8 +150,9 @@ class NcclCommunicator final : public Communicator {
     STRATA_RETURN_IF_ERROR(check(op, send, count * size_ * 4, "send"));
     STRATA_RETURN_IF_ERROR(check(op, recv, count * 4, "recv"));
     if (ranges_overlap(send, count * size_ * 4, recv, count * 4)) return invalid(op, "send and recv overlap");
-    // scratch block p: rank p's contribution to this rank's shard (this rank's own stays in send).
-    STRATA_ASSIGN_OR_RETURN(float* scratch, scratch_floats(op, count * size_));
+    // scratch block p: rank p's contribution to this rank's shard (this rank's own stays in send;
+    // a world of one needs none).
+    STRATA_ASSIGN_OR_RETURN(float* scratch, scratch_floats(op, size_ == 1 ? 0 : count * size_));
     return collective(op, s, [&](cudaStream_t cs) REQUIRES(mu_) -> Status {
       STRATA_RETURN_IF_ERROR(exchange(cs, [&](int p) { return Block{send + p * count, count * 4}; },
                                       [&](int p) { return Block{scratch + p * count, count * 4}; }, /*copy_own=*/false));
@@ -172,7 +173,7 @@ class NcclCommunicator final : public Communicator {
     auto begin = [count, n = size_](int p) { return count * static_cast<uint64_t>(p) / n; };
     const uint64_t mine = begin(rank_), n = begin(rank_ + 1) - mine;
     const bool copy_own = send == recv && rank_ > 0;
-    STRATA_ASSIGN_OR_RETURN(float* scratch, scratch_floats(op, n * size_));
+    STRATA_ASSIGN_OR_RETURN(float* scratch, scratch_floats(op, size_ == 1 ? 0 : n * size_));
     return collective(op, s, [&](cudaStream_t cs) REQUIRES(mu_) -> Status {
       if (copy_own && n > 0)
         STRATA_CUDA_RETURN_IF_ERROR(
@@ -260,8 +261,8 @@ class NcclCommunicator final : public Communicator {
   template <class Body>
   Status collective(std::string_view op, Stream s, Body&& body) REQUIRES(mu_) {
     STRATA_RETURN_IF_ERROR(sticky());
+    STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(backend_.device_index()));  // before numbering: not sticky
     const uint64_t seq = ++next_seq_;
-    STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(backend_.device_index()));
     retire_completed();
     streams_used_ |= 1u << static_cast<unsigned>(s);
     cudaStream_t cs = backend_.stream(s);

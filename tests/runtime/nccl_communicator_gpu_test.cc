@@ -2,10 +2,11 @@
 // (CTest label `gpu`), asked for with CommKind::nccl: every collective's bytes equal the
 // LocalCommunicator's on the same inputs (on the compute stream and on another, whose ordered sum
 // is fenced onto the compute stream); the sums equal the backend's accumulate_widened of the one
-// contribution (a -0.0 stays); the scratch grows; bad arguments are refused before anything is
-// queued and leave the communicator usable. Several ranks need several GPUs (NCCL refuses two ranks
-// on one device): the ordered sum across ranks is MpiCommunicator's algorithm, tested at 2 and 4
-// ranks under `ctest -L mpi`. Skips with the reason without a GPU or without NCCL built in.
+// contribution (a -0.0 stays); bad arguments are refused before anything is queued and leave the
+// communicator usable. Several ranks need several GPUs (NCCL refuses two ranks on one device):
+// `mpirun -np N comm_mpi_check collectives cuda` checks the ordered sums across ranks bit for bit
+// (tools/gpu_check.sh's comm phase, with two or more GPUs). Skips with the reason without a GPU or
+// without NCCL built in.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -153,8 +154,7 @@ TEST_F(NcclWorldOfOne, EveryCollectivesBytesEqualTheLocalCommunicators) {
 }
 
 // The sum of one rank's contribution is the backend's accumulate_widened with first = true: the
-// same bits (-0.0 stays -0.0: a sum starting from +0.0 would turn it into +0.0), at two sizes, so
-// the scratch grows between them.
+// same bits (-0.0 stays -0.0: a sum starting from +0.0 would turn it into +0.0), at 4000 B and 5 MiB.
 TEST_F(NcclWorldOfOne, OrderedSumsAreAccumulateWidenedsBits) {
   for (size_t n : {size_t{1000}, size_t{5 * kMiB / 4}}) {
     const std::vector<float> x = awkward_floats(n, static_cast<uint32_t>(n));
