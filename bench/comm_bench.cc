@@ -58,11 +58,16 @@ class CommBench {
     report.communicator = std::string(comm_.name());
     report.backend = std::string(backend_kind_name(backend_.kind()));
     report.repeat = options_.repeat;
-    if (n_ == 1)
+    if (n_ == 1 && comm_.name() == "local")
       report.notes.push_back(
           "a world of one (not started by mpirun, or -np 1): the local communicator's collectives are copies "
           "within this process and cross no link, so bus bandwidth is 0 by definition; run `mpirun -np N strata "
           "bench comm` for the collectives between ranks");
+    else if (n_ == 1)
+      report.notes.push_back(fmt::format(
+          "a world of one: {}'s collectives run on this one device and cross no link, so bus bandwidth is 0 by "
+          "definition; algbw is what one rank's calls cost (the device copy, and for reduce-scatter and all-reduce "
+          "the ordered sum's kernel)", comm_.name()));
     uint64_t largest = 0;
     for (uint64_t size : options_.sizes) {
       const uint64_t bytes = comm_point_bytes(size, n_);
@@ -295,11 +300,15 @@ uint64_t comm_point_bytes(uint64_t size, int ranks) {
   return size / unit * unit;
 }
 
-uint64_t comm_bench_memory(const CommBenchOptions& options, int ranks) {
+uint64_t comm_bench_memory(const CommBenchOptions& options, int ranks, BackendKind kind) {
   uint64_t largest = 0;
   for (uint64_t size : options.sizes) largest = std::max(largest, comm_point_bytes(size, ranks));
   const uint64_t ctl = (static_cast<uint64_t>(std::max(ranks, 1)) + 1) * ctl_words(options.repeat) * 8;
-  return 2 * round_up(largest, kHostPage) + round_up(ctl, kHostPage) + (uint64_t{1} << 20);  // + the arena's slack
+  // NCCL's scratch holds every rank's contribution to one shard: the point's size, for the
+  // reduce-scatter and the all-reduce alike (the sizes are whole shards); its barrier words fit
+  // the slack.
+  const uint64_t scratch = kind == BackendKind::cuda ? round_up(largest, kHostPage) : 0;
+  return 2 * round_up(largest, kHostPage) + scratch + round_up(ctl, kHostPage) + (uint64_t{1} << 20);  // + slack
 }
 
 StatusOr<CommBenchReport> run_comm_bench(Backend& backend, Communicator& comm, const CommBenchOptions& options) {

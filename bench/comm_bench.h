@@ -1,5 +1,6 @@
 // `strata bench comm`: the collectives a scale-out run moves its chunks with (runtime/communicator.h)
-// -- all-gather, reduce-scatter, all-reduce, all-to-all -- timed across the ranks mpirun started,
+// -- all-gather, reduce-scatter, all-reduce, all-to-all -- timed across the ranks mpirun started
+// (MPI on the CPU backend, NCCL on CUDA; NCCL also at a world of one when asked for),
 // over message sizes, in NCCL-tests' terms: time, algorithm bandwidth (size / time) and bus
 // bandwidth (algbw x the op's factor, what each rank's link carries; comparable across world sizes
 // and with the link's rate). Each (op, size) is checked on every rank first, then timed. Every rank
@@ -45,8 +46,9 @@ struct CommBenchOptions {
 };
 
 // Bytes of `backend` memory run_comm_bench allocates for `options` at `ranks` ranks (the memory
-// budget a caller gives the backend it makes for the bench).
-uint64_t comm_bench_memory(const CommBenchOptions& options, int ranks);
+// budget a caller gives the backend it makes for the bench). On the CUDA backend, also the NCCL
+// communicator's: its ordered sums' scratch (one point's size at most) and its barrier words.
+uint64_t comm_bench_memory(const CommBenchOptions& options, int ranks, BackendKind kind = BackendKind::cpu);
 
 struct CommPoint {
   CommOp op = CommOp::all_gather;
@@ -58,7 +60,7 @@ struct CommPoint {
 
 struct CommBenchReport {
   int rank = 0, ranks = 1;
-  std::string communicator;  // Communicator::name(): "local", "mpi"
+  std::string communicator;  // Communicator::name(): "local", "mpi", "nccl"
   std::string backend;       // "cpu", "cuda"
   std::vector<std::string> notes;  // the world of one, rounded sizes
   int repeat = 0;

@@ -1,5 +1,6 @@
 // detect_launch, LocalCommunicator (the world of one) and make_communicator's choice between the
-// local and MPI communicators (the MPI collectives live in runtime/mpi_communicator.cc).
+// local, MPI and NCCL communicators (their collectives live in runtime/mpi_communicator.cc and
+// runtime/cuda/nccl_communicator.cc).
 #include "runtime/communicator.h"
 
 #include <cerrno>
@@ -8,8 +9,19 @@
 #include <optional>
 
 #include "runtime/mpi_communicator.h"
+#if STRATA_HAVE_NCCL
+#include "runtime/cuda/nccl_communicator.h"
+#endif
 
 namespace strata {
+
+std::string_view comm_kind_name(CommKind k) {
+  switch (k) {
+    case CommKind::automatic: return "auto";
+    case CommKind::nccl: return "nccl";
+  }
+  return "?";
+}
 
 std::string_view launcher_name(Launcher l) {
   switch (l) {
@@ -115,15 +127,26 @@ std::unique_ptr<Communicator> make_local_communicator(Backend& backend) {
 
 StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,
                                                           const CommOptions& options) {
-  if (launch.size == 1) return make_local_communicator(backend);
-  if (launch.launcher != Launcher::mpirun)
+  const bool nccl_asked = options.kind == CommKind::nccl;
+  if (nccl_asked && backend.kind() != BackendKind::cuda)
+    return error(Code::invalid_argument, "the NCCL communicator needs the CUDA backend (this run has the {} backend)",
+                 backend_kind_name(backend.kind()));
+  if (launch.size == 1 && !nccl_asked) return make_local_communicator(backend);
+  if (launch.size > 1 && launch.launcher != Launcher::mpirun)
     return error(Code::unavailable,
                  "a world of {} ranks from {}-style variables needs a rendezvous strata does not have yet; "
                  "launch with mpirun -np {}", launch.size, launcher_name(launch.launcher), launch.size);
   if (backend.kind() == BackendKind::cpu) return make_mpi_communicator(backend, options);
-  // TODO(issue #25): make_nccl_communicator (runtime/cuda/nccl_communicator.h) once it exists.
-  return error(Code::unavailable, "{} ranks on the CUDA backend need the NCCL communicator, which is not built yet",
-               launch.size);
+#if STRATA_HAVE_NCCL
+  return make_nccl_communicator(backend, launch, options);
+#else
+  if (nccl_asked)
+    return error(Code::unavailable, "this strata was built without NCCL (install libnccl-dev or set NCCL_ROOT, then "
+                 "reconfigure): no NCCL communicator");
+  return error(Code::unavailable,
+               "{} ranks on the CUDA backend need the NCCL communicator, which this strata was built without "
+               "(install libnccl-dev or set NCCL_ROOT, then reconfigure)", launch.size);
+#endif
 }
 
 }  // namespace strata

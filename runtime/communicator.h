@@ -1,9 +1,9 @@
 // Communicator: the collectives between the ranks of a scale-out run (all-gather, reduce-scatter,
 // all-to-all, all-reduce, broadcast, barrier) on a Backend's device buffers, queued on one of its
-// streams like the copies. Two implementations so far: LocalCommunicator (world size 1, any
-// backend: moves nothing between processes) and MpiCommunicator (runtime/mpi_communicator.h, the
-// CPU backend's host memory over Open MPI). The CUDA backend's NCCL communicator is not built yet:
-// make_communicator refuses a CUDA world above one, saying so.
+// streams like the copies. Three implementations: LocalCommunicator (world size 1, any backend:
+// moves nothing between processes), MpiCommunicator (runtime/mpi_communicator.h, the CPU backend's
+// host memory over Open MPI) and NcclCommunicator (runtime/cuda/nccl_communicator.h, the CUDA
+// backend's device memory over NCCL, when built in).
 // Also how a process finds its rank (detect_launch). Not a partitioner: it moves the bytes it is
 // given; which rank homes which shard is the caller's plan.
 #pragma once
@@ -36,13 +36,23 @@ struct LaunchInfo {
 StatusOr<LaunchInfo> detect_launch();
 
 // ---- the communicator --------------------------------------------------------------------------
+// Which communicator make_communicator builds.
+enum class CommKind : uint8_t {
+  automatic,  // make_communicator's choice: local for a world of one, else MPI (CPU) or NCCL (CUDA)
+  nccl,       // NCCL even for a world of one (its tests, `strata bench comm --comm nccl`): CUDA only
+};
+std::string_view comm_kind_name(CommKind k);  // "auto", "nccl"
+
 struct CommOptions {
   // A collective in which no message to or from a peer completes for this many seconds fails
   // (naming the ranks it still waits for) instead of hanging; the communicator is then broken
   // (every later call returns that error) and the process should exit non-zero. Counted from the
   // last completed message, not the collective's start, so a large collective that is moving is
-  // never cut off. The default keeps a dead rank's peers under 30 s to their error. 0 waits forever.
+  // never cut off (NCCL shows no messages: there, from the last completed collective once the
+  // stream has reached the next, so one collective longer than this is cut off). The default keeps
+  // a dead rank's peers under 30 s to their error. 0 waits forever.
   double timeout_seconds = 20.0;
+  CommKind kind = CommKind::automatic;
 };
 
 // Contract, every implementation:
@@ -54,7 +64,8 @@ struct CommOptions {
 //   One stream drives a communicator at a time.
 // * An error found before queueing is returned; one found while running (a peer's MPI error, a
 //   timeout) is sticky: synchronize() and every later call return it. Messages name the collective,
-//   this rank and the peer: "reduce_scatter #12 on rank 0 of 4: no data from rank 3 for 5.0 s".
+//   this rank and the peer where the library shows it (MPI: "reduce_scatter #12 on rank 0 of 4: no
+//   data from rank 3 for 5.0 s"; NCCL: "all_gather #3 on rank 0 of 2: no progress for 20.0 s ...").
 // * Exactness: reduce_scatter and all_reduce add the ranks' fp32 contributions in rank order,
 //   acc = x_0; acc += x_1; ...; acc += x_{N-1} (kernels/cpu/grad_accumulate.h's
 //   accumulate_widened: the first contribution is taken as is, so a -0.0 stays -0.0, as one rank's
@@ -98,7 +109,9 @@ std::unique_ptr<Communicator> make_local_communicator(Backend& backend);
 // The communicator `launch` calls for on `backend`: a world of one is local (no MPI, no mpirun
 // needed); under mpirun, MPI on the CPU backend and NCCL on CUDA (unavailable when not built in);
 // torchrun-style variables with a world above one are unavailable (their rendezvous is not built
-// yet: launch under mpirun). `backend` must outlive the communicator.
+// yet: launch under mpirun). options.kind == nccl asks for NCCL at any world size: on the CPU backend
+// that is invalid_argument, without NCCL built in unavailable. `backend` must outlive the
+// communicator.
 StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,
                                                           const CommOptions& options = {});
 

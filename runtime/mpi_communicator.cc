@@ -56,9 +56,7 @@ class MpiCommunicator final : public Communicator {
     bool broken = !sticky().is_ok();
     if (broken) return;  // a dead peer would hang MPI_Comm_free / MPI_Finalize: the caller exits
     MPI_Comm_free(&comm_);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owns_init_ && !finalized) MPI_Finalize();
+    if (owns_init_) finalize_mpi();
   }
 
   int rank() const override { return rank_; }
@@ -315,33 +313,57 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(Backend& backend, const CommOptions& options) {
-  if (backend.kind() != BackendKind::cpu)
-    return error(Code::invalid_argument, "the MPI communicator needs the CPU backend (the CUDA backend uses NCCL)");
+StatusOr<MpiWorld> init_mpi() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = 0;
-  bool owns_init = false;
+  MpiWorld world;
   if (!initialized) {
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return error(Code::unavailable, "MPI_Init_thread failed: {}", mpi_error_text(rc));
-    owns_init = true;
+    world.owns_init = true;
   } else {
     MPI_Query_thread(&provided);
   }
-  if (provided < MPI_THREAD_SERIALIZED)
-    return error(Code::failed_precondition,
-                 "MPI gives thread level {} but the communicator runs collectives on a stream's worker thread "
-                 "(needs MPI_THREAD_SERIALIZED)", provided);
+  world.serialized = provided >= MPI_THREAD_SERIALIZED;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  return world;
+}
+
+Status broadcast_world(void* data, uint64_t bytes, int root) {
+  if (bytes > kMaxMessageBytes) return error(Code::invalid_argument, "broadcast_world: {} B is over 1 GiB", bytes);
   MPI_Comm comm = MPI_COMM_NULL;
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   if (rc != MPI_SUCCESS) return error(Code::unavailable, "MPI_Comm_dup failed: {}", mpi_error_text(rc));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  rc = MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm);
+  MPI_Comm_free(&comm);
+  if (rc != MPI_SUCCESS) return error(Code::io_error, "MPI_Bcast of {} B from rank {} failed: {}", bytes, root, mpi_error_text(rc));
+  return Status::ok();
+}
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(Backend& backend, const CommOptions& options) {
+  if (backend.kind() != BackendKind::cpu)
+    return error(Code::invalid_argument, "the MPI communicator needs the CPU backend (the CUDA backend uses NCCL)");
+  STRATA_ASSIGN_OR_RETURN(MpiWorld world, init_mpi());
+  if (!world.serialized)
+    return error(Code::failed_precondition,
+                 "MPI's thread level is below MPI_THREAD_SERIALIZED, but the communicator runs collectives on a "
+                 "stream's worker thread (needs MPI_THREAD_SERIALIZED)");
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (rc != MPI_SUCCESS) return error(Code::unavailable, "MPI_Comm_dup failed: {}", mpi_error_text(rc));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(
-      std::make_unique<MpiCommunicator>(backend, comm, rank, size, owns_init, options));
+      std::make_unique<MpiCommunicator>(backend, comm, world.rank, world.size, world.owns_init, options));
 }
 
 void abort_mpi_world(int code) {

@@ -20,6 +20,25 @@ namespace strata {
 // (abort_mpi_world does, taking the other ranks down with it).
 StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(Backend& backend, const CommOptions& options);
 
+// ---- for other communicators' bootstrap (NCCL's unique id); no MPI types leave this file -----------
+// MPI for this process: initialized here (MPI_Init_thread, asking MPI_THREAD_MULTIPLE) unless it
+// already is. Call on the thread that will finalize it.
+struct MpiWorld {
+  int rank = 0;            // in MPI_COMM_WORLD
+  int size = 1;
+  bool owns_init = false;  // this call initialized MPI: finalize_mpi() once nothing uses it
+  bool serialized = false; // the thread level allows calls from any one thread at a time
+};
+StatusOr<MpiWorld> init_mpi();
+// Every rank's `bytes` at `data` = rank `root`'s: MPI_Bcast over MPI_COMM_WORLD (errors returned,
+// not fatal). Collective and blocking: every rank calls it with the same bytes and root. For a
+// bootstrap's few bytes, not for data (a dead rank is mpirun's to notice here, not a timeout's).
+Status broadcast_world(void* data, uint64_t bytes, int root);
+// MPI_Finalize unless MPI is finalized already or was never initialized. Only by the owner of
+// init_mpi's initialization, once nothing uses MPI; never after a peer died (it would hang): exit
+// through abort_mpi_world then.
+void finalize_mpi();
+
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialized, else std::_Exit(code). Never returns.
 [[noreturn]] void abort_mpi_world(int code);
 

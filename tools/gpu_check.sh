@@ -3,8 +3,9 @@
 # written as it goes. A GPU machine is lent for minutes: spend them measuring, not building.
 #   tools/gpu_check.sh --pack KIT.tar.xz [BUILD_DIR]   here, on the build machine (no GPU needed):
 #       packs BUILD_DIR's (default build) strata and gpu test binaries, stripped, with the runtime
-#       libraries ldd names outside glibc and CUDA and the paths the tests were built with, into
-#       an xz tarball (~12 MB). The default Release build already carries sm_90 code.
+#       libraries ldd names outside glibc, CUDA and NCCL and the paths the tests were built with, into
+#       an xz tarball (~12 MB). The default Release build already carries sm_90 code. libnccl (over
+#       200 MB) stays out: the runner takes the GPU machine's, PyTorch's wheel's (nvidia/nccl/lib).
 #   tools/gpu_check.sh --kit KIT.tar.xz [LOG_DIR]       there, on the GPU machine: unpacks the kit
 #       with Python's tarfile (no xz needed), points LD_LIBRARY_PATH at it and at the machine's CUDA
 #       libraries, links the golden data where the tests look for it, and runs the phases. Builds
@@ -12,9 +13,15 @@
 #   tools/gpu_check.sh [LOG_DIR]                         on a GPU machine with the build packages
 #       (tools/setup.sh, or tools/gpu_debs.sh's .debs/ carried there): builds with the CUDA backend
 #       for the GPU present, then runs the same phases.
-# Phases (GPU_CHECK_PHASES, default "tests train profile"; each under its deadline, a failure is
-# reported and the next phase runs):
+# Phases (GPU_CHECK_PHASES, default "tests comm train profile"; each under its deadline, a failure
+# is reported and the next phase runs):
 #   tests    every gpu test with STRATA_REQUIRE_GPU=1 (a test that cannot reach the GPU fails)
+#   comm     the NCCL communicator: its gpu tests (NcclWorldOfOne.*), then strata bench comm on NCCL
+#            at a world of one (--device cuda --comm nccl: comm-bench.txt), then the same under
+#            `mpirun -np 1` (NCCL's unique id over MPI: comm-bench-mpirun.txt) when mpirun is here
+#            (said and skipped when not); the all-gather and reduce-scatter rows go to the summary.
+#            With the kit's comm_mpi_check: its collectives on NCCL at one rank, and under mpirun
+#            on every GPU when there are two or more (the ordered sums across ranks, bit for bit)
 #   train    strata train on random tokens in bf16, optimizer on the device, for each
 #            "preset:micro_batch" of GPU_CHECK_MODELS (default "gpt2-124m:16 gpt2-1.5b:8", T = 1024,
 #            GPU_CHECK_STEPS steps, default 30), beside bench/peers/torch_gpt_train.py on the same
@@ -36,7 +43,7 @@
 # Every phase appends its result to LOG_DIR/summary.txt; the train phase ends it with a table of
 # median step times, tokens/s and the ratios to PyTorch. Exit status: 0 when every phase passed.
 # Environment: GPU_CHECK_PYTHON (python3 with torch), GPU_CHECK_DEADLINE_* (seconds per phase:
-# TESTS 420, RUN 240 per training run, PROFILE 300), BUILD_DIR (build mode, default build-gpu),
+# TESTS 420, COMM 180 per command, RUN 240 per training run, PROFILE 300), BUILD_DIR (build mode, default build-gpu),
 # STRATA_CMAKE_ARGS, DEBS_DIR (.debs), DEPS_ROOT (/tmp/strata-deps), KIT_DIR (/tmp/strata-kit).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -58,12 +65,14 @@ if [ "${1:-}" = --pack ]; then
   bins=("$build/bin/strata")
   for t in "$build"/tests/strata_*_gpu_tests; do [ -x "$t" ] && bins+=("$t"); done
   [ ${#bins[@]} -gt 1 ] || fail "no gpu test binaries in $build/tests (configure with STRATA_BUILD_TESTS=ON)" 2
+  [ -x "$build/tests/comm_mpi_check" ] && bins+=("$build/tests/comm_mpi_check")  # the comm phase's ranks check
   for b in "${bins[@]}"; do
     cp "$b" "$stage/kit/bin/" && strip --strip-unneeded "$stage/kit/bin/$(basename "$b")" ||
       fail "cannot copy and strip $b"
   done
   # Runtime libraries outside glibc, the C++ runtime (the GPU machine's is as new or newer, and a
-  # kit's older one would shadow it for PyTorch and ncu) and CUDA/NVIDIA (from the GPU machine).
+  # kit's older one would shadow it for PyTorch and ncu) and CUDA/NVIDIA (from the GPU machine; libnccl
+  # too: over 200 MB, and PyTorch's wheel carries one).
   skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcudnn|libnvidia|libnvrtc|libnccl|libnvJitLink|libcufile)'
   for b in "${bins[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
     while read -r name path; do
@@ -96,7 +105,7 @@ mkdir -p "$LOG_DIR" || fail "cannot create $LOG_DIR" 2
 LOG_DIR=$(cd "$LOG_DIR" && pwd)
 SUMMARY=$LOG_DIR/summary.txt
 : > "$SUMMARY"
-PHASES=${GPU_CHECK_PHASES:-tests train profile}
+PHASES=${GPU_CHECK_PHASES:-tests comm train profile}
 STEPS=${GPU_CHECK_STEPS:-30}
 MODELS=${GPU_CHECK_MODELS:-gpt2-124m:16 gpt2-1.5b:8}
 COMPILE=${GPU_CHECK_COMPILE:-gpt2-124m}
@@ -138,6 +147,17 @@ PY
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
     [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
   done
+  # libnccl is not in the kit: PyTorch's (the nvidia-nccl wheel's nvidia/nccl/lib), else the first
+  # libnccl.so.2 under the Python's site-packages or the usual prefixes. First on the path: a
+  # distribution's older one in /usr/lib would lack the calls strata makes.
+  nccl_dir=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  if [ -z "$nccl_dir" ] || [ ! -e "$nccl_dir/libnccl.so.2" ]; then
+    # shellcheck disable=SC2046
+    nccl_so=$(find $("$PYTHON" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+                /usr/local /usr/lib /opt -name 'libnccl.so.2*' 2>/dev/null | head -1)
+    nccl_dir=${nccl_so:+$(dirname "$nccl_so")}
+  fi
+  if [ -n "$nccl_dir" ]; then cuda_libs=":$nccl_dir$cuda_libs"; fi
   # cuBLAS / cuDNN wheels beside PyTorch, when the toolkit's own are missing.
   for d in $("$PYTHON" -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
     [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
@@ -151,9 +171,12 @@ PY
   mkdir -p "$BINARY_DIR/test-scratch" 2>/dev/null
   [ -e "$BINARY_DIR/bin/strata" ] || { mkdir -p "$BINARY_DIR/bin" && ln -sf "$BIN/strata" "$BINARY_DIR/bin/strata"; }
   if ! "${STRATA_ENV[@]}" ldd "$BIN/strata" > "$LOG_DIR/ldd.txt" 2>&1 || grep -q "not found" "$LOG_DIR/ldd.txt"; then
-    fail "the kit's strata cannot load: $(grep 'not found' "$LOG_DIR/ldd.txt" | head -3 | tr '\n' ' ')" 2
+    hint=""
+    grep -q "libnccl.*not found" "$LOG_DIR/ldd.txt" &&
+      hint="; libnccl is not in the kit: install PyTorch (its nvidia-nccl wheel) for $PYTHON or put libnccl.so.2's folder on LD_LIBRARY_PATH"
+    fail "the kit's strata cannot load: $(grep 'not found' "$LOG_DIR/ldd.txt" | head -3 | tr '\n' ' ')$hint" 2
   fi
-  note "kit ${COMMIT:-?} packed ${PACKED:-?}"
+  note "kit ${COMMIT:-?} packed ${PACKED:-?}; libnccl from ${nccl_dir:-the default library path}"
   TEST_BINS=("$BIN"/strata_*_gpu_tests)
 else
   BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -254,6 +277,71 @@ if has_phase tests; then
     grep -hE "^\[  PASSED  \]|^\[  SKIPPED \]" "$log" | sed "s/^/  $name /" | tee -a "$SUMMARY"
   done
   note "tests: $passed of ${#TEST_BINS[@]} gpu test binaries passed in $(($(date +%s) - start)) s"
+fi
+
+# --- comm: the NCCL communicator at a world of one -------------------------------------------------------
+# comm_bench LABEL [launcher...]: strata bench comm on NCCL (comm-bench-LABEL.txt); its all-gather and
+# reduce-scatter rows to the summary.
+comm_bench() {
+  local label=$1
+  shift
+  local out="$LOG_DIR/comm-bench$label.txt"
+  if within "${GPU_CHECK_DEADLINE_COMM:-180}" "$out" "${STRATA_ENV[@]}" "$@" "$STRATA" bench comm --device cuda \
+       --comm nccl --size 64KiB,1MiB,16MiB,256MiB,1GiB --repeat 10; then
+    note "comm bench${label:+ ($label)}: $(grep '^bench comm:' "$out")"
+    grep -E '^(op|all-gather|reduce-scatter) ' "$out" | tee -a "$SUMMARY"
+  else
+    phase_failed "strata bench comm on NCCL${label:+ ($label)} (rc $?); the end of $(basename "$out"):"
+    tail -5 "$out" | tee -a "$SUMMARY" >&2
+  fi
+}
+if has_phase comm; then
+  gpu_tests=""
+  for t in "${TEST_BINS[@]}"; do [[ $(basename "$t") == strata_runtime_gpu_tests ]] && gpu_tests=$t; done
+  log="$LOG_DIR/comm-tests.log"
+  if [ -z "$gpu_tests" ]; then
+    phase_failed "comm: no strata_runtime_gpu_tests binary"
+  elif within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" STRATA_REQUIRE_GPU=1 "$gpu_tests" \
+         --gtest_filter='NcclWorldOfOne.*' --gtest_brief=1; then
+    note "comm: $(grep -hE '^\[  PASSED  \]' "$log")"
+  else
+    phase_failed "comm: the NCCL gpu tests (rc $?); see $(basename "$log"):"
+    grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -15 | tee -a "$SUMMARY" >&2
+  fi
+  comm_bench ""
+  # comm_ranks LABEL [launcher...]: comm_mpi_check's collectives on NCCL (comm-ranks-LABEL.log).
+  ranks_bin=$BIN/comm_mpi_check  # the kit's; a build's is in its tests folder
+  [ -x "$ranks_bin" ] || ranks_bin=${BUILD_DIR:-build-gpu}/tests/comm_mpi_check
+  [ -x "$ranks_bin" ] || note "comm: no comm_mpi_check (configured without mpirun?): the ranks check is skipped"
+  comm_ranks() {
+    local label=$1
+    shift
+    local log="$LOG_DIR/comm-ranks-$label.log"
+    if [ ! -x "$ranks_bin" ]; then
+      return
+    elif within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" "$@" "$ranks_bin" collectives cuda; then
+      note "comm ranks ($label): $(grep -c 'nccl collectives ok' "$log") rank(s) ok"
+    else
+      phase_failed "comm ranks ($label) (rc $?); the end of $(basename "$log"):"
+      tail -8 "$log" | tee -a "$SUMMARY" >&2
+    fi
+  }
+  comm_ranks one
+  if command -v mpirun > /dev/null; then
+    mpi_flags=()
+    # Open MPI: root in a container, no core binding, the kit's library path to the rank.
+    mpirun --version 2>&1 | grep -q "Open MPI" && mpi_flags=(--allow-run-as-root --bind-to none -x LD_LIBRARY_PATH)
+    comm_bench "-mpirun" mpirun "${mpi_flags[@]}" -np 1
+    comm_ranks mpirun-np1 mpirun "${mpi_flags[@]}" -np 1
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+    if [ "$gpus" -ge 2 ]; then
+      comm_ranks "mpirun-np$gpus" mpirun "${mpi_flags[@]}" -np "$gpus"
+    else
+      note "comm: one GPU; NCCL across ranks (one GPU a rank) is not checked"
+    fi
+  else
+    note "comm: no mpirun on this machine; the bench under mpirun -np 1 (NCCL's unique id over MPI) is skipped"
+  fi
 fi
 
 # --- train: strata beside PyTorch ----------------------------------------------------------------------

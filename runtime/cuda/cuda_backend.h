@@ -73,11 +73,13 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
   cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
   int device_index() const { return device_; }
+  // ok when [ptr, ptr + bytes) lies inside one live block of this backend, else invalid_argument
+  // naming `what`: for code that hands device pointers to another library (NCCL) unchecked.
+  Status check_device_range(const void* ptr, uint64_t bytes, std::string_view what) const;
 
  private:
   CudaBackend(int device, std::byte* base, uint64_t budget, DeviceDescription description);
   Status bind_device() const;
-  Status check_device_range(const void* ptr, uint64_t bytes, std::string_view what) const;
   Status copy(void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind, Stream s);
 
   const int device_;

@@ -1,8 +1,11 @@
 // The multi-rank checks of the MPI Communicator, run by CTest under mpirun (label mpi; see
 // tests/CMakeLists.txt). Not a gtest binary: every rank runs the same program and exits non-zero on
 // a mismatch, which makes mpirun exit non-zero.
-//   comm_mpi_check collectives : every collective against a reference computed on each rank; the
-//                                ordered sums bit for bit, with values whose sum depends on order.
+//   comm_mpi_check collectives [cpu|cuda] : every collective against a reference computed on each
+//                                rank; the ordered sums bit for bit, with values whose sum depends
+//                                on order. cuda: the NCCL communicator (at one rank too), one GPU a
+//                                rank (GPU local_rank), so as many GPUs as ranks: not registered
+//                                with CTest; tools/gpu_check.sh's comm phase runs it.
 //   comm_mpi_check fail        : the collectives, then rank 1 exits 1: mpirun must exit non-zero
 //                                (the harness check that a failing rank fails the collectives test).
 //   comm_mpi_check silent|kill : rank 1 stays out of an all_reduce (silent: alive; kill: SIGKILLs
@@ -69,80 +72,103 @@ float reverse_sum(int n, int p, uint64_t i) {
   return acc;
 }
 
+// `count` elements of T in the backend's memory with a host mirror: fill `host`, put(); run the
+// collective; get(), read `host`. Staged through copies so the same checks run on the CPU backend
+// (MPI) and on CUDA (NCCL).
+template <class T>
+struct Mirrored {
+  Mirrored(Backend& backend, uint64_t count)
+      : b(backend), dev(static_cast<T*>(backend.allocate(count * sizeof(T) + 1, "comm check").value())), host(count) {}
+  void put() {
+    COMM_OK(b.copy_to_device(dev, host.data(), host.size() * sizeof(T), Stream::compute));
+    COMM_OK(b.synchronize(Stream::compute));
+  }
+  void get(Communicator& comm) {
+    COMM_OK(comm.synchronize(Stream::compute));
+    COMM_OK(b.copy_to_host(host.data(), dev, host.size() * sizeof(T), Stream::compute));
+    COMM_OK(b.synchronize(Stream::compute));
+  }
+  Backend& b;
+  T* dev;
+  std::vector<T> host;
+};
+
 int run_collectives(Backend& backend, Communicator& comm) {
   const int n = comm.size(), me = comm.rank();
   const Stream s = Stream::compute;
-  auto alloc = [&](uint64_t bytes) { return static_cast<char*>(backend.allocate(bytes + 1, "comm check").value()); };
 
   // all_gather: 37 floats a rank.
   const uint64_t g = 37;
-  float* gsend = reinterpret_cast<float*>(alloc(g * 4));
-  float* grecv = reinterpret_cast<float*>(alloc(g * 4 * n));
-  for (uint64_t i = 0; i < g; ++i) gsend[i] = static_cast<float>(me * 1000 + i);
-  COMM_OK(comm.all_gather(gsend, grecv, g * 4, s));
-  COMM_OK(comm.synchronize(s));
+  Mirrored<float> gsend(backend, g), grecv(backend, g * n);
+  for (uint64_t i = 0; i < g; ++i) gsend.host[i] = static_cast<float>(me * 1000 + i);
+  gsend.put();
+  COMM_OK(comm.all_gather(gsend.dev, grecv.dev, g * 4, s));
+  grecv.get(comm);
   for (int p = 0; p < n; ++p)
     for (uint64_t i = 0; i < g; ++i)
-      COMM_CHECK(grecv[p * g + i] == static_cast<float>(p * 1000 + i), "all_gather rank %d block %d [%lu]", me, p, i);
+      COMM_CHECK(grecv.host[p * g + i] == static_cast<float>(p * 1000 + i), "all_gather rank %d block %d [%lu]", me, p, i);
   // In place: this rank's block already sits in recv.
-  for (uint64_t i = 0; i < g * n; ++i) grecv[i] = -1.0f;
-  for (uint64_t i = 0; i < g; ++i) grecv[me * g + i] = static_cast<float>(me * 1000 + i);
-  COMM_OK(comm.all_gather(grecv + me * g, grecv, g * 4, s));
-  COMM_OK(comm.synchronize(s));
+  for (uint64_t i = 0; i < g * n; ++i) grecv.host[i] = -1.0f;
+  for (uint64_t i = 0; i < g; ++i) grecv.host[me * g + i] = static_cast<float>(me * 1000 + i);
+  grecv.put();
+  COMM_OK(comm.all_gather(grecv.dev + me * g, grecv.dev, g * 4, s));
+  grecv.get(comm);
   for (int p = 0; p < n; ++p)
-    COMM_CHECK(grecv[p * g + g - 1] == static_cast<float>(p * 1000 + g - 1), "in-place all_gather block %d", p);
+    COMM_CHECK(grecv.host[p * g + g - 1] == static_cast<float>(p * 1000 + g - 1), "in-place all_gather block %d", p);
 
   // all_to_all: 5 bytes a block, block p of rank r holds (r, p, i).
   const uint64_t a = 5;
-  char* asend = alloc(a * n);
-  char* arecv = alloc(a * n);
+  Mirrored<char> asend(backend, a * n), arecv(backend, a * n);
   for (int p = 0; p < n; ++p)
-    for (uint64_t i = 0; i < a; ++i) asend[p * a + i] = static_cast<char>(me * 16 + p * 4 + i);
-  COMM_OK(comm.all_to_all(asend, arecv, a, s));
-  COMM_OK(comm.synchronize(s));
+    for (uint64_t i = 0; i < a; ++i) asend.host[p * a + i] = static_cast<char>(me * 16 + p * 4 + i);
+  asend.put();
+  COMM_OK(comm.all_to_all(asend.dev, arecv.dev, a, s));
+  arecv.get(comm);
   for (int p = 0; p < n; ++p)
     for (uint64_t i = 0; i < a; ++i)
-      COMM_CHECK(arecv[p * a + i] == static_cast<char>(p * 16 + me * 4 + i), "all_to_all rank %d from %d", me, p);
+      COMM_CHECK(arecv.host[p * a + i] == static_cast<char>(p * 16 + me * 4 + i), "all_to_all rank %d from %d", me, p);
 
   // reduce_scatter: 64 floats a shard.
   const uint64_t c = 64;
-  float* rsend = reinterpret_cast<float*>(alloc(c * 4 * n));
-  float* rrecv = reinterpret_cast<float*>(alloc(c * 4));
+  Mirrored<float> rsend(backend, c * n), rrecv(backend, c);
   for (int p = 0; p < n; ++p)
-    for (uint64_t i = 0; i < c; ++i) rsend[p * c + i] = contribution(me, p, i);
-  COMM_OK(comm.reduce_scatter(rsend, rrecv, c, s));
-  COMM_OK(comm.synchronize(s));
+    for (uint64_t i = 0; i < c; ++i) rsend.host[p * c + i] = contribution(me, p, i);
+  rsend.put();
+  COMM_OK(comm.reduce_scatter(rsend.dev, rrecv.dev, c, s));
+  rrecv.get(comm);
   int order_matters = 0;
   for (uint64_t i = 0; i < c; ++i) {
-    COMM_CHECK(bits(rrecv[i]) == bits(ordered_sum(n, me, i)), "reduce_scatter rank %d [%lu]: %.9g != %.9g", me, i,
-               rrecv[i], ordered_sum(n, me, i));
+    COMM_CHECK(bits(rrecv.host[i]) == bits(ordered_sum(n, me, i)), "reduce_scatter rank %d [%lu]: %.9g != %.9g", me,
+               i, rrecv.host[i], ordered_sum(n, me, i));
     order_matters += bits(ordered_sum(n, me, i)) != bits(reverse_sum(n, me, i));
   }
   if (n >= 3) COMM_CHECK(order_matters > 0, "the values do not tell the rank order apart");
 
   // all_reduce over 1001 floats (shards of unequal size), out of place then in place.
   const uint64_t m = 1001;
-  float* xs = reinterpret_cast<float*>(alloc(m * 4));
-  float* ys = reinterpret_cast<float*>(alloc(m * 4));
-  for (uint64_t i = 0; i < m; ++i) xs[i] = contribution(me, 0, i);
-  COMM_OK(comm.all_reduce(xs, ys, m, s));
-  COMM_OK(comm.all_reduce(xs, xs, m, s));
-  COMM_OK(comm.synchronize(s));
+  Mirrored<float> xs(backend, m), ys(backend, m);
+  for (uint64_t i = 0; i < m; ++i) xs.host[i] = contribution(me, 0, i);
+  xs.put();
+  COMM_OK(comm.all_reduce(xs.dev, ys.dev, m, s));
+  COMM_OK(comm.all_reduce(xs.dev, xs.dev, m, s));
+  ys.get(comm);
+  xs.get(comm);
   for (uint64_t i = 0; i < m; ++i) {
-    COMM_CHECK(bits(ys[i]) == bits(ordered_sum(n, 0, i)), "all_reduce rank %d [%lu]", me, i);
-    COMM_CHECK(bits(xs[i]) == bits(ordered_sum(n, 0, i)), "in-place all_reduce rank %d [%lu]", me, i);
+    COMM_CHECK(bits(ys.host[i]) == bits(ordered_sum(n, 0, i)), "all_reduce rank %d [%lu]", me, i);
+    COMM_CHECK(bits(xs.host[i]) == bits(ordered_sum(n, 0, i)), "in-place all_reduce rank %d [%lu]", me, i);
   }
 
   // broadcast 333 bytes from the last rank.
-  char* bbuf = alloc(333);
-  for (int i = 0; i < 333; ++i) bbuf[i] = static_cast<char>(me == n - 1 ? i * 7 : 0);
-  COMM_OK(comm.broadcast(bbuf, 333, n - 1, s));
+  Mirrored<char> bbuf(backend, 333);
+  for (int i = 0; i < 333; ++i) bbuf.host[i] = static_cast<char>(me == n - 1 ? i * 7 : 0);
+  bbuf.put();
+  COMM_OK(comm.broadcast(bbuf.dev, 333, n - 1, s));
   COMM_OK(comm.barrier(s));
-  COMM_OK(comm.synchronize(s));
-  for (int i = 0; i < 333; ++i) COMM_CHECK(bbuf[i] == static_cast<char>(i * 7), "broadcast rank %d [%d]", me, i);
+  bbuf.get(comm);
+  for (int i = 0; i < 333; ++i) COMM_CHECK(bbuf.host[i] == static_cast<char>(i * 7), "broadcast rank %d [%d]", me, i);
 
-  std::printf("rank %d of %d: collectives %s (%d elements where rank order changes the sum)\n", me, n,
-              g_failures == 0 ? "ok" : "FAILED", order_matters);
+  std::printf("rank %d of %d: %s collectives %s (%d elements where rank order changes the sum)\n", me, n,
+              std::string(comm.name()).c_str(), g_failures == 0 ? "ok" : "FAILED", order_matters);
   return g_failures == 0 ? 0 : 1;
 }
 
@@ -178,11 +204,13 @@ int run_fault(Backend& backend, Communicator& comm, bool kill) {
 int main(int argc, char** argv) {
   using namespace strata;
   const std::string mode = argc > 1 ? argv[1] : "collectives";
-  BackendOptions options;
-  options.memory_budget = uint64_t{16} << 20;
-  auto backend = make_backend(options);
-  if (!backend.is_ok()) {
-    std::fprintf(stderr, "%s\n", backend.status().to_string().c_str());
+  const std::string device = argc > 2 ? argv[2] : "cpu";
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "device %s: expected cpu or cuda\n", device.c_str());
+    return 2;
+  }
+  if (device == "cuda" && mode != "collectives") {  // NCCL's timeout names the collective, not the peer
+    std::fprintf(stderr, "mode %s: only the collectives mode runs on cuda\n", mode.c_str());
     return 2;
   }
   auto launch = detect_launch();
@@ -190,8 +218,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", launch.status().to_string().c_str());
     return 2;
   }
+  BackendOptions options;
+  options.memory_budget = uint64_t{16} << 20;
+  if (device == "cuda") {  // NCCL, one GPU a rank
+    options.kind = BackendKind::cuda;
+    options.device_index = launch->local_rank;
+  }
+  auto backend = make_backend(options);
+  if (!backend.is_ok()) {
+    std::fprintf(stderr, "%s\n", backend.status().to_string().c_str());
+    return 2;
+  }
   CommOptions comm_options;
   comm_options.timeout_seconds = mode == "collectives" ? 30.0 : 3.0;
+  if (device == "cuda") comm_options.kind = CommKind::nccl;  // NCCL at a world of one too
   auto comm = make_communicator(**backend, *launch, comm_options);
   if (!comm.is_ok()) {
     std::fprintf(stderr, "%s\n", comm.status().to_string().c_str());

@@ -170,5 +170,19 @@ TEST_F(LocalCommunicatorTest, TorchrunWorldAboveOneIsUnavailableWithTheWayOut) {
   EXPECT_NE(c.status().message().find("mpirun -np 2"), std::string::npos) << c.status().to_string();
 }
 
+// CommKind::nccl on the CPU backend says so instead of quietly giving the local or MPI communicator
+// (the NCCL world of one itself: nccl_communicator_gpu_test.cc).
+TEST_F(LocalCommunicatorTest, NcclAskedForOnTheCpuBackendIsRefused) {
+  CommOptions options;
+  options.kind = CommKind::nccl;
+  auto c = make_communicator(*backend_, LaunchInfo{}, options);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), Code::invalid_argument);
+  EXPECT_NE(c.status().message().find("the NCCL communicator needs the CUDA backend (this run has the cpu backend)"),
+            std::string::npos) << c.status().to_string();
+  EXPECT_EQ(comm_kind_name(CommKind::nccl), "nccl");
+  EXPECT_EQ(comm_kind_name(CommKind::automatic), "auto");
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,8 +1,9 @@
-// `mpirun -np N strata bench comm [--device cpu|cuda|auto] [--size 64KiB,1MiB,16MiB,256MiB]
-// [--op all-gather,reduce-scatter,all-reduce,all-to-all] [--repeat N] [--warmup N] [--timeout S]`:
-// the communicator's collectives timed across the ranks, time, algbw and busbw per op and size,
-// printed by rank 0. Without mpirun it runs on a world of one and says so. Only flag parsing, the
-// launch (backend, communicator) and its errors live here; the benchmark is bench/comm_bench.h.
+// `mpirun -np N strata bench comm [--device cpu|cuda|auto] [--comm auto|nccl]
+// [--size 64KiB,1MiB,16MiB,256MiB] [--op all-gather,reduce-scatter,all-reduce,all-to-all]
+// [--repeat N] [--warmup N] [--timeout S]`: the communicator's collectives timed across the ranks,
+// time, algbw and busbw per op and size, printed by rank 0. Without mpirun it runs on a world of
+// one and says so (`--comm nccl` makes that one NCCL rank on the GPU). Only flag parsing, the launch
+// (backend, communicator) and its errors live here; the benchmark is bench/comm_bench.h.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ namespace {
 
 struct BenchCommFlags {
   std::string device = "cpu";
+  std::string comm = "auto";
   std::vector<std::string> sizes = {"64KiB", "1MiB", "16MiB", "256MiB"};
   std::vector<std::string> ops = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"};
   int repeat = 5;
@@ -59,15 +61,20 @@ int run_bench_comm(const BenchCommFlags& flags) {
 
   StatusOr<bench::CommBenchOptions> options = to_options(flags);
   if (!options.is_ok()) return usage(options.status());
+  if (flags.comm != "auto" && flags.comm != "nccl")
+    return usage(error(Code::invalid_argument, "--comm {}: expected auto or nccl", flags.comm));
   StatusOr<bench::BackendChoice> choice = bench::choose_backend(flags.device);
   if (!choice.is_ok()) return usage(choice.status());
   BackendOptions backend_options;
   backend_options.kind = choice->kind;
-  backend_options.memory_budget = bench::comm_bench_memory(*options, launch->size);
+  // One GPU a rank: NCCL refuses two ranks on one device.
+  if (choice->kind == BackendKind::cuda) backend_options.device_index = launch->local_rank;
+  backend_options.memory_budget = bench::comm_bench_memory(*options, launch->size, choice->kind);
   StatusOr<std::unique_ptr<Backend>> backend = make_backend(backend_options);
   if (!backend.is_ok()) return report_error(me + backend.status().message());
   CommOptions comm_options;
   comm_options.timeout_seconds = flags.timeout;
+  comm_options.kind = flags.comm == "nccl" ? CommKind::nccl : CommKind::automatic;
   StatusOr<std::unique_ptr<Communicator>> comm = make_communicator(**backend, *launch, comm_options);
   if (!comm.is_ok()) {  // no MPI for this launcher or backend (the same on every rank), or MPI failed
     const Code code = comm.status().code();
@@ -105,8 +112,11 @@ void add_bench_comm_command(CLI::App& bench, CommandRegistry& registry) {
       "comm", "The communicator's collectives (all-gather, reduce-scatter, all-reduce, all-to-all) across the "
               "ranks of `mpirun -np N strata bench comm`: time, algorithm and bus bandwidth per op and size, "
               "printed by rank 0 (NCCL-tests' conventions). Without mpirun: a world of one, said so");
-  app->add_option("--device", flags->device,
-                  "backend: cpu (MPI between the ranks), cuda (NCCL: not built yet, a world of one only) or auto")
+  app->add_option("--device", flags->device, "backend: cpu (MPI between the ranks), cuda (NCCL) or auto")
+      ->capture_default_str();
+  app->add_option("--comm", flags->comm,
+                  "communicator: auto (local for a world of one, else MPI on cpu, NCCL on cuda) or nccl (NCCL even "
+                  "for a world of one; needs --device cuda)")
       ->capture_default_str();
   app->add_option("--size", flags->sizes,
                   "sizes of the whole collective buffer (comma list; rounded down to a multiple of 4 x ranks bytes)")
