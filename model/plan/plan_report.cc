@@ -134,7 +134,9 @@ void append_rank_traffic(std::string& out, const model::Plan& p) {
                  si_gb(x.network.gathered + x.network.reduced), si_gb(x.network.gathered), si_gb(x.network.reduced));
   fmt::format_to(line, "    intra-node {} ({}/{} of each collective's chunk: the ranks on its node)\n",
                  si_gb(x.network.intra_node), w.ranks_per_node() - 1, w.ranks);
-  fmt::format_to(line, "    inter-node {} ({}/{}: the ranks on other nodes; the flat all-to-all view)\n",
+  fmt::format_to(line,
+                 "    inter-node {} ({}/{}: the ranks on other nodes, as an all-to-all moves it; for the gathers an "
+                 "upper bound, a ring crosses nodes less)\n",
                  si_gb(x.network.inter_node), w.ranks - w.ranks_per_node(), w.ranks);
   fmt::format_to(line, "  nvme        read {}, write {} (the node's drives serve its {} ranks)\n", si_gb(x.nvme_read),
                  si_gb(x.nvme_write), w.ranks_per_node());
