@@ -152,8 +152,7 @@ void append_rank_traffic(std::string& out, const model::Plan& p) {
   fmt::format_to(line, "limit: {} {:.3g} s{} (the step: {:.3g} s)\n", parts[0].second, parts[0].first, then,
                  t.step_s);
   const model::TrainAcrossRanks today = model::train_across_ranks_today(p.chosen.options);
-  fmt::format_to(line, "today: {}; this placement: {}\n", today.text,
-                 today.runs ? "train runs it across ranks" : "train refuses it across ranks");
+  fmt::format_to(line, "today: {}; this placement: {}\n", today.text, today.verdict);
 }
 
 }  // namespace
@@ -267,7 +266,7 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                      {"intra_node", n.intra_node}, {"inter_node", n.inter_node}}},
         {"time", {{"intra_node_s", c.time.intra_node_s}, {"inter_node_s", c.time.inter_node_s}}},
         {"limit", c.time.bottleneck},
-        {"train_today", {{"runs", today.runs}, {"text", today.text}}}};
+        {"train_today", {{"runs", today.runs}, {"text", today.text}, {"verdict", today.verdict}}}};
   }
   for (const auto& [key, list] : {std::pair{"suggestions", &p.suggestions}, std::pair{"untiled_alternatives",
                                                                                      &p.untiled_alternatives}}) {

@@ -46,9 +46,13 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
 // device (its state replicated, or partitioned on the devices); it refuses paged weights and a CPU
 // optimizer when the world is above one (docs/ARCHITECTURE.md, "Training across ranks").
 TrainAcrossRanks train_across_ranks_today(const TrainOptions& o) {
-  return {.runs = o.weight_home == Tier::device && o.optimizer_home == Tier::device,
+  const bool runs = o.weight_home == Tier::device && o.optimizer_home == Tier::device;
+  return {.runs = runs,
           .text = "train across ranks runs: weights resident on each GPU, the optimizer on the device; paged weights "
-                  "/ CPU optimizer across ranks: not built, train refuses them"};
+                  "/ CPU optimizer across ranks: not built, train refuses them",
+          .verdict = runs ? "train runs it across ranks, but with the whole weights on every GPU, not the shards "
+                            "planned here"
+                          : "train refuses it across ranks"};
 }
 
 uint64_t shard_bytes(uint64_t bytes, uint32_t ranks, uint64_t unit) {

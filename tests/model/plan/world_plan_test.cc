@@ -199,6 +199,7 @@ TEST(WorldPlanTest, WhatTrainRunsAcrossRanksTodayIsOneLine) {
   EXPECT_FALSE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).runs);
   EXPECT_FALSE(train_across_ranks_today(placed(Tier::device, Tier::cpu, Tier::cpu, 2)).runs);
   EXPECT_NE(resident.text.find("paged weights / CPU optimizer across ranks: not built"), std::string::npos);
+  EXPECT_NE(resident.verdict.find("not the shards planned here"), std::string::npos);
 }
 
 }  // namespace
