@@ -215,6 +215,28 @@ void read_rates(const Config& config, const std::optional<model::CachedRates>& c
   }
 }
 
+// `strata plan`'s world (--ranks, --nodes and the links' GB/s): a rank's budgets are a GPU's and its
+// share of the node's pinned memory and NVMe.
+Status read_world(const Config& config, Machine& m) {
+  model::World& w = m.hardware.world;
+  w.ranks = uint32_t(config.get_int("ranks"));
+  w.nodes = uint32_t(config.get_int("nodes"));
+  w.intra_node = config.get_real("rate_intra_node") * 1e9;
+  w.inter_node = config.get_real("rate_inter_node") * 1e9;
+  if (given(config, "rate_intra_node")) m.intra_node_source = "given";
+  if (given(config, "rate_inter_node")) m.inter_node_source = "given";
+  STRATA_RETURN_IF_ERROR(model::check_world(w));
+  const uint32_t per_node = w.ranks_per_node();
+  if (per_node == 1) return Status::ok();
+  m.hardware.cpu_bytes /= per_node;
+  m.cpu_from += fmt::format(", / {} ranks per node", per_node);
+  if (m.hardware.nvme_bytes > 0) {
+    m.hardware.nvme_bytes /= per_node;
+    m.nvme_from += fmt::format(", / {} ranks per node", per_node);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 BackendKind train_backend_kind(const Config& config, std::string* why) {
@@ -261,6 +283,7 @@ StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose) {
 
 StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptions& o, MachineFor purpose) {
   STRATA_ASSIGN_OR_RETURN(Machine m, describe_budgets(config, purpose));
+  if (config.schema().find("ranks") != nullptr) STRATA_RETURN_IF_ERROR(read_world(config, m));
   read_rates(config, load_cached_rates(config, o, m, m.calibration), m);
   // A run on the CPU backend (this machine without a GPU, or --device cpu) computes on the cores
   // that also copy and run AdamW; a described machine is a GPU machine unless --device cpu says not.

@@ -44,6 +44,8 @@ struct Machine {
   std::array<std::string, model::kPlanRateKinds> rate_source;
   std::string calibration;  // the cache file whose rates were used; "" when none
   std::string crc_source;   // hardware.rates.crc's: measured here for a CPU-backend run, else "assumed default"
+  // The world's links (hardware.world): "given" or "assumed default"; `strata plan` only.
+  std::string intra_node_source = "assumed default", inter_node_source = "assumed default";
   std::optional<uint64_t> memlock;  // RLIMIT_MEMLOCK when cpu memory is detected and it is finite
 };
 
@@ -63,8 +65,10 @@ StatusOr<Machine> describe_budgets(const Config& config, MachineFor purpose);
 // another machine, another disk) are logged as warnings naming the file and the reason, and its
 // rates are then not used. A described machine reads no cache unless --calibration names one,
 // whose single machine's rates are then taken as the described machine's, whatever machine it is.
-// invalid_argument when a budget cannot be detected (no GPU and no --gpu-mem, ...) or is impossible
-// (model::check_hardware).
+// With `strata plan`'s world keys (--ranks, --nodes, --rate-intra-node, --rate-inter-node) the world
+// planned for, whose ranks each take a GPU's budget and the node's pinned memory and NVMe divided by
+// the ranks per node. invalid_argument when a budget cannot be detected (no GPU and no --gpu-mem,
+// ...) or is impossible (model::check_hardware).
 StatusOr<Machine> describe_machine(const Config& config, const model::TrainOptions& o, MachineFor purpose);
 
 }  // namespace strata::model

@@ -1,7 +1,10 @@
 // The text and JSON of a plan (plan_report.h).
 #include "model/plan/plan_report.h"
 
+#include <algorithm>
 #include <iterator>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -69,13 +72,28 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
   fmt::format_to(line, "  nvme      {:>9.3g} s  read {} at {:.3g} GB/s ({}), write {} at {:.3g} GB/s ({})\n", t.nvme_s,
                  si_gb(x.nvme_read), r.nvme_read / 1e9, source(m, PlanRateKind::nvme_read), si_gb(x.nvme_write),
                  r.nvme_write / 1e9, source(m, PlanRateKind::nvme_write));
-  fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
-                 format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
+  const model::World& w = p.hardware.world;
+  if (w.single())
+    fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
+                   format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
+  else
+    fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters (a rank's 1/{}), x {} ranks on the node's CPU, at "
+                   "{:.3g} G/s ({})\n", t.adam_s, format_count(double(p.params) / w.ranks), w.ranks,
+                   w.ranks_per_node(), r.adam / 1e9, source(m, PlanRateKind::adam));
+  if (!w.single()) {
+    fmt::format_to(line, "  intra-node{:>9.3g} s  {} from the {} other ranks on its node at {:.3g} GB/s ({})\n",
+                   t.intra_node_s, si_gb(x.network.intra_node), w.ranks_per_node() - 1, w.intra_node / 1e9,
+                   m.intra_node_source);
+    fmt::format_to(line, "  inter-node{:>9.3g} s  {} from the {} ranks on other nodes at {:.3g} GB/s ({})\n",
+                   t.inter_node_s, si_gb(x.network.inter_node), w.ranks - w.ranks_per_node(), w.inter_node / 1e9,
+                   m.inter_node_source);
+  }
   if (r.shared_cores)
     fmt::format_to(line, "  crc32c    {:>9.3g} s  the NVMe bytes' checksums at {:.3g} GB/s ({})\n", t.crc_s, r.crc / 1e9,
                    m.crc_source);
-  fmt::format_to(line, "  step      {:>9.3g} s  bottleneck: {}; {} tokens/s\n", t.step_s, t.bottleneck,
-                 format_count(double(p.chosen.options.tokens_per_step()) / t.step_s));
+  fmt::format_to(line, "  step      {:>9.3g} s  bottleneck: {}; {} tokens/s{}\n", t.step_s, t.bottleneck,
+                 format_count(double(p.chosen.options.tokens_per_step()) / t.step_s),
+                 w.single() ? "" : " over all ranks");
   if (assumed_rates(m).empty()) return;
   if (m.described)
     out += "rates marked \"assumed default\" describe a typical workstation, not the machine described: pass "
@@ -84,6 +102,57 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
     out += "rates marked \"assumed default\" describe a typical workstation, not this machine: nothing was "
            "measured; run `strata plan --calibrate` (or the `strata bench` commands) to measure them, or pass "
            "--rate-*\n";
+}
+
+// The world a plan across ranks is for: ranks, nodes, the links assumed and the scheme.
+void append_world(std::string& out, const model::Plan& p, const Machine& m) {
+  const model::World& w = p.hardware.world;
+  auto line = std::back_inserter(out);
+  fmt::format_to(line,
+                 "world: {}, ZeRO-3: each rank homes 1/{} of every chunk (weights, gradient sums, masters, moments) "
+                 "and all-gathers a chunk whole to use it; every figure below is one rank's\n",
+                 model::world_summary(w), w.ranks);
+  fmt::format_to(line,
+                 "links: intra-node {:.3g} GB/s per GPU each way ({}; the default is H100 SXM NVLink 4), "
+                 "inter-node {:.3g} GB/s per GPU each way ({}; the default is one 400 Gb/s InfiniBand/RoCE NIC per "
+                 "GPU)\n",
+                 w.intra_node / 1e9, m.intra_node_source, w.inter_node / 1e9, m.inter_node_source);
+}
+
+// A rank's bytes per step on each link, what limits the step, and what `strata train` runs today.
+void append_rank_traffic(std::string& out, const model::Plan& p) {
+  const model::World& w = p.hardware.world;
+  const model::StepTraffic& x = p.chosen.traffic;
+  const model::StepTime& t = p.chosen.time;
+  auto line = std::back_inserter(out);
+  fmt::format_to(line, "\nbytes a rank moves per step ({} micro-batch{} of its own):\n",
+                 p.chosen.options.grad_accum / w.ranks, p.chosen.options.grad_accum / w.ranks == 1 ? "" : "es");
+  fmt::format_to(line, "  pcie        h2d {}, d2h {} (its own shards, the batches, a cpu optimizer's gradient shards)\n",
+                 si_gb(x.h2d), si_gb(x.d2h));
+  fmt::format_to(line,
+                 "  network     received {} (all-gathers {}, fp32 gradient reduce-scatters {}), as much sent\n",
+                 si_gb(x.network.gathered + x.network.reduced), si_gb(x.network.gathered), si_gb(x.network.reduced));
+  fmt::format_to(line, "    intra-node {} ({}/{} of each collective's chunk: the ranks on its node)\n",
+                 si_gb(x.network.intra_node), w.ranks_per_node() - 1, w.ranks);
+  fmt::format_to(line,
+                 "    inter-node {} ({}/{}: the ranks on other nodes, as an all-to-all moves it; for the gathers an "
+                 "upper bound, a ring crosses nodes less)\n",
+                 si_gb(x.network.inter_node), w.ranks - w.ranks_per_node(), w.ranks);
+  fmt::format_to(line, "  nvme        read {}, write {} (the node's drives serve its {} ranks)\n", si_gb(x.nvme_read),
+                 si_gb(x.nvme_write), w.ranks_per_node());
+  // The parts, the largest (the bottleneck) first.
+  std::vector<std::pair<double, std::string_view>> parts = {
+      {t.compute_s, "compute"}, {t.pcie_s, "pcie"},   {t.nvme_s, "nvme"},
+      {t.adam_s, "cpu_adam"},   {t.crc_s, "crc32c"},  {t.intra_node_s, "intra_node"},
+      {t.inter_node_s, "inter_node"}};  // StepTime::bottleneck's names and order
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string then;
+  for (size_t i = 1; i < parts.size() && parts[i].first > 0; ++i)
+    then += fmt::format("{}{} {:.3g} s", then.empty() ? "; then " : ", ", parts[i].second, parts[i].first);
+  fmt::format_to(line, "limit: {} {:.3g} s{} (the step: {:.3g} s)\n", parts[0].second, parts[0].first, then,
+                 t.step_s);
+  const model::TrainAcrossRanks today = model::train_across_ranks_today(p.chosen.options);
+  fmt::format_to(line, "today: {}; this placement: {}\n", today.text, today.verdict);
 }
 
 }  // namespace
@@ -109,6 +178,7 @@ std::string plan_text(const model::Plan& p, const Machine& m) {
                  format_size(h.gpu_bytes), m.gpu_from, format_size(h.cpu_bytes), m.cpu_from,
                  h.nvme_bytes ? si_gb(h.nvme_bytes) : "none", m.nvme_from);
   if (!m.calibration.empty()) fmt::format_to(line, "measured rates from {}\n", m.calibration);
+  if (!p.hardware.world.single()) append_world(out, p, m);
   if (p.fits)
     fmt::format_to(line, "\nfits: {}\n  strata train {}\n", model::placement_summary(o), model::placement_flags(o));
   if (p.fits && !model::tiling_flags(p.chosen.model, model::TrainOptions{}).empty()) {
@@ -126,6 +196,7 @@ std::string plan_text(const model::Plan& p, const Machine& m) {
     fmt::format_to(line, "\n{}\n", plan_shortfall(p));
   append_bytes(out, p);
   append_time(out, p, m);
+  if (!p.hardware.world.single()) append_rank_traffic(out, p);
   if (m.memlock && p.chosen.bytes.tier(Tier::cpu) > *m.memlock)
     fmt::format_to(line,
                    "\nwarning: the plan pins {} but the locked-memory limit is {} (ulimit -l): memory past it is "
@@ -179,6 +250,24 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
     j["rate_sources"][std::string(model::plan_rate_key(PlanRateKind(k)).substr(5))] = m.rate_source[k];
   j["assumed_rates"] = assumed_rates(m);
   j["calibration"] = m.calibration;
+  if (const model::World& w = p.hardware.world; !w.single()) {
+    const model::NetworkTraffic& n = c.traffic.network;
+    const model::TrainAcrossRanks today = model::train_across_ranks_today(c.options);
+    j["world"] = {
+        {"ranks", w.ranks},
+        {"nodes", w.nodes},
+        {"ranks_per_node", w.ranks_per_node()},
+        {"scheme", "zero-3"},
+        {"per_rank", true},  // every byte figure of this document is one rank's
+        {"links", {{"intra_node", {{"rate", w.intra_node}, {"source", m.intra_node_source}}},
+                   {"inter_node", {{"rate", w.inter_node}, {"source", m.inter_node_source}}}}},
+        {"traffic", {{"h2d", c.traffic.h2d}, {"d2h", c.traffic.d2h}, {"nvme_read", c.traffic.nvme_read},
+                     {"nvme_write", c.traffic.nvme_write}, {"gathered", n.gathered}, {"reduced", n.reduced},
+                     {"intra_node", n.intra_node}, {"inter_node", n.inter_node}}},
+        {"time", {{"intra_node_s", c.time.intra_node_s}, {"inter_node_s", c.time.inter_node_s}}},
+        {"limit", c.time.bottleneck},
+        {"train_today", {{"runs", today.runs}, {"text", today.text}, {"verdict", today.verdict}}}};
+  }
   for (const auto& [key, list] : {std::pair{"suggestions", &p.suggestions}, std::pair{"untiled_alternatives",
                                                                                      &p.untiled_alternatives}}) {
     j[key] = nlohmann::json::array();

@@ -24,7 +24,10 @@ std::string plan_shortfall(const model::Plan& plan);
 //  "budgets", "missing", "described", "placement", "tiling" ({"summary", "flags", "mlp_tiles",
 //  "vocab_tile", "vocab_tiles"}: the tiles the run takes), "bytes", "time", "traffic", "rates",
 //  "rate_sources", "assumed_rates", "calibration", "suggestions", "untiled_alternatives" (each
-//  {"change", "effect", "fits", "step_s"})}.
+//  {"change", "effect", "fits", "step_s"}), and across ranks (world.ranks > 1 only, so one rank's
+//  document is today's) "world" ({"ranks", "nodes", "ranks_per_node", "scheme", "per_rank", "links",
+//  "traffic", "time", "limit", "train_today" ({"runs", "text", "verdict"})}): then every byte figure is
+//  one rank's}.
 nlohmann::json plan_json(const model::Plan& plan, const Machine& machine);
 
 }  // namespace strata::model

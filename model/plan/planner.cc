@@ -14,6 +14,7 @@
 #include "model/net/flops.h"
 #include "model/net/param_layout.h"
 #include "model/plan/placement.h"
+#include "model/plan/rank_plan.h"
 #include "model/plan/tiling.h"
 #include "model/train/step_schedule.h"
 #include "model/train/train_config_keys.h"
@@ -69,8 +70,8 @@ uint64_t master_bytes(const OptimizerPipelineOptions& po) {
   return total;
 }
 
-void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
-  const DeviceBytes d = estimate_device_bytes(config, o);
+void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, uint32_t ranks) {
+  const DeviceBytes d = ranks > 1 ? rank_device_bytes(config, o, ranks) : estimate_device_bytes(config, o);
   b.at(Tier::device, PlanState::weights) = d.weights;
   b.at(Tier::device, PlanState::gradients) = d.gradients;
   b.at(Tier::device, PlanState::activations) = d.activations;
@@ -81,21 +82,25 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
   b.at(Tier::device, PlanState::moments) = d.optimizer - masters;
 }
 
-void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
+// Across ranks (ranks > 1) the homes are the rank's shards (world.h's sharded options).
+void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, uint32_t ranks) {
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
   if (o.weight_home == Tier::device) {
-    b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunk_bytes(layout));
+    std::vector<uint64_t> chunks = chunk_bytes(layout);
+    if (ranks > 1)
+      for (uint64_t& c : chunks) c = shard_bytes(c, ranks, kHostPage);
+    b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunks);
   } else {
     b.at(Tier::cpu, o.weight_home == Tier::cpu ? PlanState::weights : PlanState::staging) +=
-        tier_pinned_bytes(run_weight_options(layout, o, config.name));
+        tier_pinned_bytes(sharded(run_weight_options(layout, o, config.name), ranks));
     const WeightShare w = weight_share(layout, o);  // the resident layers' update staging
     if (!w.resident_chunks.empty())
       b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(w.resident_chunks);
   }
   if (o.cpu_optimizer()) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
-    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), ranks);
     GradientOffloaderOptions d2h = go;
     d2h.home = Tier::nvme;
     d2h.spill_buffers = 0;
@@ -104,7 +109,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
     b.at(Tier::cpu, PlanState::staging) += staging;
   }
   // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
-  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
+  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), ranks);
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
   if (po.home == Tier::nvme) {
     b.at(Tier::cpu, PlanState::staging) += pinned;
@@ -120,12 +125,12 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) 
                                            round_up(o.grad_accum * sizeof(kernels::CrossEntropyResult), kHostPage);
 }
 
-void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o) {
-  const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit);
+void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, uint32_t ranks) {
+  const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit, ranks);
   b.at(Tier::nvme, PlanState::weights) = r.weights;
   b.at(Tier::nvme, PlanState::gradients) = r.gradients;
   if (r.optimizer > 0) {
-    const uint64_t masters = master_bytes(optimizer_state_options(*master_layout(config), o));
+    const uint64_t masters = master_bytes(sharded(optimizer_state_options(*master_layout(config), o), ranks));
     b.at(Tier::nvme, PlanState::masters) = masters;
     b.at(Tier::nvme, PlanState::moments) = r.optimizer - masters;
   }
@@ -161,63 +166,60 @@ uint64_t PlanBytes::tier(Tier t) const {
   return total;
 }
 
-NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit) {
+NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit,
+                                 uint32_t ranks) {
   NvmeReservation r;
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
   if (o.weight_home == Tier::nvme) {
-    const uint64_t paged_chunks = run_weight_options(layout, o, config.name).chunk_bytes.size();
-    r.weights = weight_share(layout, o).paged + paged_chunks * (stripe_unit / 8) + stripe_unit;
+    const std::vector<uint64_t> paged = run_weight_options(layout, o, config.name).chunk_bytes;
+    uint64_t shards = 0;  // the rank's shards of the paged chunks (ranks 1: the chunks)
+    for (uint64_t c : paged) shards += shard_bytes(c, ranks);
+    r.weights = (ranks > 1 ? shards : weight_share(layout, o).paged) + paged.size() * (stripe_unit / 8) + stripe_unit;
   }
-  const OptimizerPipelineOptions po = optimizer_state_options(*master_layout(config), o);
+  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), ranks);
   if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
   if (grads_on_nvme(o)) {
-    const GradientOffloaderOptions go = gradient_options(layout, o, config.name);
+    const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), ranks);
     r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
   }
   return r;
 }
 
-PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options) {
+TrainOptions rank_options(const TrainOptions& options, const World& world) {
+  if (world.single()) return options;
+  TrainOptions r = options;
+  r.grad_accum = std::max<uint64_t>(options.grad_accum / world.ranks, 1);
+  r.resident_layers = 0;
+  return r;
+}
+
+PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options, const World& world) {
+  const TrainOptions r = rank_options(options, world);
   PlanBytes b;
-  add_device(b, config, options);
-  add_pinned(b, config, options);
-  add_nvme(b, config, options);
+  add_device(b, config, r, world.ranks);
+  add_pinned(b, config, r, world.ranks);
+  add_nvme(b, config, r, world.ranks);
   return b;
 }
 
 double default_flops(DType dtype) { return dtype == DType::f32 ? 25e12 : 100e12; }
 
-StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
+StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options, const World& world) {
+  if (!world.single()) return rank_traffic(config, rank_options(options, world), world);
+  const TrainOptions& o = options;
   StepTraffic t;
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
   const uint64_t weights = layout.total_bytes(), k = o.grad_accum;
-  const bool paged = o.weight_home != Tier::device;
   const WeightShare share = weight_share(layout, o);
-  // Forward and backward fetch every paged chunk, per micro-batch; layer-major once for all K
-  // (Transformer::step_layer_major), but for the tiles (vocabulary and MLP), still per micro-batch.
-  const bool layer_major = o.step_schedule == StepSchedule::layer_major && k > 1;
-  const uint64_t passes = layer_major ? 1 : k;
-  uint64_t per_micro_batch = 0;  // layer-major: the tiles' bytes fetched every micro-batch
-  if (layer_major)
-    for (const ChunkSpec& c : layout.chunks)
-      if (c.tiles > 1) per_micro_batch += c.bytes;
-  const uint64_t fetched = share.paged * passes + per_micro_batch * (k - passes);
-  t.h2d += 2 * fetched;
-  if (o.cpu_optimizer()) t.h2d += share.resident;        // the updated resident weights, uploaded once
-  if (o.cpu_optimizer()) t.d2h += weights * k;          // each micro-batch's gradients
-  t.h2d += 2 * o.micro_batch * o.seq * sizeof(int32_t) * k;  // inputs and targets
-  // MLP tiles under checkpointing: a layer's backward fetches its first weight's tiles twice, for
-  // the recomputation and for the backward (two tile slots cannot keep them; the last layer is
-  // not recomputed).
-  uint64_t refetched = 0;
-  if (paged && o.activation_checkpointing)
-    for (const ChunkSpec& c : layout.chunks)
-      if (c.kind == ChunkKind::mlp_in && c.layer != config.n_layer - 1) refetched += c.bytes;
-  t.h2d += refetched * k;
+  const WeightFetches f = weight_fetches(config, layout, o, o.weight_home != Tier::device ? share.paged : 0);
+  t.h2d += f.acquired(k);
+  if (o.cpu_optimizer()) t.h2d += share.resident;  // the updated resident weights, uploaded once
+  if (o.cpu_optimizer()) t.d2h += weights * k;    // each micro-batch's gradients
+  t.h2d += batch_bytes(o);                         // inputs and targets
   if (o.weight_home == Tier::nvme) {
-    t.nvme_read += 2 * fetched + refetched * k;
+    t.nvme_read += f.acquired(k);
     t.nvme_write += share.paged;
   }
   if (grads_on_nvme(o)) {
@@ -233,25 +235,33 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& o) {
   return t;
 }
 
-StepTime plan_step_time(const ModelConfig& config, const TrainOptions& o, const PlanRates& rates) {
+StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, const PlanRates& rates,
+                        const World& world) {
   StepTime s;
-  const StepTraffic t = plan_traffic(config, o);
+  const TrainOptions o = rank_options(options, world);  // one rank's share: options itself for one rank
+  const StepTraffic t = plan_traffic(config, options, world);
   const double flops = rates.flops > 0 ? rates.flops : default_flops(o.dtype);
+  // The node's drives and CPU serve its ranks: a rank's NVMe bytes and Adam parameters take a
+  // (ranks per node)-th of their rates. One rank: x 1 and / 1, exact.
+  const double node_share = double(world.ranks_per_node());
   s.compute_s = training_flops_per_step(config, o) * (o.activation_checkpointing ? 4.0 / 3.0 : 1.0) / flops;
   s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
-  s.nvme_s = double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write;
-  s.adam_s = o.cpu_optimizer() ? double(parameter_count(config)) / rates.adam : 0.0;
+  s.nvme_s = (double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write) * node_share;
+  s.adam_s = o.cpu_optimizer() ? double(parameter_count(config)) / double(world.ranks) * node_share / rates.adam : 0.0;
   s.forward_s = s.compute_s / double(o.grad_accum) * (o.activation_checkpointing ? 0.25 : 1.0 / 3.0);
+  s.intra_node_s = double(t.network.intra_node) / world.intra_node;
+  s.inter_node_s = double(t.network.inter_node) / world.inter_node;
   if (rates.shared_cores) {
     s.crc_s = double(t.nvme_read + t.nvme_write) / rates.crc;
-    s.step_s = s.compute_s + s.pcie_s + s.adam_s + s.crc_s + s.nvme_s;
+    s.step_s = s.compute_s + s.pcie_s + s.adam_s + s.crc_s + s.nvme_s + s.intra_node_s + s.inter_node_s;
   } else {
     const bool overlapped = !o.cpu_optimizer() || o.overlap_optimizer;
     const double path = overlapped ? std::max(s.forward_s, s.adam_s) + (s.compute_s - s.forward_s) : s.compute_s;
-    s.step_s = std::max({path, s.pcie_s, s.nvme_s}) + (overlapped ? 0.0 : s.adam_s);
+    s.step_s = std::max({path, s.pcie_s, s.nvme_s, s.intra_node_s, s.inter_node_s}) + (overlapped ? 0.0 : s.adam_s);
   }
   const std::pair<double, std::string_view> parts[] = {
-      {s.compute_s, "compute"}, {s.pcie_s, "pcie"}, {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"}, {s.crc_s, "crc32c"}};
+      {s.compute_s, "compute"},        {s.pcie_s, "pcie"},  {s.nvme_s, "nvme"}, {s.adam_s, "cpu_adam"},
+      {s.crc_s, "crc32c"},             {s.intra_node_s, "intra_node"}, {s.inter_node_s, "inter_node"}};
   s.bottleneck = std::max_element(std::begin(parts), std::end(parts), [](const auto& a, const auto& b) {
                    return a.first < b.first;
                  })->second;
@@ -272,7 +282,7 @@ Status check_hardware(const Hardware& h) {
       return error(Code::invalid_argument, "{} must be a rate above 0, not {}", flag, rate);
   if (h.rates.flops < 0 || !std::isfinite(h.rates.flops))
     return error(Code::invalid_argument, "--rate-flops must be above 0, not {}", h.rates.flops);
-  return Status::ok();
+  return check_world(h.world);
 }
 
 PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions& options, const Hardware& h) {
@@ -287,16 +297,22 @@ PlanCandidate evaluate_placement(const ModelConfig& untiled, const TrainOptions&
 PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
   PlanCandidate c;
   c.options = options;
-  c.options.resident_layers = resident_layers_for(config, options, h.gpu_bytes);
-  // The schedule the run takes with them (train resolves it again, logging why; plan_traffic needs it).
+  // Across ranks every chunk is sharded and gathered: no layer stays resident (rank_options).
+  c.options.resident_layers = h.world.single() ? resident_layers_for(config, options, h.gpu_bytes) : 0;
+  // The schedule the run takes with them (train resolves it again, logging why; plan_traffic needs
+  // it), for a rank's micro-batches; across ranks every chunk is gathered as a paged run fetches it,
+  // so the choice sees paged weights (and the paged working set, without the shards a rank homes
+  // on its device).
   if (c.options.step_schedule == StepSchedule::automatic) {
-    const StatusOr<ScheduleChoice> schedule = choose_step_schedule(config, c.options, 1, h.gpu_bytes);
+    TrainOptions chooser = rank_options(c.options, h.world);
+    if (!h.world.single()) chooser.weight_home = Tier::cpu;
+    const StatusOr<ScheduleChoice> schedule = choose_step_schedule(config, chooser, 1, h.gpu_bytes);
     c.options.step_schedule = schedule.is_ok() ? schedule->schedule : StepSchedule::micro_batch_major;
   }
   c.model = config;
-  c.bytes = plan_bytes(config, c.options);
-  c.traffic = plan_traffic(config, c.options);
-  c.time = plan_step_time(config, c.options, h.rates);
+  c.bytes = plan_bytes(config, c.options, h.world);
+  c.traffic = plan_traffic(config, c.options, h.world);
+  c.time = plan_step_time(config, c.options, h.rates, h.world);
   const uint64_t budgets[kTiers] = {h.gpu_bytes, h.cpu_bytes, h.nvme_bytes};
   for (size_t t = 0; t < kTiers; ++t) {
     const uint64_t need = c.bytes.tier(Tier(t));
@@ -429,8 +445,11 @@ void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSu
       if (others_fit && (best == nullptr || c.bytes.tier(Tier(t)) < best->bytes.tier(Tier(t)))) best = &c;
     }
     if (best == nullptr) continue;
-    const uint64_t need = best->bytes.tier(Tier(t)), missing = best->missing[t];
-    const std::string with = candidate_summary(*best);
+    // Across ranks --cpu-mem and --nvme-mem are a node's: its ranks' budgets together.
+    const uint64_t per_node = t == 0 ? 1 : h.world.ranks_per_node();
+    const uint64_t need = best->bytes.tier(Tier(t)) * per_node, missing = best->missing[t] * per_node;
+    const std::string with =
+        candidate_summary(*best) + (per_node > 1 ? fmt::format(" ({} ranks per node)", per_node) : "");
     if (t == 0)
       out.push_back({fmt::format("--gpu-mem {}", flag_size(need)),
                      fmt::format("a GPU budget of {} ({} more) fits with {}", gb(need), gb(missing), with), true,
@@ -443,7 +462,7 @@ void add_tier_suggestions(const Search& s, const Hardware& h, std::vector<PlanSu
       out.push_back({"--nvme-path DIR",
                      fmt::format("add an NVMe path with {} free: the plan needs {} of NVMe and {} is there (for a "
                                  "described machine: --nvme-mem {}), with {}",
-                                 gb(missing), gb(need), gb(h.nvme_bytes), flag_size(need), with),
+                                 gb(missing), gb(need), gb(h.nvme_bytes * per_node), flag_size(need), with),
                      true, best->time.step_s});
   }
 }
@@ -597,6 +616,7 @@ StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, co
   if (int64_t(base.seq) > config.max_seq)
     return error(Code::invalid_argument, "--seq {} is longer than {}'s {} positions; pass --seq {} or less", base.seq,
                  config.name, config.max_seq, config.max_seq);
+  STRATA_RETURN_IF_ERROR(check_world_batch(hardware.world, base.grad_accum));
   Search s = search(config, base, hardware, fixed);
   if (s.all.empty())
     return error(Code::invalid_argument, "no placement satisfies the choices given ({}); drop one of --offload-param, "

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/net/model_config.h"
+#include "model/plan/world.h"
 #include "model/train/train_options.h"
 #include "offload/tier.h"
 #include "runtime/status.h"
@@ -51,11 +52,23 @@ struct NvmeReservation {
   uint64_t weights = 0, optimizer = 0, gradients = 0;
   uint64_t total() const { return weights + optimizer + gradients; }
 };
-NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& options, uint64_t stripe_unit);
+// ranks > 1: a rank's, its shards of every chunk (world.h's sharded options).
+NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& options, uint64_t stripe_unit,
+                                 uint32_t ranks = 1);
 
 // Bytes of every state on every tier for one run (options' placement, shape and precision). When
 // options.evaluates(), a second batch ring for the held-out data (strata train's validation loader).
-PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options);
+// A world of N > 1 ranks (ZeRO-3): one rank's -- the run of its grad_accum / N micro-batches (the
+// options' grad_accum is the step's over all ranks) with every chunk's homes (working weights,
+// gradient sums, masters, moments, on whichever tier) divided by N, rounded up, and the device's
+// working set whole: the slots a paged run takes (a gathered chunk is whole; no layer stays
+// resident), the gradient slots, two fp32 buffers of the largest chunk for the reduce-scatter (the
+// widened release sent, its N shards received), the activations and batches.
+PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options, const World& world = {});
+
+// The options of one rank's share of a run across `world`: grad_accum / N micro-batches, and (N > 1)
+// no resident layers; `options` itself for one rank.
+TrainOptions rank_options(const TrainOptions& options, const World& world);
 
 // Rates of the step-time model. Defaults describe a workstation (one PCIe 4.0 x16 GPU of about
 // 100 dense 16-bit TFLOP/s achieved, one PCIe 4.0 NVMe drive, an AVX-512 CPU): assumed, not measured.
@@ -78,10 +91,18 @@ double default_flops(DType dtype);  // 100e12 for bf16/fp16, 25e12 for fp32
 // NVMe-homed weights read like the fetches and written once, spilled gradient sums written per
 // micro-batch and read K times (K - 1 in-step, 1 by the update), optimizer images read and
 // written once.
+// A world of N > 1 ranks (ZeRO-3), one rank's, over its k = grad_accum / N micro-batches: each
+// chunk is acquired (all-gathered) as often as a paged run of k micro-batches fetches it, from the
+// rank's own shard (h2d when that home is pinned memory or NVMe) and the others' (`network`); each
+// micro-batch's gradient of every chunk, widened to fp32 (offload/device_grads.cc widens before the
+// exchange), is reduce-scattered into its owners; a CPU optimizer takes the rank's fp32 shard of
+// each micro-batch's sum d2h and writes its updated weight shard back (h2d with the weights on the
+// GPU); NVMe moves the rank's shards as one rank's run moves the whole.
 struct StepTraffic {
   uint64_t h2d = 0, d2h = 0, nvme_read = 0, nvme_write = 0;
+  NetworkTraffic network;  // 0 for one rank
 };
-StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options);
+StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options, const World& world = {});
 
 // The step-time model. compute = model FLOPs (flops.h; x 4/3 with activation checkpointing, which
 // recomputes every forward) / flops; pcie = max(h2d, d2h) / pcie; nvme = read / nvme_read +
@@ -98,14 +119,23 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options)
 // the CPU-backend runs of bench/NOTES.md measure it so (a read is issued when a staging buffer is
 // free, which waits for the compute): step = compute + pcie + adam + crc + nvme. bottleneck: the
 // largest part.
+// A world of N > 1 ranks: one rank's step (its k micro-batches' compute; pcie per GPU, each GPU its
+// own link), the node's NVMe and CPU AdamW shared by its ranks (nvme and adam x ranks per node),
+// and the links: intra_node = network.intra_node / world.intra_node, inter_node likewise. The
+// gathers are prefetched like transfers and the reduce-scatters trail the backward, so on a GPU
+// they overlap the compute as pcie does: step = max(compute path, pcie, nvme, intra_node,
+// inter_node); with shared_cores they add.
 struct StepTime {
   double compute_s = 0, pcie_s = 0, nvme_s = 0, adam_s = 0;
   double crc_s = 0;      // shared_cores only: the CRC-32C of every NVMe byte
   double forward_s = 0;  // the part of compute_s the overlapped update can hide under
+  double intra_node_s = 0, inter_node_s = 0;  // 0 for one rank
   double step_s = 0;
-  std::string_view bottleneck = "compute";  // "compute", "pcie", "nvme", "cpu_adam" or "crc32c"
+  // "compute", "pcie", "nvme", "cpu_adam", "crc32c", "intra_node" or "inter_node"
+  std::string_view bottleneck = "compute";
 };
-StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, const PlanRates& rates);
+StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, const PlanRates& rates,
+                        const World& world = {});
 
 // The machine planned for: budgets in bytes and rates.
 struct Hardware {
@@ -113,8 +143,12 @@ struct Hardware {
   uint64_t cpu_bytes = 0;   // pinned host memory (--cpu-mem)
   uint64_t nvme_bytes = 0;  // NVMe space for swap files, all paths together; 0: no NVMe
   PlanRates rates;
+  // The ranks and their links. N > 1: every budget above is one rank's (a GPU's; the node's pinned
+  // memory and NVMe divided by its ranks), and so is every byte the plan gives.
+  World world;
 };
-// invalid_argument naming the budget or rate: a 0 GPU or CPU budget, a rate <= 0 or not finite.
+// invalid_argument naming the budget or rate: a 0 GPU or CPU budget, a rate <= 0 or not finite;
+// check_world's.
 Status check_hardware(const Hardware& hardware);
 
 // The choices the user made (a flag, variable or file key); the planner makes the others.
@@ -180,7 +214,7 @@ struct Plan {
 };
 
 // invalid_argument: check_hardware's, check_tiling's, a seq longer than the model's max_seq,
-// micro_batch, seq or grad_accum of 0.
+// micro_batch, seq or grad_accum of 0, check_world_batch's.
 StatusOr<Plan> make_plan(const ModelConfig& config, const TrainOptions& base, const Hardware& hardware,
                          const PlanFixed& fixed);
 

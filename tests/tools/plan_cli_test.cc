@@ -1,7 +1,10 @@
 // `strata plan`: a described machine (no hardware needed) gets a placement for llama-70b that fits
 // every budget; too little NVMe names the gigabytes missing and exits 1; --json holds the keys a
 // script reads with sane values; impossible budgets, unknown presets and bad rates are refused
-// with exit 2 and a message that names the flag.
+// with exit 2 and a message that names the flag. Across ranks (--ranks, --nodes): --ranks 1 is
+// today's plan to the byte; llama-70b on 16 GPUs over 2 nodes plans a rank's share, its bytes per
+// link and the limit; a world that does not divide is refused saying what to pass.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -121,6 +124,79 @@ TEST(PlanCli, BadInputsAreRefusedNamingTheFlag) {
     EXPECT_NE(r.err.find(b.message), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << "no plan is printed for bad input: " << r.out;
   }
+}
+
+// --ranks 1 --nodes 1 (the defaults) is today's plan, to the byte, in text and JSON.
+TEST(PlanCli, OneRankIsTodaysPlan) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, std::vector<std::string>{"--json"}}) {
+    const CliResult today = run_cli(with(with(k70b, {"--nvme-mem", "2TB"}), extra));
+    const CliResult one = run_cli(with(with(k70b, {"--nvme-mem", "2TB", "--ranks", "1", "--nodes", "1"}), extra));
+    ASSERT_EQ(today.exit_code, 0) << today.err;
+    EXPECT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(one.out, today.out);
+    EXPECT_EQ(today.out.find("world"), std::string::npos) << today.out;
+  }
+}
+
+// llama-70b on 16 GPUs over 2 nodes (8 per node), DGX-like: a rank's share of each node's RAM and
+// NVMe, its bytes per step on every link, the link that limits it and what train runs today.
+TEST(PlanCli, Llama70bAcrossTwoNodesPlansOneRank) {
+  const std::vector<std::string> dgx = {"plan",      "--preset",   "llama-70b", "--dtype",     "bf16",
+                                        "--gpu-mem", "80GiB",      "--cpu-mem", "1TiB",        "--nvme-mem",
+                                        "8TB",       "--ranks",    "16",        "--nodes",     "2",
+                                        "--grad-accum", "16",      "--micro-batch", "1",       "--seq", "4096"};
+  const CliResult j = run_cli(with(dgx, {"--json"}));
+  ASSERT_EQ(j.exit_code, 0) << j.err << j.out;
+  const nlohmann::json plan = nlohmann::json::parse(j.out);
+  const nlohmann::json& world = plan.at("world");
+  EXPECT_EQ(world.at("ranks"), 16);
+  EXPECT_EQ(world.at("nodes"), 2);
+  EXPECT_EQ(world.at("ranks_per_node"), 8);
+  EXPECT_EQ(plan.at("budgets").at("cpu").get<uint64_t>(), (1ull << 40) / 8);  // a rank's share of the node's
+  EXPECT_EQ(plan.at("budgets").at("nvme").get<uint64_t>(), 8'000'000'000'000ull / 8);
+  // Per collective a rank gets 7/16 of the chunk from its node and 8/16 from the other one.
+  const nlohmann::json& t = world.at("traffic");
+  const uint64_t gathered = t.at("gathered"), reduced = t.at("reduced");
+  const uint64_t intra = t.at("intra_node"), inter = t.at("inter_node");
+  EXPECT_GT(gathered, 0u);
+  EXPECT_GT(reduced, 0u);
+  EXPECT_NEAR(double(intra), double(gathered + reduced) * 7 / 15, 16.0);
+  EXPECT_NEAR(double(inter), double(gathered + reduced) * 8 / 15, 16.0);
+  // A rank holds its 1/16 of the 70B parameters' fp32 masters: 17.5 GB, not the model's 280 GB.
+  // (Where the optimizer runs; a device optimizer's pinned mirror is the same shard again.)
+  const uint64_t masters = std::max({plan.at("bytes").at("cpu").at("masters").get<uint64_t>(),
+                                     plan.at("bytes").at("gpu").at("masters").get<uint64_t>(),
+                                     plan.at("bytes").at("nvme").at("masters").get<uint64_t>()});
+  EXPECT_GE(masters, plan.at("params").get<uint64_t>() * 4 / 16);
+  EXPECT_LT(masters, plan.at("params").get<uint64_t>() * 4 / 15);
+  EXPECT_DOUBLE_EQ(world.at("time").at("inter_node_s").get<double>(), double(inter) / 50e9);
+  EXPECT_EQ(world.at("limit"), plan.at("bottleneck"));
+  EXPECT_NE(world.at("train_today").at("text").get<std::string>().find("not built, train refuses them"),
+            std::string::npos);
+  const CliResult r = run_cli(dgx);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("world: 16 ranks on 2 nodes (8 per node), ZeRO-3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("intra-node 450 GB/s per GPU each way (assumed default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes a rank moves per step (1 micro-batch of its own)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("limit: {}", world.at("limit").get<std::string>())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("today: train across ranks runs: weights resident on each GPU"), std::string::npos) << r.out;
+  // A slower network is given, and named.
+  const CliResult slow = run_cli(with(dgx, {"--rate-inter-node", "12.5", "--json"}));
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  const nlohmann::json s = nlohmann::json::parse(slow.out).at("world");
+  EXPECT_EQ(s.at("links").at("inter_node").at("source"), "given");
+  EXPECT_DOUBLE_EQ(s.at("links").at("inter_node").at("rate").get<double>(), 12.5e9);
+}
+
+TEST(PlanCli, AWorldThatDoesNotDivideIsRefusedSayingWhatToPass) {
+  const std::vector<std::string> base = {"plan", "--preset", "gpt2-124m", "--gpu-mem", "8GiB", "--cpu-mem", "8GiB"};
+  const CliResult uneven = run_cli(with(base, {"--ranks", "16", "--nodes", "3", "--grad-accum", "16"}));
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.out;
+  EXPECT_NE(uneven.err.find("--ranks 18 (6 per node)"), std::string::npos) << uneven.err;
+  const CliResult batch = run_cli(with(base, {"--ranks", "4", "--nodes", "2"}));
+  EXPECT_EQ(batch.exit_code, 2) << batch.out;
+  EXPECT_NE(batch.err.find("must be a multiple of --ranks 4; pass --grad-accum 4"), std::string::npos) << batch.err;
+  EXPECT_TRUE(batch.out.empty()) << batch.out;
 }
 
 }  // namespace

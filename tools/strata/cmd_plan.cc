@@ -5,7 +5,10 @@
 // described by --gpu-mem, --cpu-mem and --nvme-mem (plan_machine.h); the rates are --rate-*, this
 // machine's measured ones (the calibration cache; --calibrate measures them first) or assumed
 // defaults. It takes `strata train`'s flags (one schema, one TrainOptions) and never opens data or
-// allocates device memory; it writes only the calibration cache, with --calibrate.
+// allocates device memory; it writes only the calibration cache, with --calibrate. --ranks N
+// [--nodes M] plans one rank of a ZeRO-3 run across N GPUs on M nodes (model/plan/world.h): its
+// shards, its bytes per step on PCIe, the node's links (--rate-intra-node, --rate-inter-node) and
+// NVMe, the link that limits the step, and what `strata train` runs across ranks today.
 // Exit 0: it fits; 1: it does not; 2: bad flags, model or budgets.
 #include <memory>
 #include <string>
@@ -99,6 +102,7 @@ void add_plan_command(CLI::App& root, CommandRegistry& registry) {
       "Plan a training run before allocating anything: the bytes of every state on the GPU, in pinned CPU memory\n"
       "and on NVMe, the placement that fits, a step-time estimate and, when nothing fits, what would.\n"
       "Takes `strata train`'s flags; describe another machine with --gpu-mem, --cpu-mem, --nvme-mem.\n"
+      "--ranks N [--nodes M]: one rank of a ZeRO-3 run over N GPUs on M nodes (--cpu-mem and --nvme-mem a node's).\n"
       "Exit 0: it fits; 1: it does not; 2: bad flags.");
   auto flags = std::make_shared<PlanFlags>();
   app->add_flag("--json", flags->json, "Print one JSON document (fits, params, gpu_bytes, cpu_bytes, nvme_bytes, step_s, ...)");

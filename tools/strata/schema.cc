@@ -11,11 +11,31 @@
 namespace strata::cli {
 namespace {
 
-// The key add_plan_machine_keys defines: only `strata plan` describes another machine's NVMe.
-constexpr const char* kPlanOnlyKeys[] = {"nvme_mem"};
+// The keys add_plan_machine_keys defines: only `strata plan` describes another machine's NVMe and
+// the world of ranks it plans for.
+constexpr const char* kPlanOnlyKeys[] = {"nvme_mem", "ranks", "nodes", "rate_intra_node", "rate_inter_node"};
 
-// `strata plan`'s own: the NVMe capacity of a described machine.
+// `strata plan`'s own: the NVMe capacity of a described machine; the ranks, nodes and links of the
+// world (model/plan/world.h) whose rank it plans.
 void add_plan_machine_keys(ConfigSchema& schema) {
+  const auto count = [&schema](const char* name, const char* help) {
+    schema.add({.name = name, .type = ValueType::integer, .default_text = "1", .help = help, .min = 1, .max = 65536});
+  };
+  count("ranks", "GPUs (ranks) the run is planned across, ZeRO-3: each homes 1/N of every chunk; the plan is one "
+                 "rank's (1: one GPU, the plan of today)");
+  count("nodes", "Machines the ranks are on, the same number on each (must divide --ranks); --cpu-mem and "
+                 "--nvme-mem are then each node's");
+  // GB/s per GPU each way; the defaults are model::World's (model/plan/world.h says where from).
+  const model::World w;
+  const auto rate = [&schema](const char* name, double bytes_per_s, const char* help) {
+    schema.add({.name = name, .type = ValueType::real, .default_text = fmt::format("{:g}", bytes_per_s / 1e9),
+                .help = help, .min = 1e-6});
+  };
+  rate("rate_intra_node", w.intra_node,
+       "GB/s per GPU each way between the GPUs of a node (default: H100 SXM NVLink 4; a PCIe-only box: its PCIe "
+       "figure)");
+  rate("rate_inter_node", w.inter_node,
+       "GB/s per GPU each way between nodes (default: one 400 Gb/s InfiniBand/RoCE NIC per GPU)");
   schema.add({.name = "nvme_mem",
               .type = ValueType::size,
               .default_text = "auto",
