@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/cpu/grad_accumulate.h"
+#include "model/train/device_optimizer.h"
 #include "model/train/step_schedule.h"
 #include "offload/gradient_offloader.h"
 #include "offload/optimizer_pipeline.h"
@@ -37,9 +38,9 @@ DeviceBytes rank_device_bytes(const ModelConfig& config, const TrainOptions& o, 
   d.gradients += 2 * arena_block(largest_f32);
   if (o.optimizer_home == Tier::device) {
     d.gradients += sums + arena_block(partials * sizeof(double));
-    const uint64_t masters = shard_bytes(shared_param_layout(config, sizeof(float)).value()->total_bytes(), ranks,
-                                         sizeof(float));
-    d.optimizer = arena_block(masters) * (o.dtype == DType::f32 ? 2 : 3);
+    // The device optimizer's shards as it allocates them (its segments of each chunk's shard, and
+    // the buffers it gathers a chunk's weights and state through).
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, int(ranks), 256);
   }
   return d;
 }

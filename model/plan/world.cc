@@ -48,10 +48,11 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
 TrainAcrossRanks train_across_ranks_today(const TrainOptions& o) {
   const bool runs = o.weight_home == Tier::device && o.optimizer_home == Tier::device;
   return {.runs = runs,
-          .text = "train across ranks runs: weights resident on each GPU, the optimizer on the device; paged weights "
-                  "/ CPU optimizer across ranks: not built, train refuses them",
-          .verdict = runs ? "train runs it across ranks, but with the whole weights on every GPU, not the shards "
-                            "planned here"
+          .text = "train across ranks runs ZeRO-2: weights resident and whole on each GPU, the gradient sums and the "
+                  "optimizer state on the device, 1/N a rank; paged weights / CPU optimizer across ranks: not built, "
+                  "train refuses them",
+          .verdict = runs ? "train runs it across ranks with the state partitioned as planned, but the whole weights "
+                            "on every GPU, not the shards planned here"
                           : "train refuses it across ranks"};
 }
 

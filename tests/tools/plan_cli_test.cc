@@ -179,7 +179,8 @@ TEST(PlanCli, Llama70bAcrossTwoNodesPlansOneRank) {
   EXPECT_NE(r.out.find("intra-node 450 GB/s per GPU each way (assumed default"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bytes a rank moves per step (1 micro-batch of its own)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format("limit: {}", world.at("limit").get<std::string>())), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("today: train across ranks runs: weights resident on each GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("today: train across ranks runs ZeRO-2: weights resident and whole on each GPU"),
+            std::string::npos) << r.out;
   // A slower network is given, and named.
   const CliResult slow = run_cli(with(dgx, {"--rate-inter-node", "12.5", "--json"}));
   ASSERT_EQ(slow.exit_code, 0) << slow.err;
