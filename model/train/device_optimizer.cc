@@ -29,9 +29,12 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
   const ChunkShard shard = chunk_shard(layout.chunks[c].bytes / eb, ranks, rank);
   std::vector<Segment> out;
   uint64_t at = 0;
-  for (size_t i = 0; i < layout.params.size(); ++i) {
+  // The chunk's params (ParamLayout::params is chunk by chunk).
+  const auto first = std::partition_point(layout.params.begin(), layout.params.end(),
+                                          [c](const ParamSpec& p) { return size_t(p.chunk) < c; });
+  for (size_t i = size_t(first - layout.params.begin()); i < layout.params.size(); ++i) {
     const ParamSpec& p = layout.params[i];
-    if (size_t(p.chunk) != c) continue;
+    if (size_t(p.chunk) != c) break;
     const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
     if (begin >= end) continue;
     out.push_back({.param = i, .first = begin - p.offset / eb, .n = end - begin, .at = at});
