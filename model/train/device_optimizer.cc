@@ -44,24 +44,31 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
   return out;
 }
 
+// One pass over the params a rank (segments' lengths, without building them): the planner calls it
+// for every candidate it sizes.
 uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
+  const uint64_t eb = layout.element_bytes;
   uint64_t largest = 0, widest_state = 0, widest_stride = 0;
   for (int r = 0; r < ranks; ++r) {
-    uint64_t total = 0;
-    for (size_t c = 0; c < layout.chunks.size(); ++c) {
-      uint64_t length = 0;
-      (void)segments(layout, c, ranks, r, &length);
-      total += length;
-      widest_state = std::max(widest_state, length);
-      widest_stride = std::max(widest_stride, chunk_shard(layout.chunks[c].bytes / layout.element_bytes, ranks, r).stride);
+    uint64_t total = 0, chunk_length = 0;
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const ParamSpec& p = layout.params[i];
+      const ChunkShard shard = chunk_shard(layout.chunks[size_t(p.chunk)].bytes / eb, ranks, r);
+      widest_stride = std::max(widest_stride, shard.stride);
+      const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
+      if (begin < end) chunk_length += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
+      if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's last
+        total += chunk_length;
+        widest_state = std::max(widest_state, chunk_length);
+        chunk_length = 0;
+      }
     }
     largest = std::max(largest, total);
   }
   uint64_t bytes = aligned(largest * sizeof(float)) * (dtype == DType::f32 ? 2 : 3);  // m, v (and 16-bit's masters)
   if (ranks > 1)
-    bytes += aligned(uint64_t(ranks) * widest_stride * layout.element_bytes) +
-             aligned(uint64_t(ranks) * widest_state * sizeof(float));
+    bytes += aligned(uint64_t(ranks) * widest_stride * eb) + aligned(uint64_t(ranks) * widest_state * sizeof(float));
   return bytes;
 }
 

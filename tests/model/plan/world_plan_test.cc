@@ -43,7 +43,8 @@ World world(uint32_t ranks, uint32_t nodes) { return World{.ranks = ranks, .node
 
 std::vector<uint64_t> chunk_sizes(const ModelConfig& c, size_t element_bytes) {
   std::vector<uint64_t> out;
-  for (const ChunkSpec& s : build_param_layout(c, element_bytes).value().chunks) out.push_back(s.bytes);
+  const ParamLayout layout = build_param_layout(c, element_bytes).value();  // outlives the loop
+  for (const ChunkSpec& s : layout.chunks) out.push_back(s.bytes);
   return out;
 }
 
