@@ -153,6 +153,8 @@ StatusOr<std::unique_ptr<GradientOffloader>> GradientOffloader::create(Backend& 
   for (size_t c = 0; c < o->chunks_.size(); ++c) {
     Chunk& ch = o->chunks_[c];
     ch.bytes = options.chunk_bytes[c];
+    if (options.block_partials)
+      ch.blocks.assign((ch.bytes / es + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock, 0.0);
     ch.group = options.chunk_group[c];
     largest = std::max(largest, ch.bytes);
     if (options.home == Tier::nvme) continue;
@@ -398,7 +400,8 @@ void GradientOffloader::accumulate_into(size_t c, float* acc, bool final) {
 
 double GradientOffloader::chunk_sum_squares(size_t c, const float* acc) {
   const auto t0 = std::chrono::steady_clock::now();
-  const double s = kernels::sum_squares(acc, elements(c), parallel_for_);
+  const double s = kernels::sum_squares(acc, elements(c), chunks_[c].blocks.empty() ? nullptr : chunks_[c].blocks.data(),
+                                        parallel_for_);
   partials_ns_.fetch_add(nanos_since(t0), std::memory_order_relaxed);
   return s;
 }
@@ -435,6 +438,7 @@ StatusOr<double> GradientOffloader::finish_step() {
     if (!ch.touched) {
       if (!nvme()) std::memset(ch.accumulator.data(), 0, elements(c) * sizeof(float));
       ch.partial = 0.0;  // sum_squares of zeros, by the definition
+      std::fill(ch.blocks.begin(), ch.blocks.end(), 0.0);
       ch.partial_ready = true;
     } else if (!ch.partial_ready) {
       if (!nvme()) {

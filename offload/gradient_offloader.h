@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,9 @@ struct GradientOffloaderOptions {
   // its own, while the layers go through another (a chunk's buffer is taken back only after its
   // write). 3 or more let a chunk's write overlap the next chunk's read and accumulation.
   uint32_t spill_buffers = 3;
+  // Keep each chunk's norm partial as its blocks too (block_partials): a rank of a partitioned run
+  // gives its shards' blocks to the others (offload/gradient_exchange.h).
+  bool block_partials = false;
 };
 
 // Device bytes create() allocates for `options`: per group, slots x its largest chunk (rounded to
@@ -189,6 +193,10 @@ class GradientOffloader final : public GradSink {
   size_t accumulated_count(size_t c) const;
   // Chunk c's squared-norm partial of the finished step (kernels::sum_squares of accumulated(c)).
   double partial(size_t c) const;
+  // With options.block_partials: chunk c's partial as its blocks (kernels::sum_squares's b_k,
+  // ceil(accumulated_count(c) / kSumSquaresBlock) of them; partial(c) is their ordered sum).
+  // Valid from finish_step until the next begin_step; empty without the option.
+  std::span<const double> block_partials(size_t c) const { return chunks_[c].blocks; }
 
   size_t chunk_count() const { return chunks_.size(); }
   uint64_t chunk_bytes(size_t c) const;
@@ -215,6 +223,7 @@ class GradientOffloader final : public GradSink {
     bool touched = false;        // got a contribution this step
     bool partial_ready = false;  // partial holds the sum of squares of the step's final value
     double partial = 0.0;
+    std::vector<double> blocks;  // options.block_partials: the partial's blocks
   };
   // Home nvme: the policy's state of spill buffer b (spills_[b]; its holder is the chunk whose
   // value it holds, driving thread only, -1: free).

@@ -82,9 +82,9 @@ stage_unit() {
   ctest --test-dir "$BUILD_DIR" --output-on-failure --parallel "$JOBS" "$@"
 }
 
-cpu_test_targets() {  # cpu_test_targets DIR: every CPU test binary, fuzz replay and mpi check of a build dir
+cpu_test_targets() {  # cpu_test_targets DIR: every CPU test binary, fuzz replay and mpi check (*_mpi_check) of a build dir
   ninja -C "$1" -t targets all |
-    sed -n 's/^tests\/\(fuzz\/\)\{0,1\}\(strata_[a-z]*_tests\|strata_fuzz_[a-z_]*\|comm_mpi_check\): .*/\2/p'
+    sed -n 's/^tests\/\(fuzz\/\)\{0,1\}\(strata_[a-z]*_tests\|strata_fuzz_[a-z_]*\|[a-z]*_mpi_check\): .*/\2/p'
 }
 
 fuzz_built() {  # fuzz_built: whether build-asan is the libFuzzer build (its harnesses link libFuzzer)

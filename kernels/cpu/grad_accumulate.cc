@@ -83,6 +83,10 @@ double sum_squares_block(const float* x, size_t n) {
 }
 
 double sum_squares(const float* x, size_t n, const ParallelFor& parallel_for) {
+  return sum_squares(x, n, nullptr, parallel_for);
+}
+
+double sum_squares(const float* x, size_t n, double* blocks_out, const ParallelFor& parallel_for) {
   const size_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
   auto block = [&](size_t b) {
     const size_t begin = b * kSumSquaresBlock;
@@ -90,7 +94,11 @@ double sum_squares(const float* x, size_t n, const ParallelFor& parallel_for) {
   };
   double total = 0.0;
   if (!parallel_for || blocks <= 1) {
-    for (size_t b = 0; b < blocks; ++b) total += block(b);
+    for (size_t b = 0; b < blocks; ++b) {
+      const double v = block(b);
+      if (blocks_out != nullptr) blocks_out[b] = v;
+      total += v;
+    }
     return total;
   }
   // Batches of block results on the stack (no allocation): computed in parallel, combined in
@@ -103,6 +111,7 @@ double sum_squares(const float* x, size_t n, const ParallelFor& parallel_for) {
       for (size_t k = begin; k < end; ++k) results[k] = block(b0 + k);
     });
     for (size_t k = 0; k < count; ++k) total += results[k];
+    if (blocks_out != nullptr) std::copy_n(results, count, blocks_out + b0);
   }
   return total;
 }

@@ -52,5 +52,9 @@ using ParallelFor =
 // Non-finite detection is the caller's: the sum is non-finite if any element is.
 // No heap allocation.
 double sum_squares(const float* x, size_t n, const ParallelFor& parallel_for = {});
+// The same, also writing each block's sum (the b_k above, ceil(n / kSumSquaresBlock) of them) to
+// `blocks_out` (null: not written): a rank homing a block-aligned shard of a chunk gives its blocks
+// to the others, whose ordered sum is then the whole chunk's (offload/gradient_exchange.h).
+double sum_squares(const float* x, size_t n, double* blocks_out, const ParallelFor& parallel_for = {});
 
 }  // namespace strata::kernels

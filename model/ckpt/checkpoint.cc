@@ -211,7 +211,8 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
     uint64_t received = 0;      // elements copied in so far
   };
   std::map<int, Gathered> gathering;
-  const auto write_piece = [&](size_t index, const StatePiece& piece, ChunkState& state) -> Status {
+  const auto write_piece = [&](const StatePiece& piece, const OptimizerStateLayout& piece_layout,
+                               ChunkState& state) -> Status {
     for (size_t i : params_of[piece.chunk]) {
       const ParamSpec& p = layout.params[i];
       const uint64_t slot = p.offset / sizeof(float);
@@ -239,7 +240,7 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       }
     }
     size_t at = first_buffer[piece.chunk];
-    for (const OptimizerBuffer& b : optimizer_buffers(piece, trainer.piece_layout(index), state.image.data()))
+    for (const OptimizerBuffer& b : optimizer_buffers(piece, piece_layout, state.image.data()))
       STRATA_RETURN_IF_ERROR(optimizer_file->write(at++, {b.data, b.bytes}, b.offset));
     return Status::ok();
   };
@@ -404,9 +405,10 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
                      opt.path(), b.name, t->bytes(), b.bytes);
     }
   }
-  const auto restore_piece = [&](size_t index, const StatePiece& piece, ChunkState& state) {
+  const auto restore_piece = [&](const StatePiece& piece, const OptimizerStateLayout& piece_layout,
+                                 ChunkState& state) {
     // The mapping may be unaligned for floats: memcpy.
-    for (const OptimizerBuffer& b : optimizer_buffers(piece, trainer.piece_layout(index), state.image.data()))
+    for (const OptimizerBuffer& b : optimizer_buffers(piece, piece_layout, state.image.data()))
       std::memcpy(b.data, opt.data(*opt.find(b.name)).data() + b.offset, b.bytes);
     return Status::ok();
   };

@@ -8,8 +8,11 @@
 
 #include "model/net/transformer.h"
 #include "model/train/device_optimizer.h"
+#include "model/train/optimizer_factory.h"
 #include "model/train/step_schedule.h"
+#include "offload/chunk_shard.h"
 #include "offload/device_grads.h"
+#include "offload/gradient_exchange.h"
 
 namespace strata::model {
 namespace {
@@ -227,14 +230,58 @@ std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout,
       .value();  // sorted: every spec is cut (a chunk index past the layout's chunks throws)
 }
 
+ElementRange master_shard(const ParamLayout& layout, const ParamLayout& master_layout, size_t c, int ranks,
+                          int rank) {
+  const uint64_t eb = layout.element_bytes, n = layout.chunks[c].bytes / eb;
+  const uint64_t master_end = master_layout.chunks[c].bytes / sizeof(float);
+  const ChunkShard shard = chunk_shard(n, ranks, rank);
+  if (shard.elements() == 0) return {master_end, master_end};
+  const auto first = std::partition_point(layout.params.begin(), layout.params.end(),
+                                          [c](const ParamSpec& p) { return size_t(p.chunk) < c; });
+  const size_t from = size_t(first - layout.params.begin());
+  // Working element w of the chunk in the master layout: inside a tensor, the same element of it;
+  // in the padding before a tensor, its start; past the last tensor, the chunk's end.
+  const auto to_master = [&](uint64_t w) {
+    for (size_t i = from; i < layout.params.size() && size_t(layout.params[i].chunk) == c; ++i) {
+      const uint64_t start = layout.params[i].offset / eb, mstart = master_layout.params[i].offset / sizeof(float);
+      if (w <= start) return mstart;
+      if (w < start + layout.params[i].elements) return mstart + (w - start);
+    }
+    return master_end;
+  };
+  return {shard.begin == 0 ? 0 : to_master(shard.begin), shard.end >= n ? master_end : to_master(shard.end)};
+}
+
+std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const ParamLayout& master_layout,
+                                          uint64_t piece_params, int ranks, int rank) {
+  std::vector<StatePiece> pieces = optimizer_state_pieces(master_layout, piece_params);
+  if (ranks == 1) return pieces;
+  std::vector<StatePiece> mine;
+  std::vector<ElementRange> range(master_layout.chunks.size());
+  for (size_t c = 0; c < range.size(); ++c) range[c] = master_shard(layout, master_layout, c, ranks, rank);
+  for (StatePiece p : pieces) {
+    const ElementRange r = range[p.chunk];
+    p.element_begin = std::max(p.element_begin, r.begin);
+    p.element_end = std::min(p.element_end, r.end);
+    if (p.element_begin >= p.element_end) continue;
+    p.scale_begin = p.scale_end = 0;  // 8-bit moments are not partitioned (master_shard)
+    mine.push_back(p);
+  }
+  return mine;
+}
+
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options) {
+  return optimizer_state_options(optimizer_state_pieces(master_layout, options.sub_group_size), options);
+}
+
+OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options) {
   OptimizerPipelineOptions o;
   o.states = options.adam_states;
   const bool q8 = o.states == AdamStates::q8;
-  const std::vector<StatePiece> pieces = optimizer_state_pieces(master_layout, options.sub_group_size);
-  std::vector<size_t> per_chunk(master_layout.chunks.size(), 0);
+  const size_t chunks = pieces.empty() ? 0 : pieces.back().chunk + 1;
+  std::vector<size_t> per_chunk(chunks, 0);
   for (const StatePiece& p : pieces) per_chunk[p.chunk]++;
-  std::vector<size_t> index(master_layout.chunks.size(), 0);
+  std::vector<size_t> index(chunks, 0);
   for (const StatePiece& p : pieces) {
     o.fp32_elements.push_back(p.elements());
     o.scale_count.push_back(q8 ? p.scales() : 0);
@@ -272,6 +319,15 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
                                             kArenaAlign);
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign);
+  } else if (o.ranks > 1) {
+    // Across ranks: the GradientExchange's whole-chunk slots, received blocks and norm partials,
+    // the offloader's shard-sized slots, and the updated weights' gather buffer.
+    const GradientOffloaderOptions whole = gradient_slot_options(layout, o.dtype, config.name);
+    d.gradients = GradientExchange::device_bytes(
+                      {.chunks = whole, .releases = Transformer::gradient_releases(config, layout.chunks.size())},
+                      int(o.ranks), kArenaAlign) +
+                  gradient_offloader_device_bytes(gradient_shard_options(whole, int(o.ranks)));
+    d.optimizer = aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));
   } else {
     d.gradients = gradient_offloader_device_bytes(gradient_slot_options(layout, o.dtype, config.name));
   }

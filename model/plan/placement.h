@@ -84,11 +84,31 @@ struct StatePiece {
 // bits as over the chunk. Precondition: piece_params >= kernels::kAdam8bitBlock.
 std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout, uint64_t piece_params);
 
+// Across ranks (ZeRO): the fp32 master elements [begin, end) of chunk `c` that rank `rank` of
+// `ranks` homes -- its working-layout shard (offload/chunk_shard.h, what its gradient sum holds)
+// mapped to the master layout through the tensors' offsets in both. The ranks' ranges tile the
+// master chunk in rank order (rank 0's from 0, the last non-empty one's to the chunk's end); an
+// empty shard maps to an empty range. Every cut lies inside or between tensors at a multiple of 64
+// elements from the tensor's start (shards are 4096-element aligned, tensors 64), so the Adam
+// kernels' SIMD vectors stay whole; not a multiple of kernels::kAdam8bitBlock, so 8-bit moments
+// are not partitioned (the trainer refuses them across ranks).
+struct ElementRange {
+  uint64_t begin = 0, end = 0;
+  uint64_t elements() const { return end - begin; }
+};
+ElementRange master_shard(const ParamLayout& layout, const ParamLayout& master_layout, size_t c, int ranks, int rank);
+// optimizer_state_pieces cut to each chunk's master_shard: the pieces rank `rank` of `ranks` keeps
+// (none of a chunk whose shard is empty). ranks == 1: optimizer_state_pieces.
+std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const ParamLayout& master_layout,
+                                          uint64_t piece_params, int ranks, int rank);
+
 // The trainer's optimizer state: one image per piece (optimizer_state_pieces with
 // options.sub_group_size: fp32 elements, and for 8-bit moments its block scales), homed where
 // options.optimizer_home says (always cpu for the optimizer on the device: the pinned images
 // mirror the device state), labelled "chunk <c>" or "chunk <c> piece <k>/<n>".
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options);
+// The same over the given pieces (rank_state_pieces across ranks).
+OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options);
 
 // The device arena a run takes, by what: working weights (every chunk, or the slots), gradients
 // (the model's DeviceGrads, or the offloader's slots), activations, the optimizer's state when it

@@ -42,18 +42,19 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
 }
 
 // ===== What `strata train` runs across ranks today: update HERE as training grows. =====
-// model/train builds a run across ranks with the weights resident on every GPU and AdamW on the
-// device (its state replicated, or partitioned on the devices); it refuses paged weights and a CPU
-// optimizer when the world is above one (docs/ARCHITECTURE.md, "Training across ranks").
+// model/train builds a run across ranks as ZeRO-2: every rank holds the whole weights (resident on
+// its GPU, or paged from its own pinned memory or NVMe), and homes 1/N of every chunk's gradient
+// sum and optimizer state, on its device or in its host memory (pinned or NVMe) where its CPU
+// updates it; it refuses 8-bit moments across ranks (docs/ARCHITECTURE.md, "Training across ranks").
 TrainAcrossRanks train_across_ranks_today(const TrainOptions& o) {
-  const bool runs = o.weight_home == Tier::device && o.optimizer_home == Tier::device;
+  const bool runs = o.adam_states != AdamStates::q8;
   return {.runs = runs,
-          .text = "train across ranks runs ZeRO-2: weights resident and whole on each GPU, the gradient sums and the "
-                  "optimizer state on the device, 1/N a rank; paged weights / CPU optimizer across ranks: not built, "
-                  "train refuses them",
-          .verdict = runs ? "train runs it across ranks with the state partitioned as planned, but the whole weights "
-                            "on every GPU, not the shards planned here"
-                          : "train refuses it across ranks"};
+          .text = "train across ranks runs ZeRO-2: the whole weights on each rank (resident, or paged from its own "
+                  "pinned memory / NVMe), the gradient sums and the optimizer state 1/N a rank (on its GPU, or in its "
+                  "host memory / NVMe updated by its CPU); 8-bit moments across ranks: not built, train refuses them",
+          .verdict = runs ? "train runs it across ranks with the gradient and optimizer state partitioned as planned, "
+                            "but the whole weights on every rank, not the shards planned here"
+                          : "train refuses it across ranks (8-bit moments are not partitioned)"};
 }
 
 uint64_t shard_bytes(uint64_t bytes, uint32_t ranks, uint64_t unit) {

@@ -40,7 +40,7 @@ Status CpuOptimizer::adam(size_t p, const ChunkState& state, const float* grads,
         t.v = state.v + r.master_element;
       }
       t.n = r.n;
-      t.grad = grads + r.work_at;
+      t.grad = grads + r.grad_at;
       t.copy_out = o.formats.copy == kernels::CopyOut::none ? nullptr : copy_out + r.work_at * element_bytes_;
       group.push_back(t);
     }
@@ -77,35 +77,66 @@ Status CpuOptimizer::update_piece(size_t p, ChunkState& state) {
   if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
   if (!state_.last_of_chunk(p)) return Status::ok();
   grads_.end_read(c);
+  std::byte* out = updating_.out;
   updating_ = {};
+  return land(c, out);
+}
+
+Status CpuOptimizer::land(size_t c, std::byte* out) {
+  if (gather_ != nullptr) {
+    const ChunkShard& shard = state_.shard(c);
+    const uint64_t eb = element_bytes_;
+    const double t0 = trace_ ? trace_->now_us() : 0;
+    STRATA_RETURN_IF_ERROR(gather_->gather(out + shard.begin * eb, shard.elements() * eb, shard.stride * eb, out,
+                                           weights_.chunk_bytes(c)));
+    if (trace_) trace_->span("weight gather", fmt::format("chunk {}", c), t0, trace_->now_us());
+  }
+  next_chunk_ = c + 1;
   return weights_.commit_update(c);
+}
+
+void CpuOptimizer::abandon() {
+  pending_.reset();
+  if (updating_.chunk != SIZE_MAX) grads_.end_read(updating_.chunk);
+  updating_ = {};
+  for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, false);  // no more commits
 }
 
 Status CpuOptimizer::begin_update(const UpdateStep& update) {
   if (pending_) return error(Code::failed_precondition, "an optimizer update begun while the last one is pending");
-  STRATA_RETURN_IF_ERROR(grads_.begin_read(0));
+  STRATA_RETURN_IF_ERROR(grads_.begin_read(state_.pieces()[0].chunk));
   STRATA_RETURN_IF_ERROR(state_.pipeline().begin_walk(state_.order(), /*write_back=*/true));
   pending_ = update;
+  next_chunk_ = 0;
   // Every chunk's weights are about to change: a weight source that reads ahead leaves them be.
   for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, true);
   return Status::ok();
 }
 
+// The chunks land in order: a chunk with pieces when the walk has visited its last piece, one
+// without (across ranks, a chunk this rank homes none of) with an update buffer left as the
+// gather fills it.
 Status CpuOptimizer::apply(size_t through) {
   if (!pending_) return Status::ok();
   OptimizerPipeline& walk = state_.pipeline();
   const auto visit = [this](size_t p, ChunkState& state) { return update_piece(p, state); };
-  while (walk.walk_remaining() > 0 && state_.pieces()[walk.walk_next_chunk()].chunk <= through) {
-    if (Status s = walk.visit_next(visit); !s.is_ok()) {
+  while (next_chunk_ < state_.chunk_count() && next_chunk_ <= through) {
+    Status s;
+    if (state_.pieces_of(next_chunk_).empty()) {
+      grads_.end_read(next_chunk_);  // the read ahead of the chunk before may have begun it
+      StatusOr<std::byte*> out = weights_.update_buffer(next_chunk_);
+      s = out.is_ok() ? land(next_chunk_, *out) : out.status();
+      if (!s.is_ok() && walk.walking()) (void)walk.end_walk();  // the visited pieces' writes finish
+    } else {
+      s = walk.visit_next(visit);
+    }
+    if (!s.is_ok()) {
       // The walk has ended; the chunks before the failing one are updated.
-      pending_.reset();
-      if (updating_.chunk != SIZE_MAX) grads_.end_read(updating_.chunk);
-      updating_ = {};
-      for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, false);  // no more commits
+      abandon();
       return s;
     }
   }
-  if (walk.walk_remaining() > 0) return Status::ok();
+  if (next_chunk_ < state_.chunk_count()) return Status::ok();
   pending_.reset();
   return walk.end_walk();
 }

@@ -7,8 +7,13 @@
 // written behind). The walk runs as far as prepare(c) asks, so the update of chunk c runs just
 // before the next forward acquires c, overlapping the compute of the chunks before it. Not the
 // Adam arithmetic (offload/cpu_adam.h) and not the walk's I/O (offload/optimizer_pipeline.h).
-// Thread-safety and ordering: Optimizer's. Lifetime: the state, gradients, weights, pool and
-// trace recorder outlive it.
+// Across ranks (a partitioned state, OptimizerState::partitioned, with `gather`): each rank updates
+// its shard of every chunk (its gradient sum from a GradientExchange's inner offloader), and the
+// chunk's update buffer, this rank's shard filled in, is all-gathered before the commit, so every
+// rank's weight source gets the whole chunk. The chunks land in order on every rank (a chunk this
+// rank homes nothing of still takes part in its gather): the gathers are collectives.
+// Thread-safety and ordering: Optimizer's. Lifetime: the state, gradients, weights, pool, gather
+// and trace recorder outlive it.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +26,7 @@
 #include "offload/chunk_source.h"
 #include "offload/gradient_offloader.h"
 #include "offload/optimizer.h"
+#include "offload/shard_gather.h"
 #include "offload/trace.h"
 #include "runtime/thread_pool.h"
 
@@ -30,10 +36,12 @@ class CpuOptimizer final : public Optimizer {
  public:
   // `element_bytes`: the working precision's width (the gradient and weights layout). `pool` may
   // be null: Adam then runs on the calling thread. `trace` may be null.
+  // `gather`: across ranks, the all-gather of the updated weights (null at one rank).
   CpuOptimizer(OptimizerState& state, GradientOffloader& grads, WeightSource& weights, ThreadPool* pool,
-               const TrainOptions& options, uint64_t element_bytes, TraceRecorder* trace)
+               const TrainOptions& options, uint64_t element_bytes, TraceRecorder* trace,
+               ShardGather* gather = nullptr)
       : state_(state), grads_(grads), weights_(weights), pool_(pool), options_(options),
-        element_bytes_(element_bytes), trace_(trace) {}
+        element_bytes_(element_bytes), trace_(trace), gather_(gather) {}
   ~CpuOptimizer() override = default;
 
   std::string_view where() const override { return "cpu"; }
@@ -51,6 +59,10 @@ class CpuOptimizer final : public Optimizer {
  private:
   Status apply(size_t through);  // updates every chunk <= through not yet updated
   Status update_piece(size_t p, ChunkState& state);
+  // Chunk c's update buffer is filled (this rank's shard of it, across ranks): gathers it across
+  // ranks and commits it.
+  Status land(size_t c, std::byte* out);
+  void abandon();  // an update that failed: no more commits
   // AdamW over the tensors of piece `p` on the CPU (thread pool), its state in `state`; `grads`
   // and `copy_out` are its chunk's (working layout).
   Status adam(size_t p, const ChunkState& state, const float* grads, std::byte* copy_out);
@@ -63,8 +75,10 @@ class CpuOptimizer final : public Optimizer {
   const TrainOptions options_;
   const uint64_t element_bytes_;
   TraceRecorder* const trace_;
-  // The update in progress (begin_update .. the walk's end).
+  ShardGather* const gather_;
+  // The update in progress (begin_update .. the walk's end) and the next chunk to land.
   std::optional<UpdateStep> pending_;
+  size_t next_chunk_ = 0;
   // The chunk whose gradient is read and whose update buffer is filled.
   struct ChunkUpdate {
     size_t chunk = SIZE_MAX;  // SIZE_MAX: none

@@ -13,11 +13,14 @@
 #include "model/net/transformer.h"
 #include "model/train/optimizer_state.h"
 #include "model/train/train_options.h"
+#include "offload/gradient_exchange.h"
 #include "offload/gradient_offloader.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer.h"
+#include "offload/shard_gather.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/pinned_pool.h"
 #include "runtime/thread_pool.h"
 
@@ -35,13 +38,23 @@ StatusOr<std::unique_ptr<GradientOffloader>> make_gradient_offloader(Backend& ba
                                                                      TraceRecorder* trace, NvmeStore* store,
                                                                      uint64_t* host_bytes = nullptr);
 
+// The ShardGather round of a partitioned CPU optimizer over `layout` at `ranks`: a rank's padded
+// shard of the widest chunk, at most 32 MiB (its device buffer is ranks x this).
+uint64_t weight_gather_round(const ParamLayout& layout, int ranks);
+
 // A run's optimizer and what it owns. Members are destroyed bottom up: the optimizer before the
 // state and the gradients it borrows.
 struct OptimizerParts {
   std::unique_ptr<GradientOffloader> gradients;  // optimizer on the CPU; null on the device
+  // Across ranks with the optimizer on the CPU: the model's gradient sink, which exchanges each
+  // chunk's gradient and hands this rank's shards to `gradients` (over shards then).
+  std::unique_ptr<GradientExchange> exchange;
   uint64_t gradient_host_bytes = 0;              // pinned bytes of `gradients`
+  std::unique_ptr<ShardGather> gather;           // across ranks, CPU: the updated weights' all-gather
   std::unique_ptr<OptimizerState> state;         // the state (CPU) or its host mirrors (device)
   std::unique_ptr<Optimizer> optimizer;
+  // The sink the model's backward writes into (the exchange, else the offloader; null on the device).
+  GradSink* sink() const { return exchange ? static_cast<GradSink*>(exchange.get()) : gradients.get(); }
 };
 
 // Builds the optimizer options.optimizer_home names for `model` (borrowed, with the backend,
@@ -49,7 +62,12 @@ struct OptimizerParts {
 // (Trainer::create fills them). Errors: invalid_argument for the device optimizer over paged
 // weights (model.resident_weights() null) or without the model's device gradients, for an NVMe
 // home or spill without a store; the builders' out_of_memory and no_space.
+// Across ranks (`comm` of 2 or more ranks) the CPU optimizer's parts are this rank's: the
+// GradientExchange over an offloader of its shards, the state of its shards (OptimizerState's
+// ranks) and the ShardGather of the updated weights. The device optimizer's partition is the
+// model's DeviceGrads' (spread_over_ranks, before this call).
 StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
-                                        const TrainOptions& options, TraceRecorder* trace, NvmeStore* store);
+                                        const TrainOptions& options, TraceRecorder* trace, NvmeStore* store,
+                                        Communicator* comm = nullptr);
 
 }  // namespace strata::model

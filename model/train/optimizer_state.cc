@@ -10,24 +10,40 @@ namespace strata::model {
 
 StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::create(const ParamLayout& layout, const ParamLayout& masters,
                                                                  const TrainOptions& options, PinnedPool& pinned,
-                                                                 NvmeStore* store, TraceRecorder* trace) {
-  const OptimizerPipelineOptions po = optimizer_state_options(masters, options);
+                                                                 NvmeStore* store, TraceRecorder* trace, int ranks,
+                                                                 int rank) {
+  if (ranks > 1 && options.adam_states == AdamStates::q8)
+    return error(Code::failed_precondition, "8-bit Adam moments are not partitioned across ranks (their blocks would "
+                 "be cut); pass --optimizer-type adamw");
+  std::vector<StatePiece> pieces = rank_state_pieces(layout, masters, options.sub_group_size, ranks, rank);
+  if (pieces.empty())
+    return error(Code::failed_precondition, "across {} ranks rank {} homes none of the model's optimizer state (its "
+                 "chunks have too few 4096-element blocks); run on fewer ranks", ranks, rank);
+  const OptimizerPipelineOptions po = optimizer_state_options(pieces, options);
   if (po.home == Tier::nvme && store == nullptr)
     return error(Code::invalid_argument, "the optimizer state is homed on NVMe but the trainer got no NVMe store; "
                  "pass --nvme-path DIR");
   std::unique_ptr<OptimizerState> s(new OptimizerState());
   STRATA_ASSIGN_OR_RETURN(s->pipeline_, OptimizerPipeline::create(pinned, po.home == Tier::nvme ? store : nullptr,
                                                                   trace, po));
-  s->pieces_ = optimizer_state_pieces(masters, options.sub_group_size);
+  s->ranks_ = ranks;
+  s->rank_ = rank;
+  s->pieces_ = std::move(pieces);
   s->order_.resize(s->pieces_.size());
   for (size_t i = 0; i < s->pieces_.size(); ++i) s->order_[i] = i;
-  s->first_piece_.assign(masters.chunks.size() + 1, s->pieces_.size());
+  const size_t chunks = masters.chunks.size();
+  s->first_piece_.assign(chunks + 1, s->pieces_.size());
   for (size_t i = s->pieces_.size(); i-- > 0;) s->first_piece_[s->pieces_[i].chunk] = i;
-  for (size_t c = 0; c < masters.chunks.size(); ++c) {
-    uint64_t scales = 0;
-    for (size_t i : s->pieces_of(c)) scales += s->pieces_[i].scales();
+  for (size_t c = chunks; c-- > 0;)  // a chunk without pieces starts where the next one does
+    s->first_piece_[c] = std::min(s->first_piece_[c], s->first_piece_[c + 1]);
+  std::vector<uint64_t> scales(chunks, 0);  // per chunk: its tensors' 8-bit block scales
+  for (const ParamSpec& p : masters.params) scales[size_t(p.chunk)] += kernels::adam8bit_blocks(p.elements);
+  for (size_t c = 0; c < chunks; ++c) {
     s->chunk_layouts_.push_back(optimizer_state_layout(options.adam_states, masters.chunks[c].bytes / sizeof(float),
-                                                       options.adam_states == AdamStates::q8 ? scales : 0));
+                                                       options.adam_states == AdamStates::q8 ? scales[c] : 0));
+    s->shards_.push_back(chunk_shard(layout.chunks[c].bytes / layout.element_bytes, ranks, rank));
+    s->master_ranges_.push_back(ranks > 1 ? master_shard(layout, masters, c, ranks, rank)
+                                          : ElementRange{0, masters.chunks[c].bytes / sizeof(float)});
   }
   s->build_tensors(layout, masters);
   return s;
@@ -55,6 +71,7 @@ void OptimizerState::build_tensors(const ParamLayout& layout, const ParamLayout&
                                         .scale_at = scales[p.chunk] + (lo - slot) / kernels::kAdam8bitBlock -
                                                     piece.scale_begin,
                                         .work_at = p.offset / layout.element_bytes + (lo - slot),
+                                        .grad_at = p.offset / layout.element_bytes + (lo - slot) - shards_[p.chunk].begin,
                                         .n = hi - lo,
                                         .decay = p.weight_decay});
     }
@@ -68,7 +85,8 @@ Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back)
   const auto fill = [&](size_t i, ChunkState& state) -> Status {
     const StatePiece& piece = pieces_[i];
     const size_t c = piece.chunk;
-    if (first_piece_[c + 1] - first_piece_[c] == 1) return produce(c, state.master);
+    if (piece.element_begin == 0 && piece.element_end == chunk_layouts_[c].fp32_elements)  // the whole chunk
+      return produce(c, state.master);
     if (have != c) {
       values.assign(chunk_layouts_[c].fp32_elements, 0.0f);
       STRATA_RETURN_IF_ERROR(produce(c, values.data()));

@@ -20,6 +20,7 @@
 #include "model/net/param_layout.h"
 #include "model/plan/placement.h"
 #include "model/train/train_options.h"
+#include "offload/chunk_shard.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer_pipeline.h"
 #include "offload/trace.h"
@@ -31,7 +32,8 @@ namespace strata::model {
 struct PieceTensor {
   uint64_t master_element = 0;  // first fp32 element in the piece (master, fp32 moments, 8-bit codes)
   uint64_t scale_at = 0;     // 8-bit: first block scale in the piece's scales
-  uint64_t work_at = 0;      // first element in the chunk's working layout (gradient, copy-out)
+  uint64_t work_at = 0;      // first element in the chunk's working layout (copy-out)
+  uint64_t grad_at = 0;      // first element in the chunk's gradient sum: work_at less the shard's begin
   uint64_t n = 0;
   bool decay = false;
 };
@@ -47,9 +49,14 @@ class OptimizerState {
   // `layout`: the model's working layout; `masters`: the same parameters at fp32 (the master
   // layout). The images start zeroed. Errors: invalid_argument for an nvme home (options.
   // optimizer_home) without a store; OptimizerPipeline::create's.
+  // Across ranks (`ranks` > 1, the CPU optimizer of a partitioned run) the state holds only rank
+  // `rank`'s pieces (rank_state_pieces, model/plan/placement.h): 1/N of every chunk; a chunk whose
+  // shard is empty has no piece. failed_precondition when the rank homes nothing at all (more ranks
+  // than the model's chunks have blocks) or for 8-bit moments (not partitioned).
   static StatusOr<std::unique_ptr<OptimizerState>> create(const ParamLayout& layout, const ParamLayout& masters,
                                                           const TrainOptions& options, PinnedPool& pinned,
-                                                          NvmeStore* store, TraceRecorder* trace);
+                                                          NvmeStore* store, TraceRecorder* trace, int ranks = 1,
+                                                          int rank = 0);
   OptimizerState(const OptimizerState&) = delete;
   OptimizerState& operator=(const OptimizerState&) = delete;
 
@@ -67,6 +74,14 @@ class OptimizerState {
   const OptimizerStateLayout& chunk_layout(size_t c) const { return chunk_layouts_[c]; }
   // Piece p's tensors, layout order.
   const std::vector<PieceTensor>& tensors(size_t p) const { return tensors_[p]; }
+  // Across ranks: this rank's share of every chunk (one rank: the whole chunks).
+  int ranks() const { return ranks_; }
+  int rank() const { return rank_; }
+  bool partitioned() const { return ranks_ > 1; }
+  // Chunk c's working-layout shard this rank homes (the gradient's, offload/chunk_shard.h) and its
+  // fp32 master elements (master_shard); the whole chunk at one rank.
+  const ChunkShard& shard(size_t c) const { return shards_[c]; }
+  const ElementRange& master_range(size_t c) const { return master_ranges_[c]; }
 
   // One walk over every piece that sets its masters to its chunk's fp32 values (master layout,
   // the chunk's padded elements, padding zero) from `produce`, called once per chunk: into the
@@ -87,6 +102,9 @@ class OptimizerState {
   std::vector<size_t> order_;                        // 0 .. pieces_.size() - 1
   std::vector<OptimizerStateLayout> chunk_layouts_;  // per chunk, as one image
   std::vector<std::vector<PieceTensor>> tensors_;    // per piece (built once)
+  int ranks_ = 1, rank_ = 0;
+  std::vector<ChunkShard> shards_;                   // per chunk
+  std::vector<ElementRange> master_ranges_;          // per chunk
 };
 
 }  // namespace strata::model

@@ -132,6 +132,9 @@ Status TrainingRun::save() {
   if (o_.checkpoint_dir.empty() || saved_step_ == step) return Status::ok();
   if (comm_) STRATA_RETURN_IF_ERROR(trainer_->sync_host_state());
   if (!store_) {  // not rank 0
+    if (trainer_->state_partitioned())  // its shards of the state go into rank 0's files: a collective
+      STRATA_RETURN_IF_ERROR(trainer_->visit_state(
+          /*write_back=*/false, [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); }));
     saved_step_ = step;
     return Status::ok();
   }

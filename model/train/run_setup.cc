@@ -234,9 +234,9 @@ RunOutcome TrainingRun::join_world() {
     return refuse("under {} with {} ranks each rank runs one micro-batch of every step, so --grad-accum (the step's "
                   "micro-batches over all ranks) must be {}, not {} (more micro-batches per rank are not built)",
                   launcher_name(launch_.launcher), n, n, o_.grad_accum);
-  if (o_.weight_home != Tier::device || o_.optimizer_home != Tier::device)
-    return refuse("across ranks the weights stay on the device and the optimizer runs there (pass --optimizer-device "
-                  "device and no weight offload); the CPU optimizer and paged weights are not built across ranks yet");
+  if (o_.adam_states == AdamStates::q8)
+    return refuse("8-bit Adam moments are not partitioned across ranks (a rank's shard would cut their blocks); pass "
+                  "--optimizer-type adamw");
   if (launch_.rank != 0) {
     o_.metrics_path.clear();
     o_.tensorboard = false;
@@ -257,9 +257,10 @@ RunOutcome TrainingRun::join_world() {
                  config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
   }
   spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
-               "gradient sum and optimizer state (summed in rank order, the updated weights all-gathered); rank 0 "
+               "gradient sum and optimizer state {} (summed in rank order, the updated weights all-gathered); rank 0 "
                "writes checkpoints and logs",
-               n, launcher_name(launch_.launcher), n);
+               n, launcher_name(launch_.launcher), n,
+               o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU");
   return {};
 }
 

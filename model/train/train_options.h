@@ -54,8 +54,9 @@ struct TrainOptions {
   uint64_t grad_accum = 1;   // K
   StepSchedule step_schedule = StepSchedule::automatic;  // the key step_schedule
   // The world the run spreads over (mpirun's size; not a key): each rank runs one of the step's
-  // grad_accum micro-batches and homes 1/ranks of the gradient sums and the device optimizer's
-  // state (offload/chunk_shard.h), which estimate_device_bytes counts.
+  // grad_accum micro-batches and homes 1/ranks of the gradient sums and the optimizer's state
+  // (offload/chunk_shard.h), on its device or in its host memory; estimate_device_bytes counts a
+  // rank's share and the exchange buffers.
   int ranks = 1;
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
 

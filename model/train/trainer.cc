@@ -54,11 +54,13 @@ Status partition_gradients(Transformer& model, const TrainOptions& options, Comm
     return error(Code::invalid_argument, "across {} ranks each runs one micro-batch of a step, so --grad-accum (the "
                  "step's micro-batches over all ranks) must be {}, not {}; more micro-batches per rank are not built",
                  n, n, options.grad_accum);
-  if (options.optimizer_home != Tier::device || model.device_grads() == nullptr ||
-      model.grad_sink() != model.device_grads())
-    return error(Code::invalid_argument, "across ranks the optimizer runs on the device beside resident weights "
-                 "(pass --optimizer-device device); the CPU optimizer and offloaded gradients are not built across "
-                 "ranks yet");
+  if (options.adam_states == AdamStates::q8)
+    return error(Code::invalid_argument, "8-bit Adam moments are not partitioned across ranks (a shard would cut their "
+                 "blocks); pass --optimizer-type adamw");
+  if (options.optimizer_home != Tier::device) return Status::ok();  // make_optimizer's GradientExchange
+  if (model.device_grads() == nullptr || model.grad_sink() != model.device_grads())
+    return error(Code::invalid_argument, "across ranks the optimizer on the device needs the model's device "
+                 "gradients (create the model with device_grads = true)");
   return model.device_grads()->spread_over_ranks(comm, model.gradient_releases());
 }
 
@@ -88,7 +90,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   STRATA_RETURN_IF_ERROR(check_model_options(model, options));
   if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
-                          make_optimizer(backend, model, pinned, pool, options, io.trace, io.store));
+                          make_optimizer(backend, model, pinned, pool, options, io.trace, io.store, io.comm));
   return create(backend, model, pinned, options, std::move(parts), io.comm);
 }
 
@@ -104,7 +106,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   if (options.dtype == DType::f16) {
     STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
   }
-  if (t->parts_.gradients) STRATA_RETURN_IF_ERROR(model.set_grad_sink(t->parts_.gradients.get()));
+  if (t->parts_.sink() != nullptr) STRATA_RETURN_IF_ERROR(model.set_grad_sink(t->parts_.sink()));
   model.set_optimizer(t->parts_.optimizer.get());
   STRATA_RETURN_IF_ERROR(t->allocate(pinned));
   if (comm != nullptr && comm->size() > 1) STRATA_RETURN_IF_ERROR(t->join_ranks(*comm));
@@ -114,7 +116,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 
 Status Trainer::join_ranks(Communicator& comm) {
   const int n = comm.size();
-  if (model_.device_grads() == nullptr || model_.device_grads()->communicator() != &comm)
+  const bool device = model_.device_grads() != nullptr && model_.device_grads()->communicator() == &comm;
+  const bool cpu = parts_.exchange != nullptr && &parts_.exchange->communicator() == &comm;
+  if (!device && !cpu)
     return error(Code::failed_precondition, "across ranks the gradient is partitioned before the optimizer is made "
                  "(Trainer::create with TrainerIo::comm does both)");
   STRATA_ASSIGN_OR_RETURN(void* losses, backend_.allocate(2 * sizeof(double) * uint64_t(n), "trainer rank losses"));
@@ -149,7 +153,7 @@ Trainer::~Trainer() {
   if (Status s = finish_update(); !s.is_ok()) spdlog::error("the last step's update was not applied: {}", s.message());
   if (model_.optimizer() == parts_.optimizer.get()) model_.set_optimizer(nullptr);
   (void)backend_.synchronize_all();
-  if (parts_.gradients && model_.grad_sink() == parts_.gradients.get()) (void)model_.set_grad_sink(nullptr);
+  if (parts_.sink() != nullptr && model_.grad_sink() == parts_.sink()) (void)model_.set_grad_sink(nullptr);
   for (size_t k = 0; k < inputs_.size(); ++k)
     for (void* p : {static_cast<void*>(inputs_[k]), static_cast<void*>(targets_[k])})
       if (p != nullptr) (void)backend_.release(p);
@@ -212,12 +216,71 @@ Status Trainer::sync_host_state() {
 Status Trainer::visit_state(bool write_back, const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
   OptimizerState& state = *parts_.state;
+  if (state.partitioned() && !write_back) return visit_gathered(visit);
   return state.pipeline().for_each_chunk(
-      state.order(), [&](size_t i, ChunkState& image) { return visit(i, state.pieces()[i], image); }, write_back);
+      state.order(),
+      [&](size_t i, ChunkState& image) { return visit(state.pieces()[i], state.pipeline().layout(i), image); },
+      write_back);
+}
+
+// Chunk by chunk: this rank's pieces copied into a whole image of the chunk, each array's shards
+// (every rank's master range of it) all-gathered into place, the image visited.
+Status Trainer::visit_gathered(const PieceVisit& visit) {
+  OptimizerState& state = *parts_.state;
+  if (parts_.gather == nullptr)
+    return error(Code::internal, "a partitioned optimizer state without its gather (make_optimizer builds both)");
+  const int ranks = state.ranks();
+  std::vector<std::byte> image, all;
+  Status visited;  // the first visit's error: later chunks are gathered, not visited
+  for (size_t c = 0; c < state.chunk_count(); ++c) {
+    const OptimizerStateLayout& layout = state.chunk_layout(c);
+    image.assign(layout.padded, std::byte{0});
+    const std::vector<StateRegion> regions = {layout.master, layout.m, layout.v};
+    STRATA_RETURN_IF_ERROR(state.pipeline().for_each_chunk(
+        state.pieces_of(c),
+        [&](size_t i, ChunkState& piece) {
+          const StatePiece& p = state.pieces()[i];
+          const float* from[] = {piece.master, piece.m, piece.v};
+          for (size_t k = 0; k < regions.size(); ++k)
+            std::memcpy(image.data() + regions[k].offset + p.element_begin * sizeof(float), from[k],
+                        p.elements() * sizeof(float));
+          return Status::ok();
+        },
+        /*write_back=*/false));
+    std::vector<ElementRange> range(static_cast<size_t>(ranks));
+    uint64_t widest = 0;
+    for (int r = 0; r < ranks; ++r) {
+      range[size_t(r)] = master_shard(model_.layout(), model_.master_layout(), c, ranks, r);
+      widest = std::max(widest, range[size_t(r)].elements());
+    }
+    const ElementRange& mine = state.master_range(c);
+    const uint64_t block = widest * sizeof(float);
+    all.resize(uint64_t(ranks) * block);
+    for (const StateRegion& region : regions) {
+      std::byte* array = image.data() + region.offset;
+      STRATA_RETURN_IF_ERROR(parts_.gather->gather(array + mine.begin * sizeof(float), mine.elements() * sizeof(float),
+                                                   block, all.data(), all.size()));
+      for (int r = 0; r < ranks; ++r)
+        std::memcpy(array + range[size_t(r)].begin * sizeof(float), all.data() + uint64_t(r) * block,
+                    range[size_t(r)].elements() * sizeof(float));
+    }
+    if (!visited.is_ok()) continue;
+    ChunkState whole{.chunk = c,
+                     .fp32_elements = layout.fp32_elements,
+                     .master = reinterpret_cast<float*>(image.data() + layout.master.offset),
+                     .m = reinterpret_cast<float*>(image.data() + layout.m.offset),
+                     .v = reinterpret_cast<float*>(image.data() + layout.v.offset),
+                     .image = std::span(image.data(), layout.bytes)};
+    visited = visit(StatePiece{.chunk = c, .element_begin = 0, .element_end = layout.fp32_elements}, layout, whole);
+  }
+  return visited;
 }
 
 StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {
   STRATA_RETURN_IF_ERROR(finish_update());
+  if (parts_.state->partitioned())
+    return error(Code::failed_precondition, "the fp32 masters of '{}' are partitioned over {} ranks: no rank holds "
+                 "them whole (a checkpoint gathers them)", spec.name, parts_.state->ranks());
   return parts_.state->master(spec);
 }
 
@@ -298,6 +361,9 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   const uint64_t at = spec.offset / model_.layout().element_bytes;
   std::vector<float> out(spec.elements);
   STRATA_RETURN_IF_ERROR(finish_update());
+  if (parts_.exchange != nullptr)
+    return error(Code::failed_precondition, "the gradient of '{}' is partitioned over {} ranks: no rank holds it whole",
+                 spec.name, parts_.exchange->communicator().size());
   if (GradientOffloader* offloader = parts_.gradients.get()) {
     STRATA_ASSIGN_OR_RETURN(const float* acc, offloader->wait_read(spec.chunk));
     std::copy(acc + at, acc + at + spec.elements, out.begin());

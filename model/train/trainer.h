@@ -147,10 +147,18 @@ class Trainer {
   // restore, then call restore_progress (which uploads them to the device) with the step count,
   // the count of applied (not skipped) updates that Adam's bias correction uses and, for fp16, the
   // loss scaler's JSON (LossScaler::serialize; nullopt keeps the fresh scaler).
+  // `layout` is the visited image's (the piece's, state_layout(chunk) for a whole chunk).
+  // Across ranks with the optimizer on the CPU, where each rank keeps only its shards of the state
+  // (state_partitioned()), a read (no write_back) is a collective that every rank calls: each
+  // chunk's shards are gathered (ShardGather) and every rank's visit sees whole chunks, one piece
+  // each, in chunk order; a visit's error stops the visits but not the gathers, so the other ranks
+  // are not left waiting, and is returned. A write_back visits this rank's own pieces only (a
+  // restore reads each rank's share of the file).
   // master(): a copy of the fp32 master of tensor `spec` of model().master_layout() (strata's
   // layout: spec.elements values); one walk over its chunk's pieces per call, for tests and
-  // diagnostics.
-  using PieceVisit = std::function<Status(size_t index, const StatePiece& piece, ChunkState& state)>;
+  // diagnostics (failed_precondition across ranks when the state is partitioned).
+  using PieceVisit =
+      std::function<Status(const StatePiece& piece, const OptimizerStateLayout& layout, ChunkState& state)>;
   Status sync_host_state();
   Status visit_state(bool write_back, const PieceVisit& visit);
   StatusOr<std::vector<float>> master(const ParamSpec& spec);
@@ -158,6 +166,7 @@ class Trainer {
   const OptimizerStateLayout& state_layout(size_t chunk) const { return parts_.state->chunk_layout(chunk); }
   size_t state_chunks() const { return parts_.state->chunk_count(); }
   const std::vector<StatePiece>& state_pieces() const { return parts_.state->pieces(); }
+  bool state_partitioned() const { return parts_.state->partitioned(); }
   const OptimizerStateLayout& piece_layout(size_t index) const { return parts_.state->pipeline().layout(index); }
   OptimizerPipelineStats state_stats() const { return parts_.state->pipeline().stats(); }
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
@@ -187,6 +196,7 @@ class Trainer {
   Trainer(Backend& backend, Transformer& model, const TrainOptions& options, LrSchedule schedule, OptimizerParts parts);
   Status allocate(PinnedPool& pinned);
   Status init_masters();
+  Status visit_gathered(const PieceVisit& visit);  // visit_state's read of a partitioned state
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
   // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
   // Returns its counted targets.

@@ -53,8 +53,9 @@ TrainOptions schedule_rule(const PrecisionCase& setup = {}) {
 
 std::vector<std::vector<std::byte>> optimizer_bytes(Trainer& t) {
   std::vector<std::vector<std::byte>> out;
-  EXPECT_TRUE(t.visit_state(/*write_back=*/false, [&](size_t i, const StatePiece& piece, ChunkState& state) {
-                 for (const OptimizerBuffer& b : optimizer_buffers(piece, t.piece_layout(i), state.image.data()))
+  EXPECT_TRUE(t.visit_state(/*write_back=*/false, [&](const StatePiece& piece, const OptimizerStateLayout& layout,
+                                                      ChunkState& state) {
+                 for (const OptimizerBuffer& b : optimizer_buffers(piece, layout, state.image.data()))
                    out.emplace_back(b.data, b.data + b.bytes);
                  return Status::ok();
                }).is_ok());

@@ -199,9 +199,13 @@ TEST(WorldPlanTest, TheSearchAcrossRanksPlansARanksShare) {
 TEST(WorldPlanTest, WhatTrainRunsAcrossRanksTodayIsOneLine) {
   const TrainAcrossRanks resident = train_across_ranks_today(placed(Tier::device, Tier::device, Tier::cpu, 2));
   EXPECT_TRUE(resident.runs);
-  EXPECT_FALSE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).runs);
-  EXPECT_FALSE(train_across_ranks_today(placed(Tier::device, Tier::cpu, Tier::cpu, 2)).runs);
-  EXPECT_NE(resident.text.find("paged weights / CPU optimizer across ranks: not built"), std::string::npos);
+  EXPECT_TRUE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).runs);
+  EXPECT_TRUE(train_across_ranks_today(placed(Tier::nvme, Tier::nvme, Tier::nvme, 2)).runs);
+  TrainOptions q8 = placed(Tier::device, Tier::cpu, Tier::cpu, 2);
+  q8.adam_states = AdamStates::q8;
+  EXPECT_FALSE(train_across_ranks_today(q8).runs);
+  EXPECT_NE(train_across_ranks_today(q8).verdict.find("8-bit moments"), std::string::npos);
+  EXPECT_NE(resident.text.find("8-bit moments across ranks: not built"), std::string::npos);
   EXPECT_NE(resident.verdict.find("not the shards planned here"), std::string::npos);
 }
 

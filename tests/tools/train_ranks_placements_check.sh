@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Every placement across ranks is the same bits (label mpi): `strata train` on NP ranks under mpirun
+# with the optimizer on the device (the reference: train_ranks_check.sh shows it equals one rank with
+# --grad-accum NP) and with the optimizer on the CPU, each rank homing its shard of the gradient
+# sums and the state: pinned; on NVMe with the gradient sums spilled there too and the state cut in
+# pieces; with the weights paged from pinned memory; and with everything on NVMe. Each must give
+# the reference's losses, gradient norms and validation losses to the last digit (clipping on), and
+# its final checkpoint the same bytes. Then a checkpoint written by NP ranks with the state on NVMe
+# resumes on one rank with the optimizer on the CPU, and one written by one rank resumes on NP
+# ranks with paged weights: both end on the reference's bytes.
+# Usage: train_ranks_placements_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
+set -u
+np=$1 preset=$2 dtype=$3 strata=$4
+shift 4
+mpirun=("$@")
+. "$(dirname "$0")/train_ranks_lib.sh"  # figures, same_checkpoint, clipped
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+mkdir nvme
+export OPENBLAS_NUM_THREADS=1
+common=(train --preset "$preset" --dtype "$dtype" --micro-batch 2 --seq 32 --grad-accum "$np" --offload off
+        --clip-grad-norm 0.5 --lr-schedule-steps 4 --threads 1 --eval-every 2 --log-every 1)
+device=(--optimizer-device device)
+pinned=(--optimizer-device cpu)
+on_nvme=(--optimizer-device cpu --offload-optimizer nvme --offload-grad nvme --nvme-path nvme --sub-group-size 20000)
+paged=(--optimizer-device cpu --offload-param cpu --resident-layers 0)
+all_nvme=(--optimizer-device cpu --offload-param nvme --offload-optimizer nvme --offload-grad nvme --nvme-path nvme
+          --resident-layers 0)
+one() { timeout 120 "$strata" "${common[@]}" "$@" >>log 2>&1 || fail "1 rank: $* (exit $?): $(tail -3 log)"; }
+ranks() {
+  timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "$@" >>log 2>&1 ||
+    fail "$np ranks: $* (exit $?): $(tail -3 log)"
+}
+
+ranks "${device[@]}" --steps 4 --metrics ref.jsonl --checkpoint-dir ref
+[ "$(figures ref.jsonl | wc -l)" -eq 4 ] || fail "$np ranks: not 4 step lines"
+clipped ref.jsonl || fail "no step clipped (every gradient norm <= 0.5)"
+check() {  # check NAME FLAGS...: NP ranks with FLAGS against the reference
+  local name=$1
+  shift
+  ranks "$@" --steps 4 --metrics "$name.jsonl" --checkpoint-dir "$name"
+  grep "world:" log | tail -1 | grep -q "updated by its CPU" ||
+    fail "$name: the run did not say each rank's CPU updates its shard: $(grep "world:" log | tail -1)"
+  diff <(figures ref.jsonl) <(figures "$name.jsonl") || fail "$np ranks with $* differ from the optimizer on the device"
+  same_checkpoint ref/step-000004 "$name/step-000004" "$*"
+}
+check pinned "${pinned[@]}"
+check on_nvme "${on_nvme[@]}"
+check paged "${paged[@]}"
+check all_nvme "${all_nvme[@]}"
+[ -z "$(ls -A nvme)" ] || fail "a rank left files under --nvme-path: $(ls nvme)"
+
+# Resumes across world sizes and placements.
+ranks "${on_nvme[@]}" --steps 2 --checkpoint-dir a
+one "${pinned[@]}" --grad-accum "$np" --steps 4 --resume a --checkpoint-dir a
+same_checkpoint ref/step-000004 a/step-000004 "resumed on 1 rank"
+one "${pinned[@]}" --steps 2 --checkpoint-dir b
+ranks "${paged[@]}" --steps 4 --resume b --checkpoint-dir b
+same_checkpoint ref/step-000004 b/step-000004 "resumed on $np ranks, weights paged"
+
+# 8-bit moments are refused across ranks, naming the option to change.
+timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${pinned[@]}" --optimizer-type adamw8bit --steps 1 \
+  >refusal 2>&1 && fail "8-bit moments across ranks trained (exit 0)"
+grep -q -- "--optimizer-type adamw" refusal || fail "8-bit moments: no error naming --optimizer-type: $(tail -2 refusal)"
+echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe) == on the device: $(figures ref.jsonl | tail -1); resumes byte-identical"
