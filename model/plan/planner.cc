@@ -98,9 +98,12 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
     if (!w.resident_chunks.empty())
       b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(w.resident_chunks);
   }
+  // The gradient sums and a CPU optimizer's state are partitioned by ZeRO-3's world and by a
+  // training run's ZeRO-2 ranks (o.ranks) alike; a device optimizer's pinned mirrors only by the first.
+  const uint32_t state_ranks = o.cpu_optimizer() ? std::max<uint32_t>(ranks, uint32_t(std::max(o.ranks, 1))) : ranks;
   if (o.cpu_optimizer()) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
-    const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), ranks);
+    const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), state_ranks);
     GradientOffloaderOptions d2h = go;
     d2h.home = Tier::nvme;
     d2h.spill_buffers = 0;
@@ -109,7 +112,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
     b.at(Tier::cpu, PlanState::staging) += staging;
   }
   // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
-  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), ranks);
+  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), state_ranks);
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
   if (po.home == Tier::nvme) {
     b.at(Tier::cpu, PlanState::staging) += pinned;
