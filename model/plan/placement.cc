@@ -2,6 +2,8 @@
 #include "model/plan/placement.h"
 
 #include <algorithm>
+#include <list>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,6 +15,8 @@
 #include "offload/chunk_shard.h"
 #include "offload/device_grads.h"
 #include "offload/gradient_exchange.h"
+#include "offload/sharded_weights.h"
+#include "runtime/mutex.h"
 
 namespace strata::model {
 namespace {
@@ -274,7 +278,37 @@ OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layou
   return optimizer_state_options(optimizer_state_pieces(master_layout, options.sub_group_size), options);
 }
 
-OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options) {
+std::shared_ptr<const std::vector<StatePiece>> shared_state_pieces(const std::shared_ptr<const ParamLayout>& master_layout,
+                                                                   uint64_t piece_params) {
+  struct Entry {
+    std::weak_ptr<const ParamLayout> layout;  // by identity (owner_before): never a reused address
+    uint64_t piece_params = 0;
+    std::shared_ptr<const std::vector<StatePiece>> pieces;
+  };
+  constexpr size_t kKept = 8;
+  static Mutex mu;
+  static std::list<Entry> recent GUARDED_BY(mu);  // newest first
+  const auto same = [&](const Entry& e) {
+    return e.piece_params == piece_params && !e.layout.owner_before(master_layout) &&
+           !master_layout.owner_before(e.layout) && !e.layout.expired();
+  };
+  {
+    MutexLock lock(mu);
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+      if (same(*it)) {
+        recent.splice(recent.begin(), recent, it);
+        return recent.front().pieces;
+      }
+  }
+  auto pieces = std::make_shared<const std::vector<StatePiece>>(optimizer_state_pieces(*master_layout, piece_params));
+  MutexLock lock(mu);
+  recent.push_front({master_layout, piece_params, pieces});
+  if (recent.size() > kKept) recent.pop_back();
+  return pieces;
+}
+
+OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options,
+                                                 bool labels) {
   OptimizerPipelineOptions o;
   o.states = options.adam_states;
   const bool q8 = o.states == AdamStates::q8;
@@ -286,7 +320,8 @@ OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& 
     o.fp32_elements.push_back(p.elements());
     o.scale_count.push_back(q8 ? p.scales() : 0);
     const size_t k = ++index[p.chunk];
-    o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)
+    if (labels)
+      o.labels.push_back(per_chunk[p.chunk] == 1 ? fmt::format("chunk {}", p.chunk)
                                                : fmt::format("chunk {} piece {}/{}", p.chunk, k, per_chunk[p.chunk]));
   }
   o.home = options.optimizer_home == Tier::nvme ? Tier::nvme : Tier::cpu;
@@ -302,7 +337,28 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   const bool on_device = o.optimizer_home == Tier::device;
   uint64_t all_chunks = 0;
   for (const ChunkSpec& c : layout.chunks) all_chunks += aligned(c.bytes);
-  if (o.weight_home == Tier::device) {
+  if (o.partitions_weights()) {
+    // ZeRO-3 (offload/sharded_weights.h): this rank's shards, resident or paged through slots of
+    // their size, the gathered whole-chunk slots and the gather of the weights' reads.
+    const int ranks = int(o.ranks);
+    std::vector<uint64_t> whole;
+    for (const ChunkSpec& c : layout.chunks) whole.push_back(c.bytes);
+    const std::vector<uint64_t> shards = weight_shard_bytes(whole, layout.element_bytes, ranks);
+    if (o.weight_home == Tier::device) {
+      for (uint64_t b : shards) d.weights += aligned(b);
+    } else {
+      TierManagerOptions to = run_weight_options(layout, o, config.name);
+      to.chunk_bytes = shards;
+      d.weights += tier_device_bytes(to);
+    }
+    const GradientOffloaderOptions groups = gradient_slot_options(layout, o.dtype, config.name);
+    d.weights += ShardedWeights::slot_bytes({.chunk_bytes = whole,
+                                             .element_bytes = layout.element_bytes,
+                                             .chunk_group = groups.chunk_group,
+                                             .group_slots = groups.group_slots},
+                                            ranks, kArenaAlign) +
+                 aligned(uint64_t(ranks) * weight_gather_round(layout, ranks));
+  } else if (o.weight_home == Tier::device) {
     d.weights = all_chunks;
   } else {
     const std::vector<bool> resident = resident_chunk_mask(layout, o.resident_layers);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,15 @@ std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const Param
 // options.optimizer_home says (always cpu for the optimizer on the device: the pinned images
 // mirror the device state), labelled "chunk <c>" or "chunk <c> piece <k>/<n>".
 OptimizerPipelineOptions optimizer_state_options(const ParamLayout& master_layout, const TrainOptions& options);
-// The same over the given pieces (rank_state_pieces across ranks).
-OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options);
+// The same over the given pieces (rank_state_pieces across ranks); `labels` false leaves the labels
+// out (a sizing that never names a piece).
+OptimizerPipelineOptions optimizer_state_options(const std::vector<StatePiece>& pieces, const TrainOptions& options,
+                                                 bool labels = true);
+// optimizer_state_pieces of a shared layout (shared_param_layout), kept for the few layouts sized
+// last: a plan sizes the state of every candidate placement of one model (a 10000-layer model's
+// cut is most of a candidate's sizing). Thread-safe.
+std::shared_ptr<const std::vector<StatePiece>> shared_state_pieces(const std::shared_ptr<const ParamLayout>& master_layout,
+                                                                   uint64_t piece_params);
 
 // The device arena a run takes, by what: working weights (every chunk, or the slots), gradients
 // (the model's DeviceGrads, or the offloader's slots), activations, the optimizer's state when it

@@ -39,6 +39,10 @@ std::shared_ptr<const ParamLayout> working_layout(const ModelConfig& c, const Tr
 std::shared_ptr<const ParamLayout> master_layout(const ModelConfig& c) {
   return shared_param_layout(c, sizeof(float)).value();
 }
+// The optimizer state's pipeline options for sizing (shared pieces, no labels).
+OptimizerPipelineOptions state_options(const ModelConfig& c, const TrainOptions& o) {
+  return optimizer_state_options(*shared_state_pieces(master_layout(c), o.sub_group_size), o, /*labels=*/false);
+}
 
 std::vector<uint64_t> chunk_bytes(const ParamLayout& layout) {
   std::vector<uint64_t> bytes;
@@ -112,7 +116,7 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
     b.at(Tier::cpu, PlanState::staging) += staging;
   }
   // The optimizer's pinned images (also the mirrors of a device optimizer), or its staging ring.
-  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), state_ranks);
+  const OptimizerPipelineOptions po = sharded(state_options(config, o), state_ranks);
   const uint64_t pinned = optimizer_pipeline_pinned_bytes(po);
   if (po.home == Tier::nvme) {
     b.at(Tier::cpu, PlanState::staging) += pinned;
@@ -133,7 +137,7 @@ void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, ui
   b.at(Tier::nvme, PlanState::weights) = r.weights;
   b.at(Tier::nvme, PlanState::gradients) = r.gradients;
   if (r.optimizer > 0) {
-    const uint64_t masters = master_bytes(sharded(optimizer_state_options(*master_layout(config), o), ranks));
+    const uint64_t masters = master_bytes(sharded(state_options(config, o), ranks));
     b.at(Tier::nvme, PlanState::masters) = masters;
     b.at(Tier::nvme, PlanState::moments) = r.optimizer - masters;
   }
@@ -180,8 +184,10 @@ NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& 
     for (uint64_t c : paged) shards += shard_bytes(c, ranks);
     r.weights = (ranks > 1 ? shards : weight_share(layout, o).paged) + paged.size() * (stripe_unit / 8) + stripe_unit;
   }
-  const OptimizerPipelineOptions po = sharded(optimizer_state_options(*master_layout(config), o), ranks);
-  if (po.home == Tier::nvme) r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
+  if (optimizer_on_nvme(o)) {  // the state's pieces only then: cutting them is most of a candidate's sizing
+    const OptimizerPipelineOptions po = sharded(state_options(config, o), ranks);
+    r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
+  }
   if (grads_on_nvme(o)) {
     const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), ranks);
     r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
@@ -231,7 +237,7 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options,
     t.nvme_read += sums * k;
   }
   if (optimizer_on_nvme(o)) {
-    const uint64_t images = optimizer_pipeline_nvme_bytes(optimizer_state_options(*master_layout(config), o));
+    const uint64_t images = optimizer_pipeline_nvme_bytes(state_options(config, o));
     t.nvme_read += images;
     t.nvme_write += images;
   }

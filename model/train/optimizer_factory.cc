@@ -90,8 +90,11 @@ StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, Pi
                                                                      &parts.gradient_host_bytes));
     STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, masters, options, pinned, store, trace));
   }
+  // Partitioned weights (ZeRO-3) take only this rank's shard of an update: nothing to gather then
+  // (the gather still serves checkpoints).
   parts.optimizer = std::make_unique<CpuOptimizer>(*parts.state, *parts.gradients, model.weights(), pool, options,
-                                                   layout.element_bytes, trace, parts.gather.get());
+                                                   layout.element_bytes, trace,
+                                                   options.partitions_weights() ? nullptr : parts.gather.get());
   return parts;
 }
 

@@ -81,6 +81,23 @@ void OptimizerState::build_tensors(const ParamLayout& layout, const ParamLayout&
 
 Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back) {
   std::vector<float> values;  // the chunk being cut into pieces
+  if (partitioned()) {
+    // Every chunk is produced on every rank, in chunk order, whether this rank keeps any of it: a
+    // producer may be a collective (a partitioned weight source's read gathers the chunk).
+    for (size_t c = 0; c < chunk_count(); ++c) {
+      values.assign(chunk_layouts_[c].fp32_elements, 0.0f);
+      STRATA_RETURN_IF_ERROR(produce(c, values.data()));
+      if (pieces_of(c).empty()) continue;
+      STRATA_RETURN_IF_ERROR(pipeline_->for_each_chunk(
+          pieces_of(c),
+          [&](size_t i, ChunkState& state) {
+            std::copy_n(values.data() + pieces_[i].element_begin, pieces_[i].elements(), state.master);
+            return Status::ok();
+          },
+          write_back));
+    }
+    return Status::ok();
+  }
   size_t have = SIZE_MAX;
   const auto fill = [&](size_t i, ChunkState& state) -> Status {
     const StatePiece& piece = pieces_[i];

@@ -85,7 +85,9 @@ class OptimizerState {
 
   // One walk over every piece that sets its masters to its chunk's fp32 values (master layout,
   // the chunk's padded elements, padding zero) from `produce`, called once per chunk: into the
-  // piece's image when the chunk is one piece, else into one buffer of the chunk.
+  // piece's image when the chunk is one piece, else into one buffer of the chunk. Partitioned: every
+  // chunk's produce is called, in chunk order, on every rank (a producer may be a collective), and
+  // only this rank's pieces kept.
   using ChunkValues = std::function<Status(size_t chunk, float* values)>;
   Status fill_masters(const ChunkValues& produce, bool write_back);
   // A copy of the fp32 master of tensor `spec` of the master layout (spec.elements values); one

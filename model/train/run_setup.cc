@@ -237,6 +237,15 @@ RunOutcome TrainingRun::join_world() {
   if (o_.adam_states == AdamStates::q8)
     return refuse("8-bit Adam moments are not partitioned across ranks (a rank's shard would cut their blocks); pass "
                   "--optimizer-type adamw");
+  if (o_.zero_stage == 3) {
+    if (o_.optimizer_home == Tier::device)
+      return refuse("--zero-stage 3 partitions the weights, but the optimizer on the device updates whole resident "
+                    "weights in place; pass --optimizer-device cpu (or --zero-stage 2)");
+    if (const std::optional<int64_t> kept = config_.get_int_or_auto("resident_layers"); kept && *kept > 0)
+      return refuse("--zero-stage 3 gathers every chunk from the ranks' shards when the model needs it, so no layer "
+                    "stays whole on a device; pass --resident-layers 0 (or --zero-stage 2)");
+    o_.resident_layers = 0;
+  }
   if (launch_.rank != 0) {
     o_.metrics_path.clear();
     o_.tensorboard = false;
@@ -257,10 +266,12 @@ RunOutcome TrainingRun::join_world() {
                  config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
   }
   spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
-               "gradient sum and optimizer state {} (summed in rank order, the updated weights all-gathered); rank 0 "
-               "writes checkpoints and logs",
+               "gradient sum and optimizer state {} ({}); rank 0 writes checkpoints and logs",
                n, launcher_name(launch_.launcher), n,
-               o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU");
+               o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU",
+               o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered when "
+                                    "the model needs it"
+                                  : "summed in rank order, the updated weights all-gathered");
   return {};
 }
 
@@ -326,7 +337,8 @@ RunOutcome TrainingRun::build() {
                           .total = placement_->predicted.bytes.tier(Tier::cpu)});
   install_stop_signals();
   setup_progress_->begin("weight homes");
-  StatusOr<std::unique_ptr<TrainOffload>> offload = TrainOffload::create(config_, o_, mc_, *backend_, *pinned_);
+  StatusOr<std::unique_ptr<TrainOffload>> offload =
+      TrainOffload::create(config_, o_, mc_, *backend_, *pinned_, comm_.get());
   if (!offload.is_ok()) return outcome_of(offload.status());
   offload_ = std::move(*offload);
   if (hooks_.signal_in_setup) ::raise(SIGTERM);

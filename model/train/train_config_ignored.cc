@@ -1,4 +1,5 @@
-// The DeepSpeed config settings `strata train` accepts without acting on them (see
+// The DeepSpeed config settings `strata train` accepts without acting on them (zero_optimization.stage
+// is a key, zero_stage: what a run across ranks partitions) (see
 // train_config_keys.h): each group with the reason a single-GPU strata run has no use for it,
 // which is what the warning says. Everything not listed here or as a key stays an unknown-key
 // error. Not the keys that do map onto strata settings (train_config_keys.cc, offload/config_keys.cc).
@@ -7,9 +8,6 @@
 namespace strata::model {
 
 void add_ignored_deepspeed_paths(ConfigSchema& schema) {
-  schema.ignore_file_paths({"zero_optimization.stage"},
-                           "ZeRO stages choose what is partitioned across GPUs; on one GPU nothing is, and strata "
-                           "places weights, gradients and optimizer states by its own plan whatever the stage");
   schema.ignore_file_paths({"zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size",
                             "zero_optimization.allgather_bucket_size", "zero_optimization.allgather_partitions",
                             "zero_optimization.reduce_scatter"},

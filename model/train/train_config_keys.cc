@@ -183,6 +183,17 @@ void add_train_config_keys(ConfigSchema& schema) {
               .help = "With the optimizer on the CPU: run each step's AdamW under the next step's forward, chunk by "
                       "chunk just before the forward needs it (the same bits as after the backward; false: the whole "
                       "update runs between the steps)"});
+  schema.add({.name = "zero_stage",
+              .type = ValueType::integer,
+              .default_text = "2",
+              .help = "Across ranks (mpirun), what each rank homes 1/N of: 3 partitions the working weights too "
+                      "(every chunk's shard on the rank's device, in its pinned memory or on NVMe as --offload-param "
+                      "says, all-gathered when the model needs the chunk; needs the optimizer on the CPU); 0-2 "
+                      "partition the gradient sums and the optimizer state (ZeRO-2; strata never replicates them, "
+                      "which changes no bit). Ignored on one rank",
+              .min = 0,
+              .max = 3,
+              .file_aliases = {"zero_optimization.stage"}});
   schema.add({.name = "offload_grad",
               .type = ValueType::choice,
               .default_text = "cpu",

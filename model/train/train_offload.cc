@@ -9,6 +9,7 @@
 #include "model/plan/placement.h"
 #include "model/plan/planner.h"
 #include "model/plan/tiling.h"
+#include "model/train/optimizer_factory.h"
 #include "offload/config_keys.h"
 #include "offload/io_engine_factory.h"
 #include "runtime/units.h"
@@ -46,7 +47,7 @@ Status check_device_budget(const model::ModelConfig& config, const TrainOptions&
 
 StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& config, const TrainOptions& o,
                                                              const model::ModelConfig& model, Backend& backend,
-                                                             PinnedPool& pinned) {
+                                                             PinnedPool& pinned, Communicator* comm) {
   std::unique_ptr<TrainOffload> t(new TrainOffload(pinned));
   if (!o.trace_path.empty()) t->trace_ = std::make_unique<TraceRecorder>();
   STRATA_ASSIGN_OR_RETURN(model::ParamLayout layout, model::build_param_layout(model, dtype_size(o.dtype)));
@@ -79,8 +80,16 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
       spdlog::info("offload: gradients spill to nvme ({} of fp32 sums, accumulated through {} pinned buffers)",
                    format_size(gradient_offloader_nvme_bytes(go)), go.spill_buffers);
   }
-  if (!paged) return t;
-  const TierManagerOptions to = model::run_weight_options(layout, o, model.name);
+  const bool partitioned = o.partitions_weights() && comm != nullptr && comm->size() > 1;
+  if (partitioned && o.resident_layers > 0)
+    return error(Code::invalid_argument, "--zero-stage 3 gathers every chunk from the ranks' shards: no layer stays "
+                 "whole on a device; pass --resident-layers 0");
+  if (!paged) {
+    if (partitioned) STRATA_RETURN_IF_ERROR(t->partition_weights(o, model, layout, backend, *comm));
+    return t;
+  }
+  TierManagerOptions to = model::run_weight_options(layout, o, model.name);
+  if (partitioned) to.chunk_bytes = weight_shard_bytes(to.chunk_bytes, layout.element_bytes, comm->size());
   STRATA_ASSIGN_OR_RETURN(t->tiers_, TierManager::create(backend, pinned, t->store_.get(), t->trace_.get(), to));
   const TierStats s = t->tiers_->stats();
   const uint32_t layer_slots = to.group_names.empty() || to.group_names[0] != "layers" ? 0 : to.group_slots[0];
@@ -90,8 +99,53 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                nvme ? fmt::format(", {} on {}", format_size(s.nvme_bytes), fmt::join(config.get_list("nvme_path"), ", "))
                     : "",
                format_size(s.device_bytes), layer_slots, format_size(t->tiers_->prefetch_window()));
+  if (partitioned) {
+    STRATA_RETURN_IF_ERROR(t->partition_weights(o, model, layout, backend, *comm));
+    return t;
+  }
   STRATA_RETURN_IF_ERROR(t->keep_layers_resident(o, model, layout, backend));
   return t;
+}
+
+// ZeRO-3: this rank's shard of every chunk in the paging tiers built above (their chunks are the
+// shards) or resident on the device, behind the source that gathers a chunk when the model
+// acquires it.
+Status TrainOffload::partition_weights(const TrainOptions& o, const model::ModelConfig& model,
+                                       const model::ParamLayout& layout, Backend& backend, Communicator& comm) {
+  const int ranks = comm.size();
+  std::vector<uint64_t> whole;
+  std::vector<std::string> names;
+  for (const model::ChunkSpec& c : layout.chunks) {
+    whole.push_back(c.bytes);
+    names.push_back(c.name + " shard");
+  }
+  const std::vector<uint64_t> shards = weight_shard_bytes(whole, layout.element_bytes, ranks);
+  WeightSource* inner = tiers_.get();
+  if (inner == nullptr) {
+    STRATA_ASSIGN_OR_RETURN(resident_shards_, ResidentWeights::create(backend, pinned_, shards, names, model.name));
+    inner = resident_shards_.get();
+  }
+  STRATA_ASSIGN_OR_RETURN(gather_, ShardGather::create(backend, comm, model::weight_gather_round(layout, ranks),
+                                                       model.name + " weight reads"));
+  const GradientOffloaderOptions groups = model::gradient_slot_options(layout, o.dtype, model.name);
+  STRATA_ASSIGN_OR_RETURN(sharded_, ShardedWeights::create(backend, comm, *inner, *gather_, pinned_,
+                                                           {.chunk_bytes = whole,
+                                                            .element_bytes = layout.element_bytes,
+                                                            .chunk_group = groups.chunk_group,
+                                                            .group_slots = groups.group_slots,
+                                                            .group_names = groups.group_names,
+                                                            .name = model.name + " weights"}));
+  uint64_t mine = 0;
+  for (uint64_t b : shards) mine += b;
+  spdlog::info("weights: partitioned over {} ranks (--zero-stage 3): this rank homes {} ({}), and each chunk is "
+               "all-gathered into a device slot when the model needs it ({} of slots)",
+               ranks, format_size(mine), tiers_ ? "paged" : "resident on the device",
+               format_size(ShardedWeights::slot_bytes({.chunk_bytes = whole,
+                                                       .element_bytes = layout.element_bytes,
+                                                       .chunk_group = groups.chunk_group,
+                                                       .group_slots = groups.group_slots},
+                                                      ranks, 256)));
+  return Status::ok();
 }
 
 // The layers --resident-layers keeps on the device (resolved before: train_placement.h), one
@@ -116,6 +170,9 @@ Status TrainOffload::keep_layers_resident(const TrainOptions& o, const model::Mo
 }
 
 TrainOffload::~TrainOffload() {
+  sharded_.reset();
+  gather_.reset();
+  resident_shards_.reset();
   split_.reset();
   resident_.reset();
   tiers_.reset();

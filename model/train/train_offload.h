@@ -23,10 +23,13 @@
 #include "offload/io_engine.h"
 #include "offload/nvme_store.h"
 #include "offload/resident_weights.h"
+#include "offload/shard_gather.h"
+#include "offload/sharded_weights.h"
 #include "offload/split_weights.h"
 #include "offload/tier_manager.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/config.h"
 #include "runtime/pinned_pool.h"
 
@@ -45,16 +48,22 @@ class TrainOffload {
   // Opens the I/O engine and NVMe store when weights or optimizer state are homed on NVMe
   // (capacity for every weight chunk and every state image; no_space naming the paths when they
   // cannot hold it) and the TierManager (weights homed on cpu/nvme), or nothing (resident).
+  // Across ranks with the weights partitioned (o.partitions_weights(), ZeRO-3; `comm` the run's),
+  // the weights are this rank's shards -- resident (a ResidentWeights of shards) or paged (a
+  // TierManager of shards) -- behind a ShardedWeights that gathers each chunk on acquire.
   static StatusOr<std::unique_ptr<TrainOffload>> create(const Config& config, const model::TrainOptions& o,
                                                         const model::ModelConfig& model, Backend& backend,
-                                                        PinnedPool& pinned);
+                                                        PinnedPool& pinned, Communicator* comm = nullptr);
   ~TrainOffload();
   TrainOffload(const TrainOffload&) = delete;
   TrainOffload& operator=(const TrainOffload&) = delete;
 
   // null: the model keeps its weights resident. With resident layers: the source routing each chunk
   // to its home (offload/split_weights.h), else the TierManager.
-  WeightSource* weights() { return split_ ? static_cast<WeightSource*>(split_.get()) : tiers_.get(); }
+  WeightSource* weights() {
+    if (sharded_) return sharded_.get();
+    return split_ ? static_cast<WeightSource*>(split_.get()) : tiers_.get();
+  }
   TraceRecorder* trace() { return trace_.get(); }   // null without --trace
   NvmeStore* store() { return store_.get(); }       // null when nothing is homed on NVMe
   const TierManager* tiers() const { return tiers_.get(); }
@@ -73,6 +82,8 @@ class TrainOffload {
   TrainOffload(PinnedPool& pinned) : pinned_(pinned) {}
   Status keep_layers_resident(const model::TrainOptions& o, const model::ModelConfig& model,
                               const model::ParamLayout& layout, Backend& backend);
+  Status partition_weights(const model::TrainOptions& o, const model::ModelConfig& model,
+                           const model::ParamLayout& layout, Backend& backend, Communicator& comm);
 
   PinnedPool& pinned_;
   std::unique_ptr<TraceRecorder> trace_;
@@ -82,6 +93,10 @@ class TrainOffload {
   std::unique_ptr<TierManager> tiers_;      // the paged chunks
   std::unique_ptr<ResidentWeights> resident_;  // --resident-layers' chunks (null: none)
   std::unique_ptr<SplitWeights> split_;        // both as one source (null: no resident layer)
+  // ZeRO-3: this rank's shards resident (with tiers_ for paged shards), their gather, the source.
+  std::unique_ptr<ResidentWeights> resident_shards_;
+  std::unique_ptr<ShardGather> gather_;
+  std::unique_ptr<ShardedWeights> sharded_;
   TierStats last_tiers_;
   uint64_t last_d2h_ = 0;
   // NVMe bytes of the optimizer state and the spilled gradients at the last call.

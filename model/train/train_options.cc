@@ -157,6 +157,7 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                                                                  : Tier::cpu;
   o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
   o.sub_group_size = static_cast<uint64_t>(config.get_int("sub_group_size"));
+  o.zero_stage = int(config.get_int("zero_stage"));
   const std::optional<int64_t> vocab_tile = config.get_int_or_auto("vocab_tile");
   o.vocab_tile = vocab_tile ? *vocab_tile : -1;
   if (o.vocab_tile > 0 && o.vocab_tile % kVocabTileBlock != 0)

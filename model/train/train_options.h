@@ -58,6 +58,10 @@ struct TrainOptions {
   // (offload/chunk_shard.h), on its device or in its host memory; estimate_device_bytes counts a
   // rank's share and the exchange buffers.
   int ranks = 1;
+  // Across ranks (the key zero_stage): 3 partitions the working weights too (offload/sharded_weights.h),
+  // 0-2 the gradient sums and the optimizer state only (ZeRO-2).
+  int zero_stage = 2;
+  bool partitions_weights() const { return ranks > 1 && zero_stage == 3; }
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
 
   DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations

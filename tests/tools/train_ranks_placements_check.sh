@@ -3,11 +3,12 @@
 # with the optimizer on the device (the reference: train_ranks_check.sh shows it equals one rank with
 # --grad-accum NP) and with the optimizer on the CPU, each rank homing its shard of the gradient
 # sums and the state: pinned; on NVMe with the gradient sums spilled there too and the state cut in
-# pieces; with the weights paged from pinned memory; and with everything on NVMe. Each must give
+# pieces; with the weights paged from pinned memory; with everything on NVMe; and with the weights
+# partitioned too (--zero-stage 3: resident shards, paged shards, all on NVMe). Each must give
 # the reference's losses, gradient norms and validation losses to the last digit (clipping on), and
 # its final checkpoint the same bytes. Then a checkpoint written by NP ranks with the state on NVMe
 # resumes on one rank with the optimizer on the CPU, and one written by one rank resumes on NP
-# ranks with paged weights: both end on the reference's bytes.
+# ranks with paged weights and with partitioned weights: all end on the reference's bytes.
 # Usage: train_ranks_placements_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 preset=$2 dtype=$3 strata=$4
@@ -28,6 +29,9 @@ on_nvme=(--optimizer-device cpu --offload-optimizer nvme --offload-grad nvme --n
 paged=(--optimizer-device cpu --offload-param cpu --resident-layers 0)
 all_nvme=(--optimizer-device cpu --offload-param nvme --offload-optimizer nvme --offload-grad nvme --nvme-path nvme
           --resident-layers 0)
+zero3=(--optimizer-device cpu --zero-stage 3)
+zero3_paged=(--optimizer-device cpu --zero-stage 3 --offload-param cpu --resident-layers 0)
+zero3_nvme=("${all_nvme[@]}" --zero-stage 3 --sub-group-size 20000)
 one() { timeout 120 "$strata" "${common[@]}" "$@" >>log 2>&1 || fail "1 rank: $* (exit $?): $(tail -3 log)"; }
 ranks() {
   timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "$@" >>log 2>&1 ||
@@ -50,6 +54,10 @@ check pinned "${pinned[@]}"
 check on_nvme "${on_nvme[@]}"
 check paged "${paged[@]}"
 check all_nvme "${all_nvme[@]}"
+check zero3 "${zero3[@]}"
+check zero3_paged "${zero3_paged[@]}"
+check zero3_nvme "${zero3_nvme[@]}"
+grep -q "weights: partitioned over $np ranks" log || fail "no run said it partitioned the weights (--zero-stage 3)"
 [ -z "$(ls -A nvme)" ] || fail "a rank left files under --nvme-path: $(ls nvme)"
 
 # Resumes across world sizes and placements.
@@ -57,11 +65,18 @@ ranks "${on_nvme[@]}" --steps 2 --checkpoint-dir a
 one "${pinned[@]}" --grad-accum "$np" --steps 4 --resume a --checkpoint-dir a
 same_checkpoint ref/step-000004 a/step-000004 "resumed on 1 rank"
 one "${pinned[@]}" --steps 2 --checkpoint-dir b
+cp -r b c
 ranks "${paged[@]}" --steps 4 --resume b --checkpoint-dir b
 same_checkpoint ref/step-000004 b/step-000004 "resumed on $np ranks, weights paged"
+ranks "${zero3_paged[@]}" --steps 4 --resume c --checkpoint-dir c
+same_checkpoint ref/step-000004 c/step-000004 "resumed on $np ranks, weights partitioned"
 
+# ZeRO-3 beside the optimizer on the device is refused, naming the flag.
+timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${device[@]}" --zero-stage 3 --steps 1 \
+  >refusal 2>&1 && fail "--zero-stage 3 with the optimizer on the device trained (exit 0)"
+grep -q -- "pass --optimizer-device cpu" refusal || fail "--zero-stage 3: no error naming --optimizer-device: $(tail -2 refusal)"
 # 8-bit moments are refused across ranks, naming the option to change.
 timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${pinned[@]}" --optimizer-type adamw8bit --steps 1 \
   >refusal 2>&1 && fail "8-bit moments across ranks trained (exit 0)"
 grep -q -- "--optimizer-type adamw" refusal || fail "8-bit moments: no error naming --optimizer-type: $(tail -2 refusal)"
-echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe) == on the device: $(figures ref.jsonl | tail -1); resumes byte-identical"
+echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe, ZeRO-3 x3) == on the device: $(figures ref.jsonl | tail -1); resumes byte-identical"

@@ -206,7 +206,9 @@ TEST(WorldPlanTest, WhatTrainRunsAcrossRanksTodayIsOneLine) {
   EXPECT_FALSE(train_across_ranks_today(q8).runs);
   EXPECT_NE(train_across_ranks_today(q8).verdict.find("8-bit moments"), std::string::npos);
   EXPECT_NE(resident.text.find("8-bit moments across ranks: not built"), std::string::npos);
-  EXPECT_NE(resident.verdict.find("not the shards planned here"), std::string::npos);
+  EXPECT_NE(resident.verdict.find("but the whole weights on every GPU"), std::string::npos);
+  EXPECT_NE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).verdict.find("--zero-stage 3"),
+            std::string::npos);
 }
 
 }  // namespace
