@@ -103,8 +103,8 @@ stage_asan() {
     skip='gpu|fuzz'  # the libFuzzer runs are the fuzz stage's
   fi
   # The transparency matrix is 24 cases of the same training code (each placement against the
-  # resident run, per architecture, precision, accumulation and moment format) at 30-45 s a case
-  # under ASan (about 7 min of the stage on 2 cores): three cases here (both architectures, each
+  # resident run, per architecture, precision, accumulation and moment format), each of 10 steps
+  # (half the 30-45 s a case under ASan that 20 took): three cases here (both architectures, each
   # precision, accumulation, 8-bit moments), all 24 in the unit stage.
   ctest --test-dir build-asan --output-on-failure --parallel "$JOBS" -LE "$skip|mpi" \
         -E '_NOT_BUILT$|^Placements/Transparency\.'
