@@ -48,25 +48,28 @@ StatusOr<std::optional<int>> env_int(const char* name, int min_value) {
   return std::optional<int>(static_cast<int>(x));
 }
 
-// One launcher's three variables (local rank optional) -> LaunchInfo, or nullopt when its rank
-// variable is unset.
+// One launcher's four variables (the local ones optional) -> LaunchInfo, or nullopt when its rank
+// variable is unset. Without a local size a world of one rank is a node of one, a larger one says 0
+// (unknown); without a local rank the rank stands in for it (one node).
 StatusOr<std::optional<LaunchInfo>> read_launch(Launcher launcher, const char* rank_var, const char* size_var,
-                                                const char* local_var) {
+                                                const char* local_var, const char* local_size_var) {
   STRATA_ASSIGN_OR_RETURN(std::optional<int> rank, env_int(rank_var, 0));
   if (!rank) return std::optional<LaunchInfo>();
   STRATA_ASSIGN_OR_RETURN(std::optional<int> size, env_int(size_var, 1));
   if (!size) return error(Code::invalid_argument, "{} is set but {} is not", rank_var, size_var);
   if (*rank >= *size)
     return error(Code::invalid_argument, "{}={} is not below {}={}", rank_var, *rank, size_var, *size);
-  std::optional<int> local;
-  if (local_var != nullptr) {
-    STRATA_ASSIGN_OR_RETURN(local, env_int(local_var, 0));
-  }
+  STRATA_ASSIGN_OR_RETURN(std::optional<int> local, env_int(local_var, 0));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int> local_size, env_int(local_size_var, 1));
   LaunchInfo info;
   info.launcher = launcher;
   info.rank = *rank;
   info.size = *size;
   info.local_rank = local ? *local : *rank;
+  info.local_size = local_size ? *local_size : (*size == 1 ? 1 : 0);
+  if (local_size && info.local_rank >= info.local_size)
+    return error(Code::invalid_argument, "{}={} is not below {}={}", local ? local_var : rank_var, info.local_rank,
+                 local_size_var, info.local_size);
   return std::optional<LaunchInfo>(info);
 }
 
@@ -112,11 +115,11 @@ class LocalCommunicator final : public Communicator {
 StatusOr<LaunchInfo> detect_launch() {
   STRATA_ASSIGN_OR_RETURN(std::optional<LaunchInfo> info,
                           read_launch(Launcher::mpirun, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                      "OMPI_COMM_WORLD_LOCAL_RANK"));
+                                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (info) return *info;
-  STRATA_ASSIGN_OR_RETURN(info, read_launch(Launcher::mpirun, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"));
+  STRATA_ASSIGN_OR_RETURN(info, read_launch(Launcher::mpirun, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"));
   if (info) return *info;
-  STRATA_ASSIGN_OR_RETURN(info, read_launch(Launcher::torchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK"));
+  STRATA_ASSIGN_OR_RETURN(info, read_launch(Launcher::torchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"));
   if (info) return *info;
   return LaunchInfo{};
 }
@@ -132,10 +135,11 @@ StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, cons
     return error(Code::invalid_argument, "the NCCL communicator needs the CUDA backend (this run has the {} backend)",
                  backend_kind_name(backend.kind()));
   if (launch.size == 1 && !nccl_asked) return make_local_communicator(backend);
-  if (launch.size > 1 && launch.launcher != Launcher::mpirun)
+  if (launch.size > 1 && launch.launcher != Launcher::mpirun && backend.kind() == BackendKind::cpu)
     return error(Code::unavailable,
-                 "a world of {} ranks from {}-style variables needs a rendezvous strata does not have yet; "
-                 "launch with mpirun -np {}", launch.size, launcher_name(launch.launcher), launch.size);
+                 "a world of {} ranks from {}-style variables on the CPU backend: its collectives are MPI's, whose "
+                 "ranks come from mpirun; launch with mpirun -np {} (torchrun-style launches work on the CUDA "
+                 "backend, over NCCL with --rendezvous-dir)", launch.size, launcher_name(launch.launcher), launch.size);
   if (backend.kind() == BackendKind::cpu) return make_mpi_communicator(backend, options);
 #if STRATA_HAVE_NCCL
   return make_nccl_communicator(backend, launch, options);

@@ -27,11 +27,13 @@ struct LaunchInfo {
   int rank = 0;
   int size = 1;
   int local_rank = 0;  // rank among the ranks of this node (picks the GPU)
+  int local_size = 1;  // ranks on this node; 0 when the launcher does not say (MPICH without
+                       // MPI_LOCALNRANKS): then no rank knows its share of the node
 };
 
-// Reads the launcher's environment: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (Open MPI's
-// mpirun) or PMI_RANK / PMI_SIZE (MPICH, Hydra), else RANK / WORLD_SIZE / LOCAL_RANK (torchrun),
-// else a world of one. A variable that is set but not a valid rank or size is invalid_argument
+// Reads the launcher's environment: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE
+// (Open MPI's mpirun) or PMI_RANK / PMI_SIZE / MPI_LOCALRANKID / MPI_LOCALNRANKS (MPICH, Hydra),
+// else RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE (torchrun), else a world of one. A variable that is set but not a valid rank or size is invalid_argument
 // naming it.
 StatusOr<LaunchInfo> detect_launch();
 
@@ -53,6 +55,10 @@ struct CommOptions {
   // a dead rank's peers under 30 s to their error. 0 waits forever.
   double timeout_seconds = 20.0;
   CommKind kind = CommKind::automatic;
+  // A world launched torchrun-style (RANK / WORLD_SIZE without mpirun) on the CUDA backend: the
+  // directory its ranks find each other through (runtime/file_rendezvous.h), where rank 0 leaves
+  // NCCL's unique id. Empty: such a world is refused, naming --rendezvous-dir.
+  std::string rendezvous_dir;
 };
 
 // Contract, every implementation:
@@ -108,8 +114,9 @@ std::unique_ptr<Communicator> make_local_communicator(Backend& backend);
 
 // The communicator `launch` calls for on `backend`: a world of one is local (no MPI, no mpirun
 // needed); under mpirun, MPI on the CPU backend and NCCL on CUDA (unavailable when not built in);
-// torchrun-style variables with a world above one are unavailable (their rendezvous is not built
-// yet: launch under mpirun). options.kind == nccl asks for NCCL at any world size: on the CPU backend
+// torchrun-style variables with a world above one: NCCL on CUDA, its unique id passed through
+// options.rendezvous_dir (invalid_argument without one), and unavailable on the CPU backend (its
+// collectives are MPI's: launch with mpirun). options.kind == nccl asks for NCCL at any world size: on the CPU backend
 // that is invalid_argument, without NCCL built in unavailable. `backend` must outlive the
 // communicator.
 StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,

@@ -47,6 +47,10 @@ void add_runtime_config_keys(ConfigSchema& schema) {
                       "raised to twice the checkpoint's write at 100 MB/s); 0 waits forever",
               .min = 0,
               .max = 86400});
+  schema.add({.name = "rendezvous_dir",
+              .type = ValueType::path,
+              .help = "Across ranks launched torchrun-style (RANK, WORLD_SIZE; no mpirun) on GPUs: a directory "
+                      "every rank sees (shared across machines) where rank 0 leaves NCCL's unique id"});
   schema.add({.name = "cpu_mem",
               .type = ValueType::size,
               .default_text = "auto",

@@ -34,7 +34,18 @@ struct FdCloser {
   }
 };
 
-// Name, logical block size, rotational flag and model of the block device holding `dev`.
+// The NUMA node of the device at sysfs path `sys`: the first numa_node file up its path (a block
+// device's PCI function: /sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0/nvme0n1 ->
+// 0000:01:00.0/numa_node); -1 where none is found or it says -1 (one node, or unknown).
+int device_numa_node(std::filesystem::path sys) {
+  std::error_code ec;
+  for (; !sys.empty() && sys != sys.root_path() && sys.string().starts_with("/sys/devices"); sys = sys.parent_path())
+    if (std::filesystem::exists(sys / "numa_node", ec))
+      return static_cast<int>(read_sysfs_int((sys / "numa_node").string()).value_or(-1));
+  return -1;
+}
+
+// Name, logical block size, rotational flag, model and NUMA node of the block device holding `dev`.
 void probe_block_device(dev_t dev, PathInfo* info) {
   std::error_code ec;
   const std::string link = fmt::format("/sys/dev/block/{}:{}", major(dev), minor(dev));
@@ -46,6 +57,7 @@ void probe_block_device(dev_t dev, PathInfo* info) {
     info->logical_block_size = static_cast<uint32_t>(*lbs);
   info->rotational = read_sysfs_int((sys / "queue/rotational").string()).value_or(0) != 0;
   info->device_model = read_sysfs_line((sys / "device/model").string()).value_or("");
+  info->numa_node = device_numa_node(sys);
 }
 
 }  // namespace

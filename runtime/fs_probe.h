@@ -22,6 +22,8 @@ struct PathInfo {
   uint32_t logical_block_size = 4096;  // from sysfs / BLKSSZGET; 4096 when unknown
   bool rotational = false;
   std::string device_model;      // sysfs model string, may be empty
+  int numa_node = -1;            // the NUMA node of the device's PCI function (its sysfs numa_node,
+                                 // the nearest one up the device path); -1 unknown or none
 };
 
 // `dir` must be an existing, writable directory: not_found / invalid_argument /

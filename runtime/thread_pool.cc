@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -86,7 +87,16 @@ StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::create(const ThreadPoolOptions
     discovered.emplace(std::move(t));
     topology = &*discovered;
   }
-  std::vector<int> set = topology->cpus();
+  // The process's own CPUs (its binding: a launcher's, taskset's, a rank's share from
+  // runtime/rank_locality.h): every core allowed means every one of those, and a worker leaving the
+  // arena goes back to them, not to the whole machine.
+  StatusOr<std::vector<int>> bound = current_thread_cpus();
+  std::vector<int> process_cpus;
+  if (bound.is_ok())
+    std::set_intersection(bound->begin(), bound->end(), topology->cpus().begin(), topology->cpus().end(),
+                          std::back_inserter(process_cpus));
+  if (process_cpus.empty()) process_cpus = topology->cpus();
+  std::vector<int> set = process_cpus;
   if (options.numa_node != -1) {
     const NumaNode* node = topology->numa_node(options.numa_node);
     if (!node || node->cpus.empty()) {
@@ -108,7 +118,7 @@ StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::create(const ThreadPoolOptions
   std::unique_ptr<ThreadPool> pool(new ThreadPool());
   pool->arena_ = std::make_unique<tbb::task_arena>(threads);
   pool->arena_->initialize();
-  pool->pinning_ = std::make_unique<Pinning>(*pool->arena_, std::move(set), topology->cpus(), options.pin,
+  pool->pinning_ = std::make_unique<Pinning>(*pool->arena_, std::move(set), std::move(process_cpus), options.pin,
                                              options.name);
   pool->pinning_->observe(true);
   return pool;

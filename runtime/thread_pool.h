@@ -1,6 +1,6 @@
 // ThreadPool: a oneTBB task arena of a fixed size whose worker threads are pinned (hwloc) to a set
-// of cores -- all cores, or the cores of one NUMA node (the one near a GPU or near the memory a
-// kernel touches). Parallel loops run inside it with tbb::parallel_for and use only its threads.
+// of cores -- all the cores the process is bound to, or the cores of one NUMA node (the one near a
+// GPU or near the memory a kernel touches). Parallel loops run inside it with tbb::parallel_for and use only its threads.
 // Not a general scheduler: one arena, blocking entry.
 // Thread-safety: run() and parallel_for() may be called from any thread; calls from several
 // threads share the arena's workers. Lifetime: outlives every call into it.
@@ -20,7 +20,8 @@ namespace strata {
 class Topology;
 
 struct ThreadPoolOptions {
-  int threads = 0;      // 0 = every core allowed (all cores, or all of numa_node's)
+  int threads = 0;      // 0 = every core allowed: the CPUs this process is bound to (all, or a rank's
+                        // share: runtime/rank_locality.h), or all of numa_node's
   int numa_node = -1;   // -1 = any node; otherwise pin workers to that node's cores
   bool pin = true;      // pin each worker to one core of the set (false: just the set)
   std::string name = "pool";

@@ -206,6 +206,30 @@ StatusOr<std::vector<int>> current_thread_cpus() {
   }
 }
 
+namespace {
+
+// Topology::core_cpus: each core's CPUs among `cpus`, a core of its own for a CPU no core holds.
+std::vector<std::vector<int>> find_core_cpus(hwloc_topology_t topo, const std::vector<int>& cpus) {
+  std::vector<std::vector<int>> cores;
+  std::vector<bool> placed(cpus.size(), false);
+  for (hwloc_obj_t core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, nullptr); core;
+       core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)) {
+    std::vector<int> mine;
+    for (size_t i = 0; i < cpus.size(); ++i)
+      if (hwloc_bitmap_isset(core->cpuset, static_cast<unsigned>(cpus[i]))) {
+        mine.push_back(cpus[i]);
+        placed[i] = true;
+      }
+    if (!mine.empty()) cores.push_back(std::move(mine));
+  }
+  for (size_t i = 0; i < cpus.size(); ++i)
+    if (!placed[i]) cores.push_back({cpus[i]});
+  std::sort(cores.begin(), cores.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  return cores;
+}
+
+}  // namespace
+
 StatusOr<Topology> Topology::discover() {
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) != 0) return errno_status(errno, "hwloc_topology_init");
@@ -235,6 +259,7 @@ StatusOr<Topology> Topology::discover() {
   std::sort(t.cpus_.begin(), t.cpus_.end());
   int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   t.physical_cores_ = cores > 0 ? cores : static_cast<int>(t.cpus_.size());
+  t.core_cpus_ = find_core_cpus(topo, t.cpus_);
   // RAM as the OS counts it (MemTotal). Some VMs report less in the per-node meminfo hwloc reads
   // (hot-plugged memory), so the nodes' local memory may sum to less than this.
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -269,6 +294,7 @@ Topology& Topology::operator=(Topology&& other) noexcept {
   packages_ = other.packages_;
   physical_cores_ = other.physical_cores_;
   cpus_ = std::move(other.cpus_);
+  core_cpus_ = std::move(other.core_cpus_);
   total_memory_bytes_ = other.total_memory_bytes_;
   numa_nodes_ = std::move(other.numa_nodes_);
   caches_ = std::move(other.caches_);

@@ -74,6 +74,10 @@ class Topology {
   int physical_cores() const { return physical_cores_; }
   int hardware_threads() const { return static_cast<int>(cpus_.size()); }
   const std::vector<int>& cpus() const { return cpus_; }  // every allowed logical CPU, ascending
+  // Each physical core's allowed logical CPUs (its hardware threads), ascending, the cores ordered
+  // by their first CPU; every CPU of cpus() in exactly one. Each CPU its own core where hwloc
+  // shows no cores.
+  const std::vector<std::vector<int>>& core_cpus() const { return core_cpus_; }
   // RAM the OS manages (MemTotal); at least the sum of the NUMA nodes' local_memory_bytes.
   uint64_t total_memory_bytes() const { return total_memory_bytes_; }
   const std::vector<NumaNode>& numa_nodes() const { return numa_nodes_; }
@@ -105,6 +109,7 @@ class Topology {
   int packages_ = 0;
   int physical_cores_ = 0;
   std::vector<int> cpus_;
+  std::vector<std::vector<int>> core_cpus_;
   uint64_t total_memory_bytes_ = 0;
   std::vector<NumaNode> numa_nodes_;
   std::vector<CacheLevel> caches_;

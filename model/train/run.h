@@ -104,7 +104,8 @@ struct RunHooks {
 
 class TrainingRun {
  public:
-  // Nothing is built yet. `config` must outlive the run.
+  // Nothing is built yet. The run keeps its own copy of `config` (across ranks each rank's NVMe
+  // paths replace --nvme-path's: place_rank).
   TrainingRun(const Config& config, RunHooks hooks) : config_(config), hooks_(std::move(hooks)) {}
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
@@ -127,6 +128,7 @@ class TrainingRun {
  private:
   // The setup, in order (run_setup.cc).
   RunOutcome preflight();
+  RunOutcome place_rank();
   RunOutcome open_checkpoint_dir();
   RunOutcome check_host_memory(const TrainOptions& run) const;
   RunOutcome resume();
@@ -151,7 +153,7 @@ class TrainingRun {
   std::string resume_advice() const;
 
   // Constant after setup() (the resolved options and model: the placement and tiling applied).
-  const Config& config_;
+  Config config_;
   RunHooks hooks_;
   LaunchInfo launch_;  // this process's rank and the world's size
   TrainOptions o_;

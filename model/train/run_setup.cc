@@ -18,6 +18,8 @@
 #include "model/train/step_schedule.h"
 #include "model/train/run_model.h"
 #include "model/train/train_signals.h"
+#include "runtime/rank_locality.h"
+#include "runtime/topology.h"
 #include "runtime/units.h"
 
 namespace strata::model {
@@ -103,6 +105,8 @@ RunOutcome TrainingRun::preflight() {
   StatusOr<LaunchInfo> launch = detect_launch();
   if (!launch.is_ok()) return refused(launch.status());
   launch_ = *launch;
+  if (launch_.launcher != Launcher::single)
+    if (RunOutcome out = place_rank(); !out.ok()) return out;
   StatusOr<TrainOptions> parsed = train_options_from_config(config_);
   if (!parsed.is_ok()) return refused(parsed.status());
   o_ = std::move(*parsed);
@@ -122,6 +126,40 @@ RunOutcome TrainingRun::preflight() {
   if (Status s = check_size_fits_machine(config_, o_, mc_, MachineFor::train); !s.is_ok()) return refused(s);
   if (init_weights_)
     if (Status s = check_init_weights(mc_, *init_weights_); !s.is_ok()) return outcome_of(s);
+  return {};
+}
+
+// Under a launcher: this rank's CPUs, NUMA node and NVMe paths on its node (runtime/rank_locality.h),
+// the process bound to them before it starts a worker thread; the rank's paths replace --nvme-path's
+// for the rest of the run.
+RunOutcome TrainingRun::place_rank() {
+  StatusOr<Topology> topology = Topology::discover();
+  if (!topology.is_ok()) return outcome_of(topology.status());
+  std::string why;
+  const bool gpus = train_backend_kind(config_, &why) == BackendKind::cuda;
+  std::vector<std::string> bus_ids;
+  if (gpus)
+    for (const DeviceDescription& d : list_cuda_devices()) bus_ids.push_back(d.pci_bus_id);
+  const std::vector<std::string> paths = config_.get_list("nvme_path");
+  StatusOr<LocalityMachine> machine = discover_locality_machine(*topology, bus_ids, paths);
+  if (!machine.is_ok()) return outcome_of(machine.status());
+  StatusOr<RankLocality> l = plan_rank_locality(*machine, launch_.local_rank, launch_.local_size, gpus);
+  if (!l.is_ok()) return outcome_of(l.status());
+  if (Status s = apply_rank_locality(*topology, *l); !s.is_ok()) return outcome_of(s);
+  if (!l->warning.empty()) spdlog::warn("rank {}: {}", launch_.rank, l->warning);
+  spdlog::info("rank {} of {} ({}, local rank {} of {}): {}{} CPU{} {} ({}){}", launch_.rank, launch_.size,
+               launcher_name(launch_.launcher), launch_.local_rank, launch_.local_size,
+               l->gpu >= 0 ? fmt::format("GPU {}, ", l->gpu) : std::string(), l->cpus.size(),
+               l->cpus.size() == 1 ? "" : "s", format_cpu_list(l->cpus), l->cpus_why,
+               paths.empty() ? std::string()
+                             : fmt::format("; NVMe {} ({})", fmt::join(l->nvme_paths, ","), l->nvme_why));
+  if (l->nvme_paths != paths) {
+    const std::string origin = fmt::format("rank {}'s paths on NUMA node {}", launch_.rank, l->numa_node);
+    if (Status s = config_.set("nvme_path", fmt::format("{}", fmt::join(l->nvme_paths, ",")),
+                               config_.source("nvme_path"), origin);
+        !s.is_ok())
+      return outcome_of(s);
+  }
   return {};
 }
 
@@ -314,7 +352,8 @@ RunOutcome TrainingRun::build() {
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend_->kind()), backend_->device().name, why);
   if (launch_.size > 1) {
     StatusOr<std::unique_ptr<Communicator>> comm =
-        make_communicator(*backend_, launch_, {.timeout_seconds = comm_timeout_});
+        make_communicator(*backend_, launch_, {.timeout_seconds = comm_timeout_,
+                                               .rendezvous_dir = config_.get_text("rendezvous_dir")});
     if (!comm.is_ok()) return outcome_of(comm.status());
     comm_ = std::move(*comm);
     StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");

@@ -12,13 +12,17 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/file_rendezvous.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/mutex.h"
 
@@ -471,6 +475,7 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Backend& backend,
   int rank = 0, size = 1;
   bool owns_mpi = false;
   Bootstrap boot;
+  std::optional<RendezvousOptions> rendezvous;
   if (launch.launcher == Launcher::mpirun) {
     STRATA_ASSIGN_OR_RETURN(MpiWorld world, init_mpi());
     owns_mpi = world.owns_init;
@@ -483,10 +488,24 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Backend& backend,
     STRATA_RETURN_IF_ERROR(broadcast_world(&boot, sizeof boot, 0).with_context("sending NCCL's unique id"));
     if (boot.ok == 0)
       return error(Code::unavailable, "rank 0 could not make NCCL's unique id (NCCL_DEBUG=WARN says why)");
+  } else if (launch.size > 1) {
+    // torchrun-style: the unique id goes through the shared directory (runtime/file_rendezvous.h).
+    rank = launch.rank;
+    size = launch.size;
+    rendezvous = RendezvousOptions{.dir = options.rendezvous_dir,
+                                   .timeout_seconds = options.timeout_seconds > 0
+                                                          ? std::max(60.0, options.timeout_seconds) : 0.0};
+    if (rank == 0) boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess ? 1 : 0;
+    std::vector<uint8_t> mine(sizeof boot);
+    std::memcpy(mine.data(), &boot, sizeof boot);
+    STRATA_ASSIGN_OR_RETURN(std::vector<uint8_t> shared, rendezvous_share(*rendezvous, rank, size, mine));
+    if (shared.size() != sizeof boot)
+      return error(Code::corruption, "rendezvous: rank 0 sent {} bytes, not NCCL's {}-byte bootstrap (another "
+                   "strata version?)", shared.size(), sizeof boot);
+    std::memcpy(&boot, shared.data(), sizeof boot);
+    if (boot.ok == 0)
+      return error(Code::unavailable, "rank 0 could not make NCCL's unique id (NCCL_DEBUG=WARN says why)");
   } else {
-    if (launch.size != 1)
-      return error(Code::unavailable, "a NCCL world of {} ranks needs mpirun (no other rendezvous is built)",
-                   launch.size);
     ncclResult_t r = ncclGetUniqueId(&boot.id);
     if (r != ncclSuccess) return error(Code::unavailable, "ncclGetUniqueId failed: {}", ncclGetErrorString(r));
   }
@@ -511,6 +530,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Backend& backend,
                  "NCCL could not form a communicator of {} rank{} on rank {} (device {}): {}", size,
                  size == 1 ? "" : "s", rank, cuda.device_index(), why);
   }
+  // Every rank has joined, so every rank has read the id: rank 0 clears the rendezvous files.
+  if (rendezvous && rank == 0) rendezvous_cleanup(*rendezvous, size);
   return std::unique_ptr<Communicator>(
       std::make_unique<NcclCommunicator>(cuda, comm, rank, size, owns_mpi, options, *words));
 }

@@ -34,7 +34,8 @@ class CommEnvGuard {
 
  private:
   static constexpr const char* kAll[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                         "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                                         "MPI_LOCALNRANKS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
@@ -46,17 +47,19 @@ TEST(DetectLaunch, NoLauncherIsAWorldOfOne) {
   EXPECT_EQ(info->rank, 0);
   EXPECT_EQ(info->size, 1);
   EXPECT_EQ(info->local_rank, 0);
+  EXPECT_EQ(info->local_size, 1);
 }
 
 TEST(DetectLaunch, OpenMpiVariablesWinOverTorchrunOnes) {
   CommEnvGuard env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                    {"RANK", "0"}, {"WORLD_SIZE", "2"}});
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}});
   auto info = detect_launch();
   ASSERT_TRUE(info.is_ok()) << info.status().to_string();
   EXPECT_EQ(info->launcher, Launcher::mpirun);
   EXPECT_EQ(info->rank, 3);
   EXPECT_EQ(info->size, 4);
   EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->local_size, 2);
 }
 
 TEST(DetectLaunch, TorchrunVariables) {
@@ -67,6 +70,38 @@ TEST(DetectLaunch, TorchrunVariables) {
   EXPECT_EQ(info->rank, 5);
   EXPECT_EQ(info->size, 8);
   EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->local_size, 0) << "torchrun's LOCAL_WORLD_SIZE unset: the node's share is unknown";
+}
+
+TEST(DetectLaunch, LocalSizeOfEachLauncher) {
+  {
+    CommEnvGuard env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}});
+    auto info = detect_launch();
+    ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+    EXPECT_EQ(info->local_size, 4);
+  }
+  {
+    CommEnvGuard env({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}});
+    auto info = detect_launch();
+    ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+    EXPECT_EQ(info->local_rank, 0);
+    EXPECT_EQ(info->local_size, 2);
+  }
+  {
+    CommEnvGuard env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}});
+    auto info = detect_launch();
+    ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+    EXPECT_EQ(info->local_size, 1) << "a world of one is a node of one";
+  }
+  {
+    CommEnvGuard env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+    auto info = detect_launch();
+    ASSERT_FALSE(info.is_ok());
+    EXPECT_NE(info.status().message().find("OMPI_COMM_WORLD_LOCAL_RANK=2 is not below OMPI_COMM_WORLD_LOCAL_SIZE=2"),
+              std::string::npos)
+        << info.status().to_string();
+  }
 }
 
 TEST(DetectLaunch, BadValuesNameTheVariable) {

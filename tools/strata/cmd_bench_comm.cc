@@ -1,10 +1,11 @@
 // `mpirun -np N strata bench comm [--device cpu|cuda|auto] [--comm auto|nccl]
 // [--size 64KiB,1MiB,16MiB,256MiB] [--op all-gather,reduce-scatter,all-reduce,all-to-all]
-// [--repeat N] [--warmup N] [--timeout S]`: the communicator's collectives timed across the ranks,
+// [--repeat N] [--warmup N] [--timeout S] [--rendezvous-dir DIR]`: the communicator's collectives timed across the ranks,
 // time, algbw and busbw per op and size, printed by rank 0. Without mpirun it runs on a world of
 // one and says so (`--comm nccl` makes that one NCCL rank on the GPU). Only flag parsing, the launch
 // (backend, communicator) and its errors live here; the benchmark is bench/comm_bench.h.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct BenchCommFlags {
   int repeat = 5;
   int warmup = 1;
   double timeout = 60;
+  std::string rendezvous_dir;  // torchrun-style launches on GPUs (else STRATA_RENDEZVOUS_DIR)
 };
 
 StatusOr<bench::CommBenchOptions> to_options(const BenchCommFlags& f) {
@@ -75,6 +77,9 @@ int run_bench_comm(const BenchCommFlags& flags) {
   CommOptions comm_options;
   comm_options.timeout_seconds = flags.timeout;
   comm_options.kind = flags.comm == "nccl" ? CommKind::nccl : CommKind::automatic;
+  comm_options.rendezvous_dir = flags.rendezvous_dir;
+  if (const char* env = std::getenv("STRATA_RENDEZVOUS_DIR"); comm_options.rendezvous_dir.empty() && env != nullptr)
+    comm_options.rendezvous_dir = env;
   StatusOr<std::unique_ptr<Communicator>> comm = make_communicator(**backend, *launch, comm_options);
   if (!comm.is_ok()) {  // no MPI for this launcher or backend (the same on every rank), or MPI failed
     const Code code = comm.status().code();
@@ -129,6 +134,9 @@ void add_bench_comm_command(CLI::App& bench, CommandRegistry& registry) {
   app->add_option("--timeout", flags->timeout,
                   "seconds a collective waits for a peer before failing and naming it (0 waits forever)")
       ->capture_default_str();
+  app->add_option("--rendezvous-dir", flags->rendezvous_dir,
+                  "ranks launched torchrun-style (RANK, WORLD_SIZE; no mpirun) with --device cuda: a directory every "
+                  "rank sees, where rank 0 leaves NCCL's unique id (default: STRATA_RENDEZVOUS_DIR)");
   registry.add(app, [flags]() { return run_bench_comm(*flags); });
 }
 

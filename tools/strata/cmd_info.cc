@@ -1,7 +1,8 @@
-// `strata info [--path DIR]... [--json]`: this machine as offload sees it -- CPU, SIMD level, RAM,
-// NUMA nodes, GPUs (CUDA devices merged with the PCI topology by bus id) or the reason there is
-// none, whether io_uring works, the filesystem, space, O_DIRECT and block device of each given
-// path, and library versions. Everything is gathered into one JSON document first; the human
+// `strata info [--path DIR]... [--ranks N] [--json]`: this machine as offload sees it -- CPU, SIMD
+// level, RAM, NUMA nodes, GPUs (CUDA devices merged with the PCI topology by bus id) or the reason
+// there is none, whether io_uring works, the filesystem, space, O_DIRECT, block device and NUMA node
+// of each given path, how the ranks of a run on this node are placed (with --ranks, or under
+// mpirun / torchrun, where the node's local rank 0 reports), and library versions. Everything is gathered into one JSON document first; the human
 // output is rendered from it, so both always say the same. Not a benchmark (`strata bench`).
 #include <algorithm>
 #include <memory>
@@ -9,12 +10,15 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/simd_level.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/fs_probe.h"
 #include "runtime/io_uring_probe.h"
+#include "runtime/rank_locality.h"
 #include "runtime/topology.h"
 #include "runtime/units.h"
 #include "runtime/versions.h"
@@ -24,19 +28,6 @@ namespace strata::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// "0-3,8-11" from {0,1,2,3,8,9,10,11}.
-std::string format_cpu_list(const std::vector<int>& cpus) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", cpus[i]);
-    if (j > i) out += fmt::format("-{}", cpus[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 Json cpu_json(const Topology& topo) {
   Json caches = Json::array();
@@ -110,11 +101,47 @@ Json path_json(const PathInfo& p) {
           {"block_device", p.block_device},
           {"logical_block_size", p.logical_block_size},
           {"rotational", p.rotational},
-          {"device_model", p.device_model}};
+          {"device_model", p.device_model},
+          {"numa_node", p.numa_node}};
+}
+
+// How `ranks` ranks of a run on this node are placed (runtime/rank_locality.h: one GPU each where
+// CUDA shows GPUs, a share of a NUMA node's cores, the --path directories on its node), as `strata
+// train` places ranks the launcher leaves unbound; `bound` is this process's binding now.
+StatusOr<Json> ranks_json(const Topology& topo, const std::vector<DeviceDescription>& cuda_devices,
+                          const std::vector<std::string>& paths, const LaunchInfo& launch, int ranks) {
+  std::vector<std::string> bus_ids;
+  for (const DeviceDescription& d : cuda_devices) bus_ids.push_back(d.pci_bus_id);
+  STRATA_ASSIGN_OR_RETURN(LocalityMachine machine, discover_locality_machine(topo, bus_ids, paths));
+  const std::vector<int> bound = machine.bound_cpus;
+  machine.bound_cpus.clear();  // the plan of unbound ranks; this process's binding is shown beside it
+  Json placement = Json::array();
+  for (int r = 0; r < ranks; ++r) {
+    STRATA_ASSIGN_OR_RETURN(RankLocality l, plan_rank_locality(machine, r, ranks, !cuda_devices.empty()));
+    const bool has_gpu = l.gpu >= 0 && l.gpu < int(cuda_devices.size());
+    placement.push_back({{"local_rank", r},
+                         {"gpu", l.gpu},
+                         {"gpu_pci_bus_id", has_gpu ? cuda_devices[size_t(l.gpu)].pci_bus_id : std::string()},
+                         {"numa_node", l.numa_node},
+                         {"cpus", l.cpus},
+                         {"cpus_why", l.cpus_why},
+                         {"nvme_paths", l.nvme_paths},
+                         {"nvme_why", l.nvme_why},
+                         {"problem", l.gpu >= 0 && !has_gpu
+                                         ? fmt::format("no GPU {}: CUDA shows {}", l.gpu, cuda_devices.size())
+                                         : std::string()}});
+  }
+  return Json{{"launcher", std::string(launcher_name(launch.launcher))},
+              {"world_size", launch.size},
+              {"rank", launch.rank},
+              {"local_ranks", ranks},
+              {"this_process_cpus", bound},
+              {"placement", placement}};
 }
 
 // The whole report; an error names what could not be inspected (a bad --path, no topology).
-StatusOr<Json> gather(const std::vector<std::string>& paths) {
+// `ranks` > 0 adds how that many ranks on this node are placed.
+StatusOr<Json> gather(const std::vector<std::string>& paths, const LaunchInfo& launch, int ranks) {
   Json paths_json = Json::array();
   for (const std::string& p : paths) {
     StatusOr<PathInfo> info = probe_path(p);
@@ -140,6 +167,9 @@ StatusOr<Json> gather(const std::vector<std::string>& paths) {
                      {"reason", uring.reason},
                      {"kernel_io_uring_disabled", uring.kernel_disabled_setting}};
   doc["paths"] = paths_json;
+  if (ranks > 0) {
+    STRATA_ASSIGN_OR_RETURN(doc["ranks"], ranks_json(topo, cuda_devices, paths, launch, ranks));
+  }
   doc["libraries"] = libraries;
   return doc;
 }
@@ -217,11 +247,38 @@ void print_human(const Json& doc) {
       print_row("  block device", "none (not backed by a disk)");
     } else {
       const std::string model = p["device_model"].get<std::string>();
+      const int node = p["numa_node"].get<int>();
       print_row("  block device",
-                fmt::format("{}{}, logical block {} B, {}", dev, model.empty() ? "" : " (" + model + ")",
+                fmt::format("{}{}, logical block {} B, {}{}", dev, model.empty() ? "" : " (" + model + ")",
                             p["logical_block_size"].get<uint32_t>(),
-                            p["rotational"].get<bool>() ? "rotational" : "non-rotational"));
+                            p["rotational"].get<bool>() ? "rotational" : "non-rotational",
+                            node >= 0 ? fmt::format(", NUMA node {}", node) : std::string()));
     }
+  }
+
+  if (doc.contains("ranks")) {
+    const Json& ranks = doc["ranks"];
+    fmt::print("Ranks\n");
+    fmt::print("  {} ranks on this node{}, as strata train places ranks the launcher leaves unbound:\n",
+               ranks["local_ranks"].get<int>(),
+               ranks["launcher"] == "single"
+                   ? std::string()
+                   : fmt::format(" ({} of {} ranks under {})", ranks["local_ranks"].get<int>(),
+                                 ranks["world_size"].get<int>(), ranks["launcher"].get<std::string>()));
+    for (const Json& r : ranks["placement"]) {
+      const int gpu = r["gpu"].get<int>();
+      std::string line = gpu >= 0 ? fmt::format("GPU {}, ", gpu) : std::string();
+      line += fmt::format("CPUs {} ({})", format_cpu_list(r["cpus"].get<std::vector<int>>()),
+                          r["cpus_why"].get<std::string>());
+      if (!r["nvme_paths"].empty())
+        line += fmt::format("; NVMe {} ({})", fmt::join(r["nvme_paths"].get<std::vector<std::string>>(), ","),
+                            r["nvme_why"].get<std::string>());
+      if (!r["problem"].get<std::string>().empty()) line += "; " + r["problem"].get<std::string>();
+      print_row(fmt::format("local rank {}", r["local_rank"].get<int>()), line);
+    }
+    print_row("this process", fmt::format("bound to CPUs {} (a launcher's binding is kept: mpirun --bind-to none "
+                                          "leaves the placement to strata)",
+                                          format_cpu_list(ranks["this_process_cpus"].get<std::vector<int>>())));
   }
 
   fmt::print("Libraries\n");
@@ -239,10 +296,23 @@ void add_info_command(CLI::App& root, CommandRegistry& registry) {
                   "A directory strata may write to (NVMe swap): filesystem, free space, O_DIRECT, block device. "
                   "Repeat or separate with commas")
       ->delimiter(',');
+  auto ranks = std::make_shared<int>(0);
+  app->add_option("--ranks", *ranks,
+                  "Show how N ranks of a run on this node are placed: a GPU each, a share of a NUMA node's cores, the "
+                  "--path directories on its node (under mpirun or torchrun: the node's ranks, printed by its local "
+                  "rank 0)")
+      ->check(CLI::Range(1, 4096));
   app->add_flag("--json", *json, "Print one JSON document (keys: cpu, memory, numa_nodes, gpus, cuda, io_uring, "
-                                 "paths, libraries)");
-  registry.add(app, [paths, json]() {
-    StatusOr<Json> doc = gather(*paths);
+                                 "paths, ranks with --ranks or under a launcher, libraries)");
+  registry.add(app, [paths, json, ranks]() {
+    StatusOr<LaunchInfo> launch = detect_launch();
+    if (!launch.is_ok()) return report_error(launch.status().message(), kExitFailure);
+    int n = *ranks;
+    if (launch->launcher != Launcher::single) {
+      if (launch->local_rank != 0) return kExitOk;  // the node's local rank 0 reports for it
+      if (n == 0) n = launch->local_size > 0 ? launch->local_size : launch->size;
+    }
+    StatusOr<Json> doc = gather(*paths, *launch, n);
     if (!doc.is_ok()) return report_error(doc.status().message(), kExitFailure);
     if (*json) {
       fmt::print("{}\n", doc->dump(2));
