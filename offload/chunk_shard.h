@@ -33,4 +33,10 @@ inline ChunkShard chunk_shard(uint64_t elements, int ranks, int rank) {
   return {.begin = begin, .end = std::min(elements, begin + stride), .stride = stride};
 }
 
+// The padded shard's bytes of a chunk of `chunk_bytes` bytes in elements of `element_bytes`: every
+// rank's `stride` elements (what one rank's slot of an exchange or a gather holds).
+inline uint64_t shard_stride_bytes(uint64_t chunk_bytes, uint64_t element_bytes, int ranks) {
+  return chunk_shard(chunk_bytes / element_bytes, ranks, 0).stride * element_bytes;
+}
+
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/grad_accumulate.h"
+#include "offload/slot_group.h"
 
 namespace strata {
 
@@ -20,7 +21,7 @@ uint64_t element_size(const GradientOffloaderOptions& o) { return kernels::float
 GradientOffloaderOptions gradient_shard_options(const GradientOffloaderOptions& whole, int ranks) {
   GradientOffloaderOptions o = whole;
   const uint64_t eb = element_size(whole);
-  for (uint64_t& bytes : o.chunk_bytes) bytes = chunk_shard(bytes / eb, ranks, 0).stride * eb;
+  for (uint64_t& bytes : o.chunk_bytes) bytes = shard_stride_bytes(bytes, eb, ranks);
   o.block_partials = true;
   return o;
 }
@@ -32,12 +33,12 @@ uint64_t GradientExchange::device_bytes(const GradientExchangeOptions& options, 
   std::vector<uint64_t> group_bytes(w.group_slots.size(), 0);
   uint64_t received = 0, stacks = 0, blocks = 0;
   for (size_t c = 0; c < w.chunk_bytes.size(); ++c) {
-    const uint64_t stride = chunk_shard(w.chunk_bytes[c] / eb, ranks, 0).stride;
-    const uint64_t padded = n * stride * eb;
+    const uint64_t stride_bytes = shard_stride_bytes(w.chunk_bytes[c], eb, ranks);
+    const uint64_t padded = n * stride_bytes;
     group_bytes[w.chunk_group[c]] = std::max(group_bytes[w.chunk_group[c]], padded);
     if (options.releases.at(c) > 1) stacks += aligned(uint64_t(options.releases[c]) * padded);
     else received = std::max(received, padded);
-    blocks += stride / kernels::kSumSquaresBlock;
+    blocks += stride_bytes / eb / kernels::kSumSquaresBlock;
   }
   uint64_t bytes = stacks + (received > 0 ? aligned(received) : 0) + aligned(n * blocks * sizeof(double));
   for (size_t g = 0; g < group_bytes.size(); ++g)
@@ -112,30 +113,27 @@ StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::create(Backend& ba
   if (received > 0) {
     STRATA_ASSIGN_OR_RETURN(x->received_, take(received, "received"));
   }
+  x->slots_ = SlotRing(w.group_slots.size(), w.chunk_group);
   for (size_t g = 0; g < w.group_slots.size(); ++g) {
-    Group& group = x->groups_.emplace_back();
     if (group_bytes[g] == 0) continue;
-    const std::string group_name = g < w.group_names.size() ? w.group_names[g] : fmt::format("group {}", g);
+    const std::string group_name = slot_group_name(w.group_names, g);
     for (uint32_t s = 0; s < w.group_slots[g]; ++s) {
       STRATA_ASSIGN_OR_RETURN(std::byte* slot, take(group_bytes[g], fmt::format("slot ({}) {}/{}", group_name, s + 1,
                                                                                w.group_slots[g])));
-      group.slots.push_back(slot);
-      group.holder.push_back(-1);
+      x->slots_.add_slot(g, slot);
     }
   }
   STRATA_ASSIGN_OR_RETURN(std::byte* partials, take(n * x->blocks_ * sizeof(double), "norm partials"));
   x->partials_ = reinterpret_cast<double*>(partials);
   x->gathered_.resize(n * x->blocks_);
-  x->slot_of_.assign(chunks, -1);
   x->released_.assign(chunks, 0);
   return x;
 }
 
 Status GradientExchange::begin_step() {
   STRATA_RETURN_IF_ERROR(inner_.begin_step());
-  for (size_t c = 0; c < slot_of_.size(); ++c)
-    if (slot_of_[c] >= 0)
-      return error(Code::failed_precondition, "{} exchange: begin_step while chunk {} is held", options_.chunks.name, c);
+  if (const int64_t c = slots_.first_held(); c >= 0)
+    return error(Code::failed_precondition, "{} exchange: begin_step while chunk {} is held", options_.chunks.name, c);
   released_.assign(released_.size(), 0);
   in_step_ = true;
   return Status::ok();
@@ -143,40 +141,33 @@ Status GradientExchange::begin_step() {
 
 StatusOr<std::byte*> GradientExchange::acquire(size_t c) {
   const std::string& name = options_.chunks.name;
-  if (c >= slot_of_.size())
-    return error(Code::invalid_argument, "{} exchange: chunk {} out of range ({} chunks)", name, c, slot_of_.size());
+  if (c >= shards_.size())
+    return error(Code::invalid_argument, "{} exchange: chunk {} out of range ({} chunks)", name, c, shards_.size());
   if (!in_step_) return error(Code::failed_precondition, "{} exchange: acquire of chunk {} outside a step", name, c);
-  if (slot_of_[c] >= 0) return error(Code::failed_precondition, "{} exchange: chunk {} is already held", name, c);
-  Group& g = groups_[options_.chunks.chunk_group[c]];
-  for (size_t k = 0; k < g.slots.size(); ++k) {
-    const size_t s = (g.next + k) % g.slots.size();
-    if (g.holder[s] >= 0) continue;
-    g.next = s + 1;
-    g.holder[s] = int64_t(c);
-    slot_of_[c] = int64_t(s);
-    // Stream order: the slot's last all-to-all is queued on compute before this fill.
-    STRATA_RETURN_IF_ERROR(
-        backend_.fill_zero(g.slots[s], uint64_t(comm_.size()) * shards_[c].stride * element_bytes_, Stream::compute));
-    return g.slots[s];
-  }
-  return error(Code::failed_precondition, "{} exchange: every slot of chunk {}'s group is held", name, c);
+  if (slots_.held(c) != nullptr)
+    return error(Code::failed_precondition, "{} exchange: chunk {} is already held", name, c);
+  std::byte* slot = slots_.take(c);
+  if (slot == nullptr)
+    return error(Code::failed_precondition, "{} exchange: every slot of chunk {}'s group is held", name, c);
+  // Stream order: the slot's last all-to-all is queued on compute before this fill.
+  STRATA_RETURN_IF_ERROR(
+      backend_.fill_zero(slot, uint64_t(comm_.size()) * shards_[c].stride * element_bytes_, Stream::compute));
+  return slot;
 }
 
 Status GradientExchange::release(size_t c, bool last) {
   const std::string& name = options_.chunks.name;
-  if (c >= slot_of_.size() || slot_of_[c] < 0)
+  std::byte* slot = c < shards_.size() ? slots_.held(c) : nullptr;
+  if (slot == nullptr)
     return error(Code::failed_precondition, "{} exchange: release of chunk {}, which is not held", name, c);
-  Group& g = groups_[options_.chunks.chunk_group[c]];
-  const size_t s = size_t(slot_of_[c]);
-  g.holder[s] = -1;
-  slot_of_[c] = -1;
+  slots_.put(c);
   const uint32_t j = released_[c]++;
   if (j >= options_.releases[c])
     return error(Code::failed_precondition, "{} exchange: release {} of chunk {} in one backward, but each rank runs "
                  "one micro-batch per step ({} release(s) of this chunk)", name, j + 1, c, options_.releases[c]);
   const uint64_t block = shards_[c].stride * element_bytes_;
   std::byte* to = stacks_[c] != nullptr ? stacks_[c] + uint64_t(j) * uint64_t(comm_.size()) * block : received_;
-  STRATA_RETURN_IF_ERROR(comm_.all_to_all(g.slots[s], to, block, Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_.all_to_all(slot, to, block, Stream::compute));
   if (!last) {
     if (stacks_[c] == nullptr)
       return error(Code::failed_precondition, "{} exchange: chunk {} released with more to come, but it has one "
@@ -204,9 +195,9 @@ Status GradientExchange::hand_over(size_t c, uint32_t releases) {
 StatusOr<double> GradientExchange::finish_step() {
   const std::string& name = options_.chunks.name;
   if (!in_step_) return error(Code::failed_precondition, "{} exchange: finish_step without begin_step", name);
-  for (size_t c = 0; c < slot_of_.size(); ++c) {
-    if (slot_of_[c] >= 0)
-      return error(Code::failed_precondition, "{} exchange: finish_step while chunk {} is held", name, c);
+  if (const int64_t c = slots_.first_held(); c >= 0)
+    return error(Code::failed_precondition, "{} exchange: finish_step while chunk {} is held", name, c);
+  for (size_t c = 0; c < released_.size(); ++c) {
     if (released_[c] != 0 && released_[c] != options_.releases[c])
       return error(Code::failed_precondition, "{} exchange: chunk {} got {} of its {} releases this step", name, c,
                    released_[c], options_.releases[c]);

@@ -32,6 +32,7 @@
 #include "offload/chunk_shard.h"
 #include "offload/chunk_source.h"
 #include "offload/gradient_offloader.h"
+#include "offload/slot_ring.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
 
@@ -96,15 +97,7 @@ class GradientExchange final : public GradSink {
   const GradientExchangeOptions options_;
   std::vector<ChunkShard> shards_;  // per chunk: this rank's
   uint64_t element_bytes_ = 0;
-  // Per group: its slots (ranks x stride elements of its largest chunk) and which chunk holds each
-  // (-1: free); the round-robin cursor.
-  struct Group {
-    std::vector<std::byte*> slots;
-    std::vector<int64_t> holder;
-    size_t next = 0;
-  };
-  std::vector<Group> groups_;
-  std::vector<int64_t> slot_of_;      // per chunk: the slot index it holds in its group, or -1
+  SlotRing slots_;                    // per group: ranks x stride elements of its largest chunk a slot
   std::byte* received_ = nullptr;     // ranks x stride elements of the largest chunk released once
   std::vector<std::byte*> stacks_;    // per chunk released more than once: releases x ranks x stride
   std::vector<uint32_t> released_;    // per chunk: releases this backward

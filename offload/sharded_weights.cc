@@ -7,11 +7,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "offload/slot_group.h"
+
 namespace strata {
 
 std::vector<uint64_t> weight_shard_bytes(const std::vector<uint64_t>& chunk_bytes, uint64_t element_bytes, int ranks) {
   std::vector<uint64_t> out;
-  for (uint64_t b : chunk_bytes) out.push_back(chunk_shard(b / element_bytes, ranks, 0).stride * element_bytes);
+  for (uint64_t b : chunk_bytes) out.push_back(shard_stride_bytes(b, element_bytes, ranks));
   return out;
 }
 
@@ -19,9 +21,8 @@ uint64_t ShardedWeights::slot_bytes(const ShardedWeightsOptions& options, int ra
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   std::vector<uint64_t> widest(options.group_slots.size(), 0);
   for (size_t c = 0; c < options.chunk_bytes.size(); ++c) {
-    const uint64_t stride = chunk_shard(options.chunk_bytes[c] / options.element_bytes, ranks, 0).stride;
     uint64_t& w = widest.at(options.chunk_group.at(c));
-    w = std::max(w, uint64_t(ranks) * stride * options.element_bytes);
+    w = std::max(w, uint64_t(ranks) * shard_stride_bytes(options.chunk_bytes[c], options.element_bytes, ranks));
   }
   uint64_t bytes = 0;
   for (size_t g = 0; g < widest.size(); ++g)
@@ -59,21 +60,19 @@ StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::create(Backend& backen
     g = std::max(g, uint64_t(ranks) * w->shards_[c].stride * options.element_bytes);
     largest = std::max(largest, options.chunk_bytes[c]);
   }
+  w->slots_ = SlotRing(widest.size(), options.chunk_group);
   for (size_t g = 0; g < widest.size(); ++g) {
-    Group& group = w->groups_.emplace_back();
     if (widest[g] == 0) continue;
-    const std::string group_name = g < options.group_names.size() ? options.group_names[g] : fmt::format("group {}", g);
+    const std::string group_name = slot_group_name(options.group_names, g);
     for (size_t s = 0; s < options.group_slots[g]; ++s) {
       STRATA_ASSIGN_OR_RETURN(void* slot, backend.allocate(widest[g], fmt::format("{} gathered ({}) {}/{}", name,
                                                                                    group_name, s + 1,
                                                                                    options.group_slots[g])));
       w->blocks_.push_back(slot);
-      group.slots.push_back(static_cast<std::byte*>(slot));
-      group.holder.push_back(-1);
+      w->slots_.add_slot(g, static_cast<std::byte*>(slot));
     }
   }
   STRATA_ASSIGN_OR_RETURN(w->update_, pinned.acquire(largest));
-  w->slot_of_.assign(chunks, -1);
   w->holds_.assign(chunks, 0);
   return w;
 }
@@ -90,29 +89,24 @@ ShardedWeights::~ShardedWeights() {
 StatusOr<std::byte*> ShardedWeights::acquire(size_t c) {
   if (c >= chunk_count())
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunk_count());
-  Group& g = groups_[options_.chunk_group[c]];
   if (holds_[c] > 0) {  // held (the tied table, by the head): gathered already
     ++holds_[c];
-    return g.slots[size_t(slot_of_[c])];
+    return slots_.held(c);
   }
-  size_t s = g.slots.size();
-  for (size_t k = 0; k < g.slots.size() && s == g.slots.size(); ++k)
-    if (g.holder[(g.next + k) % g.slots.size()] < 0) s = (g.next + k) % g.slots.size();
-  if (s == g.slots.size())
+  std::byte* slot = slots_.take(c);
+  if (slot == nullptr)
     return error(Code::failed_precondition, "{}: every gathered slot of chunk {}'s group is held", options_.name, c);
   // The shard is ready for compute work queued from here (WeightSource's contract): the gather is
   // that work; its release after the gather is queued means the compute stream is done with it.
   STRATA_ASSIGN_OR_RETURN(std::byte* shard, inner_.acquire(c));
   const uint64_t block = shards_[c].stride * options_.element_bytes;
-  Status gathered = comm_.all_gather(shard, g.slots[s], block, Stream::compute);
+  Status gathered = comm_.all_gather(shard, slot, block, Stream::compute);
   const Status released = inner_.release(c);
+  if (!gathered.is_ok() || !released.is_ok()) slots_.put(c);
   STRATA_RETURN_IF_ERROR(gathered);
   STRATA_RETURN_IF_ERROR(released);
-  g.holder[s] = int64_t(c);
-  g.next = s + 1;
-  slot_of_[c] = int64_t(s);
   holds_[c] = 1;
-  return g.slots[s];
+  return slot;
 }
 
 Status ShardedWeights::release(size_t c) {
@@ -121,8 +115,7 @@ Status ShardedWeights::release(size_t c) {
   if (--holds_[c] > 0) return Status::ok();
   // Stream order: the compute work queued so far is the last to read the slot; the next gather
   // into it is queued after.
-  groups_[options_.chunk_group[c]].holder[size_t(slot_of_[c])] = -1;
-  slot_of_[c] = -1;
+  slots_.put(c);
   return Status::ok();
 }
 

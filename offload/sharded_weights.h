@@ -26,6 +26,7 @@
 #include "offload/chunk_shard.h"
 #include "offload/chunk_source.h"
 #include "offload/shard_gather.h"
+#include "offload/slot_ring.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/pinned_pool.h"
@@ -86,13 +87,7 @@ class ShardedWeights final : public WeightSource {
   ShardGather& gather_;
   const ShardedWeightsOptions options_;
   std::vector<ChunkShard> shards_;  // per chunk: this rank's
-  struct Group {
-    std::vector<std::byte*> slots;
-    std::vector<int64_t> holder;  // the chunk gathered in each slot, -1: free
-    size_t next = 0;
-  };
-  std::vector<Group> groups_;
-  std::vector<int64_t> slot_of_;   // per chunk: its slot in its group while held, else -1
+  SlotRing slots_;                 // per group: ranks x stride elements of its largest chunk a slot
   std::vector<uint32_t> holds_;    // per chunk: acquires not yet released
   PinnedBuffer update_;            // the largest chunk's bytes
   int64_t updating_ = -1;          // the chunk update_buffer handed out, -1: none

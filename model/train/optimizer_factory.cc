@@ -59,7 +59,7 @@ uint64_t weight_gather_round(const ParamLayout& layout, int ranks) {
   constexpr uint64_t kMostRound = 32ull << 20;  // a rank's bytes per round: bounds the device buffer
   uint64_t widest = 0;
   for (const ChunkSpec& c : layout.chunks)
-    widest = std::max(widest, chunk_shard(c.bytes / layout.element_bytes, ranks, 0).stride * layout.element_bytes);
+    widest = std::max(widest, shard_stride_bytes(c.bytes, layout.element_bytes, ranks));
   return std::min(widest, kMostRound);
 }
 
