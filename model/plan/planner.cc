@@ -18,6 +18,8 @@
 #include "model/plan/tiling.h"
 #include "model/train/step_schedule.h"
 #include "model/train/train_config_keys.h"
+#include "offload/chunk_shard.h"
+#include "offload/gradient_exchange.h"
 #include "offload/gradient_offloader.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer_pipeline.h"
@@ -133,11 +135,15 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
 }
 
 void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, uint32_t ranks) {
-  const NvmeReservation r = nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit, ranks);
+  // A training run across ranks (o.ranks, ZeRO-2 or 3): rank 0's reservation, the largest.
+  const NvmeReservation r = ranks == 1 && o.ranks > 1
+                                ? run_nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit, 0)
+                                : nvme_reservation(config, o, NvmeStoreOptions{}.stripe_unit, ranks);
   b.at(Tier::nvme, PlanState::weights) = r.weights;
   b.at(Tier::nvme, PlanState::gradients) = r.gradients;
   if (r.optimizer > 0) {
-    const uint64_t masters = master_bytes(sharded(state_options(config, o), ranks));
+    const uint32_t state_ranks = ranks == 1 && o.ranks > 1 ? uint32_t(o.ranks) : ranks;
+    const uint64_t masters = std::min(r.optimizer, master_bytes(sharded(state_options(config, o), state_ranks)));
     b.at(Tier::nvme, PlanState::masters) = masters;
     b.at(Tier::nvme, PlanState::moments) = r.optimizer - masters;
   }
@@ -190,6 +196,34 @@ NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& 
   }
   if (grads_on_nvme(o)) {
     const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), ranks);
+    r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
+  }
+  return r;
+}
+
+NvmeReservation run_nvme_reservation(const ModelConfig& config, const TrainOptions& o, uint64_t stripe_unit, int rank) {
+  const int ranks = std::max(o.ranks, 1);
+  if (ranks == 1) return nvme_reservation(config, o, stripe_unit);
+  NvmeReservation r;
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const ParamLayout& layout = *working;
+  if (o.weight_home == Tier::nvme) {
+    if (o.partitions_weights()) {  // ZeRO-3: the rank's padded shard of every paged chunk
+      const std::vector<uint64_t> paged = run_weight_options(layout, o, config.name).chunk_bytes;
+      for (uint64_t c : paged) r.weights += shard_stride_bytes(c, layout.element_bytes, ranks);
+      r.weights += paged.size() * (stripe_unit / 8) + stripe_unit;
+    } else {  // ZeRO-2: each rank pages its whole copy
+      r.weights = nvme_reservation(config, o, stripe_unit).weights;
+    }
+  }
+  if (optimizer_on_nvme(o)) {
+    const std::vector<StatePiece> pieces =
+        rank_state_pieces(layout, *master_layout(config), o.sub_group_size, ranks, rank);
+    const OptimizerPipelineOptions po = optimizer_state_options(pieces, o, /*labels=*/false);
+    r.optimizer = optimizer_pipeline_nvme_bytes(po) + po.fp32_elements.size() * 4096;
+  }
+  if (grads_on_nvme(o)) {
+    const GradientOffloaderOptions go = gradient_shard_options(gradient_options(layout, o, config.name), ranks);
     r.gradients = gradient_offloader_nvme_bytes(go) + go.chunk_bytes.size() * 4096;
   }
   return r;

@@ -55,6 +55,12 @@ struct NvmeReservation {
 // ranks > 1: a rank's, its shards of every chunk (world.h's sharded options).
 NvmeReservation nvme_reservation(const ModelConfig& config, const TrainOptions& options, uint64_t stripe_unit,
                                  uint32_t ranks = 1);
+// A training run's rank `rank` of options.ranks (ZeRO-2, or 3 with options.zero_stage): exactly what
+// its NVMe store holds -- its padded weight shards (ZeRO-3; ZeRO-2 pages a whole copy), its pieces of
+// the optimizer state (rank_state_pieces) and its padded gradient shards (gradient_shard_options).
+// options.ranks <= 1: nvme_reservation.
+NvmeReservation run_nvme_reservation(const ModelConfig& config, const TrainOptions& options, uint64_t stripe_unit,
+                                     int rank);
 
 // Bytes of every state on every tier for one run (options' placement, shape and precision). When
 // options.evaluates(), a second batch ring for the held-out data (strata train's validation loader).

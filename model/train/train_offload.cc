@@ -69,7 +69,8 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
     NvmeStoreOptions so;
     so.paths = paths;
     // The weight extents, optimizer images and gradient sums, as `strata plan` predicts them.
-    so.capacity = model::nvme_reservation(model, o, so.stripe_unit).total();
+    // Across ranks: this rank's shards and pieces only (the last ranks' are shorter or empty).
+    so.capacity = model::run_nvme_reservation(model, o, so.stripe_unit, comm ? comm->rank() : 0).total();
     STRATA_ASSIGN_OR_RETURN(t->store_, NvmeStore::create(*t->engine_, so));
     if (states_on_nvme)
       spdlog::info("offload: optimizer state homed on nvme ({} in {} images: {} chunks, pieces of at most {} "
