@@ -6,8 +6,7 @@
 
 #include <algorithm>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include "runtime/parallel_ranges.h"
 
 namespace strata {
 namespace {
@@ -26,8 +25,7 @@ void for_each_element(int64_t n, const Element& element) {
     run(0, n);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kConvertGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); });
+  parallel_ranges<int64_t>(n, kConvertGrain, run);
 }
 
 // Calls element(i) for the offset i of every element in columns [0, cols) of `rows` rows that
@@ -52,8 +50,7 @@ void for_each_element(const WidenedArgs::Rows& rows, const Element& element) {
     run(0, count);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, row_grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); });
+  parallel_ranges<int64_t>(count, row_grain, run);
 }
 
 // dst = the 16-bit elements at src, over the `rows` elements of both.

@@ -11,11 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include "runtime/backend.h"
 #include "runtime/log.h"
+#include "runtime/parallel_ranges.h"
 #include "runtime/units.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -63,16 +62,14 @@ constexpr uint64_t kParallelRange = kHugePage;
 // zero each already holds, so a following mlock finds them present instead of faulting them in
 // one by one on the calling thread.
 void fault_in(std::byte* base, uint64_t bytes) {
-  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, bytes, kParallelRange), [&](const tbb::blocked_range<uint64_t>& r) {
-    for (uint64_t o = r.begin(); o < r.end(); o += kPinnedAlignment)
-      reinterpret_cast<volatile unsigned char*>(base)[o] = 0;
+  parallel_ranges<uint64_t>(bytes, kParallelRange, [&](uint64_t begin, uint64_t end) {
+    for (uint64_t o = begin; o < end; o += kPinnedAlignment) reinterpret_cast<volatile unsigned char*>(base)[o] = 0;
   });
 }
 
 void zero_on_every_core(std::byte* data, uint64_t bytes) {
-  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, bytes, kParallelRange), [&](const tbb::blocked_range<uint64_t>& r) {
-    std::memset(data + r.begin(), 0, r.size());
-  });
+  parallel_ranges<uint64_t>(bytes, kParallelRange,
+                            [&](uint64_t begin, uint64_t end) { std::memset(data + begin, 0, end - begin); });
 }
 
 // True when this process may lock one page (RLIMIT_MEMLOCK / CAP_IPC_LOCK allow it).

@@ -5,18 +5,16 @@
 
 #include <cstdint>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include "runtime/parallel_ranges.h"
 
 namespace strata::kernels {
 
-// Calls body(begin, end) over [0, n) in chunks of at least `grain` items, in parallel, and waits.
-// Correct only for bodies whose results do not depend on how [0, n) is split.
+// Calls body(begin, end) over [0, n) in chunks of at least `grain` items, in parallel, and waits
+// (runtime/parallel_ranges.h). Correct only for bodies whose results do not depend on how [0, n)
+// is split.
 template <typename Body>
 void parallel_ranges(int64_t n, int64_t grain, const Body& body) {
-  if (n <= 0) return;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain > 0 ? grain : 1),
-                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  strata::parallel_ranges<int64_t>(n, grain, body);
 }
 
 // Channels per task when a reduction over rows is split by column: 64 floats is one 256-byte run
