@@ -24,6 +24,7 @@
 #include "offload/nvme_store.h"
 #include "offload/optimizer_pipeline.h"
 #include "offload/resident_weights.h"
+#include "offload/sharded_weights.h"
 #include "offload/tier_manager.h"
 #include "runtime/align.h"
 #include "runtime/units.h"
@@ -92,14 +93,25 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
 void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, uint32_t ranks) {
   const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
   const ParamLayout& layout = *working;
+  // A training run's ZeRO-3 (o.ranks ranks, --zero-stage 3): the weights' homes are the rank's padded
+  // shards (offload/sharded_weights.h), beside ShardedWeights' pinned whole-chunk update buffer.
+  const bool run_shards = ranks == 1 && o.partitions_weights();
+  if (run_shards) {
+    uint64_t largest = 0;
+    for (const ChunkSpec& c : layout.chunks) largest = std::max(largest, c.bytes);
+    b.at(Tier::cpu, PlanState::staging) += round_up(largest, kHostPage);
+  }
   if (o.weight_home == Tier::device) {
     std::vector<uint64_t> chunks = chunk_bytes(layout);
     if (ranks > 1)
       for (uint64_t& c : chunks) c = shard_bytes(c, ranks, kHostPage);
+    if (run_shards) chunks = weight_shard_bytes(chunks, layout.element_bytes, o.ranks);
     b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(chunks);
   } else {
+    TierManagerOptions wo = run_weight_options(layout, o, config.name);
+    if (run_shards) wo.chunk_bytes = weight_shard_bytes(wo.chunk_bytes, layout.element_bytes, o.ranks);
     b.at(Tier::cpu, o.weight_home == Tier::cpu ? PlanState::weights : PlanState::staging) +=
-        tier_pinned_bytes(sharded(run_weight_options(layout, o, config.name), ranks));
+        tier_pinned_bytes(sharded(wo, ranks));
     const WeightShare w = weight_share(layout, o);  // the resident layers' update staging
     if (!w.resident_chunks.empty())
       b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(w.resident_chunks);
