@@ -232,10 +232,7 @@ StatusOr<DeviceBenchReport> run_device_bench(const DeviceBenchOptions& o) {
     max_out = std::max(max_out, s.N * s.out_row());
     max_oc = std::max(max_oc, s.OC);
   }
-  GemmInputs in;
-  in.inp = random_values(static_cast<size_t>(max_in), 1);
-  in.weight = random_values(static_cast<size_t>(max_w), 2);
-  in.bias = random_values(static_cast<size_t>(max_oc), 3);
+  GemmInputs in;  // filled once a backend exists: a missing GPU is said before seconds of random numbers
 
   // Precisions in two groups: one backend without TF32, one with (a BackendOptions choice).
   std::vector<PeakPrecision> plain, tf32;
@@ -266,6 +263,11 @@ StatusOr<DeviceBenchReport> run_device_bench(const DeviceBenchOptions& o) {
     bo.memory_budget = gemm_bytes + (with_copy ? 2 * r.copy_bytes + 512 : 0) + (16ull << 20);
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_backend(bo));
     if (r.device.empty()) r.device = be->device().name;
+    if (in.inp.empty()) {
+      in.inp = random_values(static_cast<size_t>(max_in), 1);
+      in.weight = random_values(static_cast<size_t>(max_w), 2);
+      in.bias = random_values(static_cast<size_t>(max_oc), 3);
+    }
     GemmBuffers b;
     STRATA_ASSIGN_OR_RETURN(b.inp, be->allocate(4 * static_cast<uint64_t>(max_in), "bench device inp"));
     STRATA_ASSIGN_OR_RETURN(b.weight, be->allocate(4 * static_cast<uint64_t>(max_w), "bench device weight"));
