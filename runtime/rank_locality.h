@@ -25,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.h"
 #include "runtime/status.h"
 
 namespace strata {

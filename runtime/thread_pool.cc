@@ -6,7 +6,6 @@
 #include "runtime/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
 #include <iterator>
 #include <optional>
 #include <vector>
@@ -19,6 +18,7 @@
 
 #include "runtime/log.h"
 #include "runtime/topology.h"
+#include "runtime/tsan_annotations.h"
 
 namespace strata {
 
@@ -138,23 +138,20 @@ void ThreadPool::parallel_for(size_t n, size_t grain,
   // Whole chunks of `grain` items; the last chunk takes the remainder, so every call gets at least
   // min(grain, n) items.
   const size_t chunks = std::max<size_t>(n / grain, 1);
-  // The caller's writes before the call reach each range through `start` (release, then an acquire
-  // load at the range's start), and each range's writes reach the caller through `done` (a release
-  // increment, then an acquire load after the join): the order TBB's spawn and join already give,
-  // made visible to ThreadSanitizer, which cannot see inside an uninstrumented libtbb.
-  std::atomic<bool> start{false};
-  std::atomic<size_t> done{0};
-  start.store(true, std::memory_order_release);
+  // The order oneTBB's spawn and join give, made visible to ThreadSanitizer, which cannot see inside
+  // an uninstrumented libtbb (runtime/tsan_annotations.h).
+  char handoff = 0;
+  tsan_release(&handoff);
   arena_->execute([&] {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks), [&](const tbb::blocked_range<size_t>& r) {
-      (void)start.load(std::memory_order_acquire);
+      tsan_acquire(&handoff);
       size_t begin = r.begin() * grain;
       size_t end = r.end() == chunks ? n : r.end() * grain;
       body(begin, end);
-      done.fetch_add(r.size(), std::memory_order_release);
+      tsan_release(&handoff);
     });
   });
-  (void)done.load(std::memory_order_acquire);
+  tsan_acquire(&handoff);
 }
 
 }  // namespace strata

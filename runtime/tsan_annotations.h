@@ -4,7 +4,8 @@
 // reads, or a worker's writes before the caller's reads after the loop: every such access looks
 // like a race. Suppressing them (tools/tsan.supp) hides them but is slow -- TSan still finds and
 // matches each racy address, an ever longer search (a 5 MB parallel zero-fill took 113 s) -- so the
-// loops that hand work to oneTBB say where the edges are:
+// loops that hand work to oneTBB (runtime/parallel_ranges.h, ThreadPool::parallel_for) say where
+// the edges are:
 //   tsan_release(&token);                      // the caller, before the loop
 //   parallel_for(... { tsan_acquire(&token);   // each range, first
 //                      ...;

@@ -2,8 +2,8 @@
 # Each rank's place on its node (label mpi, issue #25's "strata info shows ranks and their
 # placement"): `strata info --ranks N --json` plans N ranks whose CPU shares are disjoint and cover
 # every CPU (on a machine of at least N cores); under mpirun only the node's local rank 0 prints,
-# one document for the NP ranks; and `strata train` under mpirun logs each rank's binding, each
-# rank bound to its own share.
+# one document for the NP ranks; and `strata train` under mpirun: rank 0 logs its binding, and
+# each rank, read from /proc while it trains, is bound to its own share.
 # Usage: info_ranks_check.sh NP STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 strata=$2

@@ -107,7 +107,7 @@ Json path_json(const PathInfo& p) {
 
 // How `ranks` ranks of a run on this node are placed (runtime/rank_locality.h: one GPU each where
 // CUDA shows GPUs, a share of a NUMA node's cores, the --path directories on its node), as `strata
-// train` places ranks the launcher leaves unbound; `bound` is this process's binding now.
+// train` places ranks the launcher leaves unbound; this process's own binding is shown beside it.
 StatusOr<Json> ranks_json(const Topology& topo, const std::vector<DeviceDescription>& cuda_devices,
                           const std::vector<std::string>& paths, const LaunchInfo& launch, int ranks) {
   std::vector<std::string> bus_ids;
