@@ -276,9 +276,10 @@ StatusOr<double> DeviceGrads::finish_step() {
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(host_partials_.data(), partials_,
                                                host_partials_.size() * sizeof(double), Stream::d2h));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::d2h));
+  chunk_partials_.assign(work_.size(), 0.0);
   double total = 0.0;
   for (size_t c = 0; c < work_.size(); ++c) {
-    double chunk = 0.0;  // kernels::sum_squares's order: blocks in order from +0.0
+    double& chunk = chunk_partials_[c];  // kernels::sum_squares's order: blocks in order from +0.0
     for (uint64_t k = partial_at_[c]; k < partial_at_[c + 1]; ++k) chunk += host_partials_[k];
     total += chunk;
   }

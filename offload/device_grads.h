@@ -59,6 +59,10 @@ class DeviceGrads final : public GradSink {
   // chunk in block order and over chunks in chunk order, from +0.0. Synchronizes the compute and
   // d2h streams (and the communicator's collectives, whose sticky error is returned).
   StatusOr<double> finish_step() override;
+  // Chunk c's squared-norm partial of the finished step (its blocks summed in order from +0.0; the
+  // norm is these summed in chunk order): for a sink that owns some of a model's chunks
+  // (offload/split_grads.h). One rank only (0 across ranks); valid from finish_step until the next.
+  double partial(size_t c) const { return c < chunk_partials_.size() ? chunk_partials_[c] : 0.0; }
   // Chunk c's gradient sum on the device, for the update: the working-precision buffer while it holds
   // the step's only contribution (format = the working precision), else the fp32 accumulator (f32);
   // chunk_bytes(c) / element size elements, element i = element i of the chunk in the
@@ -137,6 +141,7 @@ class DeviceGrads final : public GradSink {
   std::vector<uint64_t> partial_at_;    // per chunk: index of its first block partial (+ total)
   double* partials_ = nullptr;          // device: every chunk's block partials
   std::vector<double> host_partials_;
+  std::vector<double> chunk_partials_;  // per chunk, from the last finish_step (one rank)
   // Where chunk c's sum of this step is.
   enum class Held : uint8_t {
     none,          // no contribution yet (finish_step zeroes acc and moves to in_acc)

@@ -8,27 +8,24 @@ namespace strata {
 
 StatusOr<std::unique_ptr<SplitWeights>> SplitWeights::create(std::vector<bool> resident, WeightSource& resident_source,
                                                              WeightSource& paged_source) {
-  std::vector<Route> route;
-  size_t counts[2] = {0, 0};  // paged, resident
-  for (bool r : resident) route.push_back({.resident = r, .index = counts[r]++});
-  if (counts[1] != resident_source.chunk_count() || counts[0] != paged_source.chunk_count())
+  ChunkRoute route(resident);
+  if (route.count(true) != resident_source.chunk_count() || route.count(false) != paged_source.chunk_count())
     return error(Code::invalid_argument,
                  "split weights: {} chunks routed to the resident source and {} to the paged one, but they hold {} "
                  "and {}",
-                 counts[1], counts[0], resident_source.chunk_count(), paged_source.chunk_count());
+                 route.count(true), route.count(false), resident_source.chunk_count(), paged_source.chunk_count());
   return std::unique_ptr<SplitWeights>(new SplitWeights(std::move(route), resident_source, paged_source));
 }
 
 StatusOr<std::pair<WeightSource*, size_t>> SplitWeights::find(size_t c, const char* what) const {
   if (c >= route_.size())
     return error(Code::out_of_range, "split weights: {} of chunk {} but there are {} chunks", what, c, route_.size());
-  const Route& r = route_[c];
-  return std::pair<WeightSource*, size_t>(r.resident ? &resident_ : &paged_, r.index);
+  return std::pair<WeightSource*, size_t>(route_.marked(c) ? &resident_ : &paged_, route_.index(c));
 }
 
 uint64_t SplitWeights::chunk_bytes(size_t c) const {
-  const Route& r = route_.at(c);
-  return (r.resident ? resident_ : paged_).chunk_bytes(r.index);
+  if (c >= route_.size()) return 0;
+  return (route_.marked(c) ? resident_ : paged_).chunk_bytes(route_.index(c));
 }
 
 Status SplitWeights::begin_sequence(std::string_view name) {
@@ -69,7 +66,7 @@ Status SplitWeights::flush() {
 }
 
 void SplitWeights::expect_update(size_t c, bool expected) {
-  if (c < route_.size()) (route_[c].resident ? resident_ : paged_).expect_update(route_[c].index, expected);
+  if (c < route_.size()) (route_.marked(c) ? resident_ : paged_).expect_update(route_.index(c), expected);
 }
 
 Status SplitWeights::read(size_t c, std::byte* host) {

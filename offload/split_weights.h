@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "offload/chunk_route.h"
 #include "offload/chunk_source.h"
 #include "runtime/status.h"
 
@@ -41,19 +42,15 @@ class SplitWeights final : public WeightSource {
   void expect_update(size_t c, bool expected) override;
   Status read(size_t c, std::byte* host) override;
 
-  bool resident(size_t c) const { return c < route_.size() && route_[c].resident; }
+  bool resident(size_t c) const { return c < route_.size() && route_.marked(c); }
 
  private:
-  struct Route {
-    bool resident = false;
-    size_t index = 0;  // the chunk's index in its source
-  };
-  SplitWeights(std::vector<Route> route, WeightSource& resident, WeightSource& paged)
+  SplitWeights(ChunkRoute route, WeightSource& resident, WeightSource& paged)
       : route_(std::move(route)), resident_(resident), paged_(paged) {}
   // The source of chunk c and its index there; out_of_range for a chunk past the model's.
   StatusOr<std::pair<WeightSource*, size_t>> find(size_t c, const char* what) const;
 
-  const std::vector<Route> route_;
+  const ChunkRoute route_;  // marked: resident
   WeightSource& resident_;
   WeightSource& paged_;
 };

@@ -145,6 +145,11 @@ int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& optio
   uint64_t layer_bytes = 0;
   for (const ChunkSpec& c : layout->chunks)
     if (c.kind == ChunkKind::layer) layer_bytes = std::max(layer_bytes, aligned(c.bytes));
+  if (o.split_update) {  // a resident layer also holds its gradient sums and optimizer state
+    o.resident_layers = 1;
+    const uint64_t one = estimate_device_bytes(config, o).total();
+    layer_bytes = std::max(layer_bytes, one > base ? one - base : 0);
+  }
   int64_t k = std::min<int64_t>(config.n_layer, int64_t((usable - base) / std::max<uint64_t>(layer_bytes, 1)));
   while (k > 0 && !fits(k)) --k;
   while (k + 1 < config.n_layer && fits(k + 1)) ++k;
@@ -161,9 +166,38 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
   return o;
 }
 
+std::vector<bool> device_update_mask(const ParamLayout& layout, const TrainOptions& options) {
+  if (!options.split_update || !options.paged_weights() || options.ranks > 1)
+    return std::vector<bool>(layout.chunks.size(), false);
+  return resident_chunk_mask(layout, options.resident_layers);
+}
+
+GradientOffloaderOptions without_chunks(const GradientOffloaderOptions& options, const std::vector<bool>& drop) {
+  GradientOffloaderOptions o = options;
+  o.chunk_bytes.clear();
+  o.chunk_group.clear();
+  o.group_slots.clear();
+  o.group_names.clear();
+  std::vector<size_t> group(options.group_slots.size(), SIZE_MAX);  // old group -> new
+  for (size_t c = 0; c < options.chunk_bytes.size(); ++c) {
+    if (c < drop.size() && drop[c]) continue;
+    const size_t g = options.chunk_group[c];
+    if (group[g] == SIZE_MAX) {
+      group[g] = o.group_slots.size();
+      o.group_slots.push_back(options.group_slots[g]);
+      if (g < options.group_names.size()) o.group_names.push_back(options.group_names[g]);
+    }
+    o.chunk_bytes.push_back(options.chunk_bytes[c]);
+    o.chunk_group.push_back(group[g]);
+  }
+  if (o.group_names.size() != o.group_slots.size()) o.group_names.clear();
+  return o;
+}
+
 GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
                                           const std::string& name) {
-  GradientOffloaderOptions o = gradient_slot_options(layout, options.dtype, name);
+  GradientOffloaderOptions o = without_chunks(gradient_slot_options(layout, options.dtype, name),
+                                              device_update_mask(layout, options));
   o.home = options.grad_home == Tier::nvme ? Tier::nvme : Tier::cpu;
   // A tied table's gradient takes the head's contribution first and the embedding's last, so each
   // of its tiles holds a spill buffer through the whole backward: one each, and two more for the
@@ -375,6 +409,16 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
                                             kArenaAlign);
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign);
+  } else if (const std::vector<bool> split = device_update_mask(layout, o);
+             std::find(split.begin(), split.end(), true) != split.end()) {
+    // A split update: the resident layers' DeviceGrads (one release each) and DeviceOptimizer state,
+    // the other chunks' gradient slots.
+    const MaskedChunks kept = masked_chunks(layout, split);
+    d.gradients = DeviceGrads::device_bytes(o.dtype, kept.bytes, std::vector<uint32_t>(kept.bytes.size(), 1), 1,
+                                            kArenaAlign) +
+                  gradient_offloader_device_bytes(without_chunks(gradient_slot_options(layout, o.dtype, config.name),
+                                                                 split));
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, 1, kArenaAlign, split);
   } else if (o.ranks > 1) {
     // Across ranks: the GradientExchange's whole-chunk slots, received blocks and norm partials,
     // the offloader's shard-sized slots, and the updated weights' gather buffer.

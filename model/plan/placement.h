@@ -46,6 +46,10 @@ TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOpti
 // Every entry is false for 0 layers (or a negative k: auto, unresolved) and for a layout with MLP
 // tiles (a layer that had to be tiled is not kept whole).
 std::vector<bool> resident_chunk_mask(const ParamLayout& layout, int64_t resident_layers);
+// A split update's chunks (options.split_update, model/train/split_optimizer.h): the resident
+// chunks of paged weights on one rank (resident_chunk_mask with options.resident_layers), whose
+// update runs on the device; every entry false without a split (or a split that keeps no layer).
+std::vector<bool> device_update_mask(const ParamLayout& layout, const TrainOptions& options);
 // The chunks `mask` marks, in chunk order: their bytes and names (ResidentWeights::create's).
 struct MaskedChunks {
   std::vector<uint64_t> bytes;
@@ -63,9 +67,13 @@ int64_t resident_layers_for(const ModelConfig& config, const TrainOptions& optio
 // tiled, two for MLP tiles.
 GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType dtype, const std::string& name);
 // The trainer's gradient offloader: gradient_slot_options, its fp32 sums homed where
-// options.grad_home says (nvme: three spill buffers).
+// options.grad_home says (nvme: three spill buffers). With a split update, the chunks the device
+// updates are left out (device_update_mask: the offloader's chunk i is the i-th other chunk).
 GradientOffloaderOptions gradient_options(const ParamLayout& layout, const TrainOptions& options,
                                           const std::string& name);
+// `options` without the chunks `drop` marks (the others keep their order; a group left without a
+// chunk is dropped).
+GradientOffloaderOptions without_chunks(const GradientOffloaderOptions& options, const std::vector<bool>& drop);
 
 // One piece of the optimizer state: chunk `chunk`'s fp32 elements [element_begin, element_end) of the
 // master layout and (8-bit moments) its block scales [scale_begin, scale_end), in the chunk's

@@ -37,6 +37,10 @@ void append_bytes(std::string& out, const model::Plan& p) {
   const model::Hardware& h = p.hardware;
   fmt::format_to(row, "{:<13}{:>14}{:>14}{:>14}\n", "budget", format_size(h.gpu_bytes), format_size(h.cpu_bytes),
                  h.nvme_bytes ? format_size(h.nvme_bytes) : "none");
+  if (model::cpu_updated_parameters(p.chosen.model, p.chosen.options) < p.params)
+    out += "(split update: the resident layers' fp32 masters, moments and gradient sums are in the gpu column, "
+           "updated there; the cpu column's masters and moments are every chunk's: the paged chunks' state and the "
+           "resident layers' pinned mirror, for checkpoints)\n";
   if (p.chosen.options.optimizer_home == Tier::device)
     out += p.chosen.options.dtype == DType::f32
                ? "(optimizer gpu: AdamW runs on the device, whose fp32 weights are the masters and which holds the "
@@ -73,7 +77,13 @@ void append_time(std::string& out, const model::Plan& p, const Machine& m) {
                  si_gb(x.nvme_read), r.nvme_read / 1e9, source(m, PlanRateKind::nvme_read), si_gb(x.nvme_write),
                  r.nvme_write / 1e9, source(m, PlanRateKind::nvme_write));
   const model::World& w = p.hardware.world;
-  if (w.single())
+  const uint64_t on_cpu = model::cpu_updated_parameters(p.chosen.model, p.chosen.options);
+  if (w.single() && on_cpu < p.params)
+    fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({}); the {} resident layers' {} "
+                   "update on the gpu (split)\n", t.adam_s, format_count(double(on_cpu)), r.adam / 1e9,
+                   source(m, PlanRateKind::adam), p.chosen.options.resident_layers,
+                   format_count(double(p.params - on_cpu)));
+  else if (w.single())
     fmt::format_to(line, "  cpu adam  {:>9.3g} s  {} parameters at {:.3g} G/s ({})\n", t.adam_s,
                    format_count(double(p.params)), r.adam / 1e9, source(m, PlanRateKind::adam));
   else

@@ -163,6 +163,17 @@ void add_nvme(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, ui
 
 }  // namespace
 
+uint64_t cpu_updated_parameters(const ModelConfig& config, const TrainOptions& o) {
+  const uint64_t all = parameter_count(config);
+  if (!o.split_update || !o.paged_weights()) return all;
+  const std::shared_ptr<const ParamLayout> working = working_layout(config, o);
+  const std::vector<bool> on_device = device_update_mask(*working, o);
+  uint64_t moved = 0;
+  for (const ParamSpec& p : working->params)
+    if (on_device[size_t(p.chunk)]) moved += p.elements;
+  return all - std::min(all, moved);
+}
+
 std::string_view plan_tier_name(Tier tier) {
   switch (tier) {
     case Tier::device: return "gpu";
@@ -246,6 +257,7 @@ TrainOptions rank_options(const TrainOptions& options, const World& world) {
   TrainOptions r = options;
   r.grad_accum = std::max<uint64_t>(options.grad_accum / world.ranks, 1);
   r.resident_layers = 0;
+  r.split_update = false;  // one rank's (train refuses it across ranks)
   return r;
 }
 
@@ -270,8 +282,10 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options,
   const WeightShare share = weight_share(layout, o);
   const WeightFetches f = weight_fetches(config, layout, o, o.weight_home != Tier::device ? share.paged : 0);
   t.h2d += f.acquired(k);
-  if (o.cpu_optimizer()) t.h2d += share.resident;  // the updated resident weights, uploaded once
-  if (o.cpu_optimizer()) t.d2h += weights * k;    // each micro-batch's gradients
+  // A split update keeps the resident layers' gradients and update on the device.
+  const bool split = o.cpu_optimizer() && o.split_update && o.weight_home != Tier::device;
+  if (o.cpu_optimizer() && !split) t.h2d += share.resident;  // the updated resident weights, uploaded once
+  if (o.cpu_optimizer()) t.d2h += (split ? share.paged : weights) * k;  // each micro-batch's gradients
   t.h2d += batch_bytes(o);                         // inputs and targets
   if (o.weight_home == Tier::nvme) {
     t.nvme_read += f.acquired(k);
@@ -302,7 +316,12 @@ StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, 
   s.compute_s = training_flops_per_step(config, o) * (o.activation_checkpointing ? 4.0 / 3.0 : 1.0) / flops;
   s.pcie_s = double(std::max(t.h2d, t.d2h)) / rates.pcie;
   s.nvme_s = (double(t.nvme_read) / rates.nvme_read + double(t.nvme_write) / rates.nvme_write) * node_share;
-  s.adam_s = o.cpu_optimizer() ? double(parameter_count(config)) / double(world.ranks) * node_share / rates.adam : 0.0;
+  // The CPU's share of the update: every parameter, less a split update's resident layers (the
+  // device's AdamW over them is memory-bound at device bandwidth, ~40 bytes a parameter: well under
+  // 1% of a step, not modelled).
+  s.adam_s = o.cpu_optimizer() ? double(cpu_updated_parameters(config, o)) / double(world.ranks) * node_share /
+                                     rates.adam
+                               : 0.0;
   s.forward_s = s.compute_s / double(o.grad_accum) * (o.activation_checkpointing ? 0.25 : 1.0 / 3.0);
   s.intra_node_s = double(t.network.intra_node) / world.intra_node;
   s.inter_node_s = double(t.network.inter_node) / world.inter_node;
@@ -388,12 +407,23 @@ std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFi
           // The device optimizer updates resident weights with fp32 moments and keeps the gradients.
           if (opt == Tier::device && (w != Tier::device || base.adam_states == AdamStates::q8)) continue;
           if (opt == Tier::device && g == Tier::nvme && !fixed.gradients) continue;
+          // --optimizer-device split asks for paged weights (with resident layers updated on the device).
+          if (base.split_update && fixed.optimizer && w == Tier::device) continue;
           TrainOptions o = base;
           o.weight_home = w;
           o.optimizer_home = opt;
           o.grad_home = opt == Tier::device ? Tier::cpu : g;
           o.activation_checkpointing = ckpt;
+          // A split update (the resident layers' on the device) only beside paged weights, fp32
+          // moments and one rank; open unless --optimizer-device fixed it.
+          const bool can_split = w != Tier::device && opt != Tier::device && base.adam_states == AdamStates::f32 &&
+                                 base.ranks <= 1;
+          o.split_update = can_split && base.split_update;
           out.push_back(o);
+          if (can_split && !fixed.optimizer && !base.split_update) {
+            o.split_update = true;
+            out.push_back(o);
+          }
         }
   return out;
 }
@@ -411,12 +441,12 @@ int placement_rank(const TrainOptions& o) {
 }
 
 // a before b: the faster (times within 1e-9 relative are equal), then the lower rank, then
-// checkpointing off.
+// checkpointing off, then no split update.
 bool better_fit(const PlanCandidate& a, const PlanCandidate& b) {
   const double ta = a.time.step_s, tb = b.time.step_s;
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
-  return std::tuple(placement_rank(a.options), a.options.activation_checkpointing) <
-         std::tuple(placement_rank(b.options), b.options.activation_checkpointing);
+  return std::tuple(placement_rank(a.options), a.options.activation_checkpointing, a.options.split_update) <
+         std::tuple(placement_rank(b.options), b.options.activation_checkpointing, b.options.split_update);
 }
 
 // a before b when neither fits: fewer bytes missing on the GPU, then the CPU, then NVMe.
@@ -448,7 +478,11 @@ Search pick(std::vector<PlanCandidate> all) {
 
 Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
   std::vector<PlanCandidate> all;
-  for (const TrainOptions& o : plan_placements(base, fixed)) all.push_back(evaluate_placement(config, o, h));
+  for (const TrainOptions& o : plan_placements(base, fixed)) {
+    // Across ranks no layer stays resident (rank_options): a split update would be the CPU one.
+    if (!h.world.single() && o.split_update && !base.split_update) continue;
+    all.push_back(evaluate_placement(config, o, h));
+  }
   return pick(std::move(all));
 }
 
@@ -772,7 +806,11 @@ std::vector<PlanSuggestion> device_suggestions(const ModelConfig& config, const 
 
 std::string placement_summary(const TrainOptions& o) {
   const std::string_view weights = o.weight_home == Tier::device ? "gpu" : offload_value(o.weight_home);
-  const std::string_view optimizer = o.cpu_optimizer() ? offload_value(o.optimizer_home) : "gpu";
+  const std::string optimizer =
+      !o.cpu_optimizer()                       ? std::string("gpu")
+      : o.split_update && o.paged_weights() ? fmt::format("{} (the resident layers' on the gpu: split)",
+                                                            offload_value(o.optimizer_home))
+                                               : std::string(offload_value(o.optimizer_home));
   const std::string_view grads = !o.cpu_optimizer() ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
   const std::string resident =
       o.paged_weights() && o.resident_layers > 0 ? fmt::format(" ({} layers resident)", o.resident_layers) : "";
@@ -791,6 +829,7 @@ std::string placement_flags(const TrainOptions& o) {
                                   offload_value(o.optimizer_home));
   if (o.paged_weights() && o.resident_layers >= 0) flags += fmt::format(" --resident-layers {}", o.resident_layers);
   if (o.cpu_optimizer()) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
+  if (o.cpu_optimizer() && o.split_update && o.paged_weights()) flags += " --optimizer-device split";
   if (o.activation_checkpointing) flags += " --activation-checkpointing";
   return flags;
 }

@@ -187,6 +187,9 @@ PlanCandidate evaluate_tiled(const ModelConfig& tiled, const TrainOptions& optio
 // (resident weights, fp32 moments) / cpu / nvme x gradients cpu / nvme, each with activation
 // checkpointing off and on; fixed choices keep base's value.
 std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed);
+// The parameters a CPU optimizer updates in a run of `config` with `options`: every parameter,
+// less those of a split update's resident layers (device_update_mask).
+uint64_t cpu_updated_parameters(const ModelConfig& config, const TrainOptions& options);
 
 // A change that would make (or help) a plan fit. `change`: the flags, each within its flag's range;
 // `effect`: what it gives, in numbers; `fits`: the plan fits with it, predicted to take `step_s`.

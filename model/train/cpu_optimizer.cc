@@ -10,6 +10,27 @@
 
 namespace strata::model {
 
+namespace {
+
+std::vector<bool> every_chunk_or(const std::vector<bool>& updates, size_t chunks) {
+  return updates.empty() ? std::vector<bool>(chunks, true) : updates;
+}
+
+}  // namespace
+
+CpuOptimizer::CpuOptimizer(OptimizerState& state, GradientOffloader& grads, WeightSource& weights, ThreadPool* pool,
+                           const TrainOptions& options, uint64_t element_bytes, TraceRecorder* trace,
+                           ShardGather* gather, const std::vector<bool>& updates)
+    : state_(state), grads_(grads), weights_(weights), pool_(pool), options_(options), element_bytes_(element_bytes),
+      trace_(trace), gather_(gather), route_(every_chunk_or(updates, state.chunk_count())),
+      walk_(state.pieces_where(every_chunk_or(updates, state.chunk_count()))) {}
+
+size_t CpuOptimizer::next_mine(size_t c) const {
+  for (size_t n = c + 1; n < state_.chunk_count(); ++n)
+    if (mine(n)) return n;
+  return state_.chunk_count();
+}
+
 // AdamW over the tensors of one piece on the CPU: decaying tensors (>= 2 dims) and the others
 // (norms, biases) in two calls. Gradients: the offloader's fp32 sums of the piece's chunk; for
 // 16-bit training the rounded weights go straight into `copy_out` (the chunk's update buffer,
@@ -62,11 +83,11 @@ Status CpuOptimizer::update_piece(size_t p, ChunkState& state) {
   if (updating_.chunk != c) {
     // The read ahead is best effort: with no spill buffer for c + 1 free of reads (c holds the
     // only one large enough), wait_read(c + 1) begins it after end_read(c).
-    if (c + 1 < state_.chunk_count()) {
-      const Status ahead = grads_.begin_read(c + 1);
+    if (const size_t next = next_mine(c); next < state_.chunk_count()) {
+      const Status ahead = grads_.begin_read(local(next));
       if (!ahead.is_ok() && ahead.code() != Code::failed_precondition) return ahead;
     }
-    STRATA_ASSIGN_OR_RETURN(const float* grads, grads_.wait_read(c));
+    STRATA_ASSIGN_OR_RETURN(const float* grads, grads_.wait_read(local(c)));
     updating_ = {.chunk = c, .grads = grads};
     STRATA_ASSIGN_OR_RETURN(updating_.out, weights_.update_buffer(c));
   }
@@ -76,7 +97,7 @@ Status CpuOptimizer::update_piece(size_t p, ChunkState& state) {
     std::memcpy(updating_.out + piece.element_begin * sizeof(float), state.master, piece.elements() * sizeof(float));
   if (trace_) trace_->span("cpu adam", fmt::format("chunk {}", c), t0, trace_->now_us());
   if (!state_.last_of_chunk(p)) return Status::ok();
-  grads_.end_read(c);
+  grads_.end_read(local(c));
   std::byte* out = updating_.out;
   updating_ = {};
   return land(c, out);
@@ -97,19 +118,22 @@ Status CpuOptimizer::land(size_t c, std::byte* out) {
 
 void CpuOptimizer::abandon() {
   pending_.reset();
-  if (updating_.chunk != SIZE_MAX) grads_.end_read(updating_.chunk);
+  if (updating_.chunk != SIZE_MAX) grads_.end_read(local(updating_.chunk));
   updating_ = {};
-  for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, false);  // no more commits
+  for (size_t c = 0; c < state_.chunk_count(); ++c)
+    if (mine(c)) weights_.expect_update(c, false);  // no more commits
 }
 
 Status CpuOptimizer::begin_update(const UpdateStep& update) {
   if (pending_) return error(Code::failed_precondition, "an optimizer update begun while the last one is pending");
-  STRATA_RETURN_IF_ERROR(grads_.begin_read(state_.pieces()[0].chunk));
-  STRATA_RETURN_IF_ERROR(state_.pipeline().begin_walk(state_.order(), /*write_back=*/true));
+  if (walk_.empty()) return Status::ok();  // a split whose every chunk updates on the device
+  STRATA_RETURN_IF_ERROR(grads_.begin_read(local(state_.pieces()[walk_.front()].chunk)));
+  STRATA_RETURN_IF_ERROR(state_.pipeline().begin_walk(walk_, /*write_back=*/true));
   pending_ = update;
   next_chunk_ = 0;
   // Every chunk's weights are about to change: a weight source that reads ahead leaves them be.
-  for (size_t c = 0; c < state_.chunk_count(); ++c) weights_.expect_update(c, true);
+  for (size_t c = 0; c < state_.chunk_count(); ++c)
+    if (mine(c)) weights_.expect_update(c, true);
   return Status::ok();
 }
 
@@ -121,9 +145,13 @@ Status CpuOptimizer::apply(size_t through) {
   OptimizerPipeline& walk = state_.pipeline();
   const auto visit = [this](size_t p, ChunkState& state) { return update_piece(p, state); };
   while (next_chunk_ < state_.chunk_count() && next_chunk_ <= through) {
+    if (!mine(next_chunk_)) {  // a split update's device part
+      ++next_chunk_;
+      continue;
+    }
     Status s;
     if (state_.pieces_of(next_chunk_).empty()) {
-      grads_.end_read(next_chunk_);  // the read ahead of the chunk before may have begun it
+      grads_.end_read(local(next_chunk_));  // the read ahead of the chunk before may have begun it
       StatusOr<std::byte*> out = weights_.update_buffer(next_chunk_);
       s = out.is_ok() ? land(next_chunk_, *out) : out.status();
       if (!s.is_ok() && walk.walking()) (void)walk.end_walk();  // the visited pieces' writes finish

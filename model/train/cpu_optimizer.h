@@ -12,6 +12,10 @@
 // chunk's update buffer, this rank's shard filled in, is all-gathered before the commit, so every
 // rank's weight source gets the whole chunk. The chunks land in order on every rank (a chunk this
 // rank homes nothing of still takes part in its gather): the gathers are collectives.
+// A split update's CPU part (`updates`, one rank): it updates only the chunks `updates` marks (a
+// partly resident run's paged chunks, whose gradient sums `grads` holds as its chunk 0, 1, ... in
+// the model's order, offload/chunk_route.h) and walks only their pieces of the state; a
+// DeviceOptimizer updates the others.
 // Thread-safety and ordering: Optimizer's. Lifetime: the state, gradients, weights, pool, gather
 // and trace recorder outlive it.
 #pragma once
@@ -20,9 +24,11 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "model/train/optimizer_state.h"
 #include "model/train/train_options.h"
+#include "offload/chunk_route.h"
 #include "offload/chunk_source.h"
 #include "offload/gradient_offloader.h"
 #include "offload/optimizer.h"
@@ -36,12 +42,11 @@ class CpuOptimizer final : public Optimizer {
  public:
   // `element_bytes`: the working precision's width (the gradient and weights layout). `pool` may
   // be null: Adam then runs on the calling thread. `trace` may be null.
-  // `gather`: across ranks, the all-gather of the updated weights (null at one rank).
+  // `gather`: across ranks, the all-gather of the updated weights (null at one rank). `updates`
+  // (empty: every chunk): the chunks it updates, per chunk of the state (see the top).
   CpuOptimizer(OptimizerState& state, GradientOffloader& grads, WeightSource& weights, ThreadPool* pool,
                const TrainOptions& options, uint64_t element_bytes, TraceRecorder* trace,
-               ShardGather* gather = nullptr)
-      : state_(state), grads_(grads), weights_(weights), pool_(pool), options_(options),
-        element_bytes_(element_bytes), trace_(trace), gather_(gather) {}
+               ShardGather* gather = nullptr, const std::vector<bool>& updates = {});
   ~CpuOptimizer() override = default;
 
   std::string_view where() const override { return "cpu"; }
@@ -63,6 +68,11 @@ class CpuOptimizer final : public Optimizer {
   // ranks and commits it.
   Status land(size_t c, std::byte* out);
   void abandon();  // an update that failed: no more commits
+  // Chunk c is updated here; its index in grads_.
+  bool mine(size_t c) const { return route_.marked(c); }
+  size_t local(size_t c) const { return route_.index(c); }
+  // The first chunk after c updated here, or chunk_count().
+  size_t next_mine(size_t c) const;
   // AdamW over the tensors of piece `p` on the CPU (thread pool), its state in `state`; `grads`
   // and `copy_out` are its chunk's (working layout).
   Status adam(size_t p, const ChunkState& state, const float* grads, std::byte* copy_out);
@@ -76,6 +86,8 @@ class CpuOptimizer final : public Optimizer {
   const uint64_t element_bytes_;
   TraceRecorder* const trace_;
   ShardGather* const gather_;
+  const ChunkRoute route_;          // marked: the chunks updated here (all of them but in a split)
+  const std::vector<size_t> walk_;  // the pieces of those chunks: every update's walk
   // The update in progress (begin_update .. the walk's end) and the next chunk to land.
   std::optional<UpdateStep> pending_;
   size_t next_chunk_ = 0;

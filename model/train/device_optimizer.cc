@@ -16,9 +16,10 @@ constexpr uint64_t kStateAlign = 64;  // floats
 }  // namespace
 
 DeviceOptimizer::DeviceOptimizer(Backend& backend, ResidentWeights& weights, DeviceGrads& grads, OptimizerState& state,
-                                 const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options)
+                                 const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options,
+                                 ChunkRoute route)
     : backend_(backend), weights_(weights), grads_(grads), state_(state), layout_(layout), masters_(masters),
-      options_(options), comm_(grads.communicator()) {}
+      options_(options), comm_(grads.communicator()), route_(std::move(route)) {}
 
 int DeviceOptimizer::ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
 int DeviceOptimizer::rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
@@ -46,7 +47,8 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
 
 // One pass over the params a rank (segments' lengths, without building them): the planner calls it
 // for every candidate it sizes.
-uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align) {
+uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
+                                       const std::vector<bool>& updates) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   const uint64_t eb = layout.element_bytes;
   uint64_t largest = 0, widest_state = 0, widest_stride = 0;
@@ -54,11 +56,12 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
     uint64_t total = 0, chunk_length = 0;
     for (size_t i = 0; i < layout.params.size(); ++i) {
       const ParamSpec& p = layout.params[i];
+      if (!updates.empty() && !updates[size_t(p.chunk)]) continue;  // a chunk's params are together
       const ChunkShard shard = chunk_shard(layout.chunks[size_t(p.chunk)].bytes / eb, ranks, r);
       widest_stride = std::max(widest_stride, shard.stride);
       const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
       if (begin < end) chunk_length += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
-      if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's last
+      if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's las
         total += chunk_length;
         widest_state = std::max(widest_state, chunk_length);
         chunk_length = 0;
@@ -76,13 +79,34 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
                                                                    DeviceGrads& grads, OptimizerState& state,
                                                                    const ParamLayout& layout,
                                                                    const ParamLayout& masters,
-                                                                   const TrainOptions& options) {
-  std::unique_ptr<DeviceOptimizer> o(new DeviceOptimizer(backend, weights, grads, state, layout, masters, options));
-  // This rank's segments' fp32 state, chunk after chunk.
+                                                                   const TrainOptions& options,
+                                                                   const std::vector<bool>& updates) {
+  const size_t chunks = layout.chunks.size();
+  ChunkRoute route(updates.empty() ? std::vector<bool>(chunks, true) : updates);
+  if (route.size() != chunks || route.count(true) != weights.chunk_count() ||
+      route.count(true) != grads.chunk_count())
+    return error(Code::invalid_argument,
+                 "the device optimizer updates {} of the model's {} chunks, but its weights hold {} chunks and its "
+                 "gradients {}",
+                 route.count(true), chunks, weights.chunk_count(), grads.chunk_count());
+  if (!updates.empty() && grads.partitioned())
+    return error(Code::invalid_argument, "a split update (some chunks on the device, the rest on the CPU) runs on one "
+                 "rank; across ranks pass --optimizer-device cpu or device");
+  std::unique_ptr<DeviceOptimizer> o(
+      new DeviceOptimizer(backend, weights, grads, state, layout, masters, options, std::move(route)));
+  std::vector<bool> mine(chunks);
+  for (size_t c = 0; c < chunks; ++c) mine[c] = o->route_.marked(c);
+  o->pieces_ = state.pieces_where(mine);
+  // This rank's segments' fp32 state, chunk after chunk (none for a chunk updated elsewhere).
   o->state_at_ = {0};
   uint64_t widest_stride = 0;
-  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+  for (size_t c = 0; c < chunks; ++c) {
     uint64_t length = 0;
+    if (!o->route_.marked(c)) {
+      o->segments_.emplace_back();
+      o->state_at_.push_back(o->state_at_.back());
+      continue;
+    }
     o->segments_.push_back(segments(layout, c, o->ranks(), o->rank(), &length));
     o->state_at_.push_back(o->state_at_.back() + length);
     for (int r = 0; r < o->ranks(); ++r) {
@@ -90,7 +114,7 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
       (void)segments(layout, c, o->ranks(), r, &theirs);
       o->widest_state_ = std::max(o->widest_state_, theirs);
     }
-    widest_stride = std::max(widest_stride, grads.shard(c).stride);
+    widest_stride = std::max(widest_stride, grads.shard(o->local(c)).stride);
   }
   const uint64_t total = o->state_at_.back() * sizeof(float);
   const bool half = options.dtype != DType::f32;
@@ -139,20 +163,21 @@ Status DeviceOptimizer::begin_update(const UpdateStep& update) {
   const kernels::AdamConstants constants[2] = {kernels::adam_constants(undecayed), kernels::adam_constants(hyper)};
   const uint64_t eb = layout_.element_bytes;
   for (size_t c = 0; c < segments_.size(); ++c) {
+    if (!route_.marked(c)) continue;  // a split update's CPU part
     // The chunk's sum: its working-precision buffer after a single contribution, else fp32.
-    const DeviceGrads::Sum sum = grads_.gradient(c);
+    const DeviceGrads::Sum sum = grads_.gradient(local(c));
     const kernels::FloatFormat grad_format = float_format_of(sum.format, "gradients").value();
     const uint64_t grad_bytes = kernels::float_format_size(grad_format);
     for (const Segment& s : segments_[c]) {
       const ParamSpec& p = layout_.params[s.param];
       const uint64_t element = p.offset / eb + s.first;  // in the chunk
-      std::byte* w = weights_.device_chunk(c) + element * eb;
+      std::byte* w = weights_.device_chunk(local(c)) + element * eb;
       const uint64_t at = state_at_[c] + s.at;
       kernels::AdamSpan span;
       span.param = half ? device_masters_ + at : reinterpret_cast<float*>(w);
       span.m = device_m_ + at;
       span.v = device_v_ + at;
-      span.grad = static_cast<const std::byte*>(sum.data) + (element - grads_.shard(c).begin) * grad_bytes;
+      span.grad = static_cast<const std::byte*>(sum.data) + (element - grads_.shard(local(c)).begin) * grad_bytes;
       span.copy_out = half ? w : nullptr;
       span.n = s.n;
       const kernels::AdamFormats formats{.grad = grad_format, .copy = adam_copy_out(options_.dtype)};
@@ -167,13 +192,13 @@ Status DeviceOptimizer::begin_update(const UpdateStep& update) {
 // stream: this rank's shard into its block of the gather buffer, the all-gather, the chunk back.
 Status DeviceOptimizer::gather_weights(size_t c) {
   const uint64_t eb = layout_.element_bytes, bytes = layout_.chunks[c].bytes;
-  const ChunkShard& shard = grads_.shard(c);
+  const ChunkShard& shard = grads_.shard(local(c));  // across ranks every chunk is updated here
   std::byte* mine = gathered_weights_ + uint64_t(rank()) * shard.stride * eb;
   if (shard.elements() > 0)
     STRATA_RETURN_IF_ERROR(
-        backend_.copy_on_device(mine, weights_.device_chunk(c) + shard.begin * eb, shard.elements() * eb));
+        backend_.copy_on_device(mine, weights_.device_chunk(local(c)) + shard.begin * eb, shard.elements() * eb));
   STRATA_RETURN_IF_ERROR(comm_->all_gather(mine, gathered_weights_, shard.stride * eb, Stream::compute));
-  return backend_.copy_on_device(weights_.device_chunk(c), gathered_weights_, bytes);
+  return backend_.copy_on_device(weights_.device_chunk(local(c)), gathered_weights_, bytes);
 }
 
 // Across ranks, for a checkpoint: every rank's state of chunk c in `array` (masters, m or v;
@@ -197,6 +222,7 @@ Status DeviceOptimizer::copy_state(bool to_device) {
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
   const bool gather = !to_device && comm_ != nullptr;
+  const bool nvme = state_.pipeline().options().home == Tier::nvme;
   const auto copy = [&](size_t i, ChunkState& host) -> Status {
     const StatePiece& piece = state_.pieces()[i];
     const size_t c = piece.chunk;
@@ -231,9 +257,13 @@ Status DeviceOptimizer::copy_state(bool to_device) {
       }
       if (gather) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the next gather reuses the buffer
     }
+    // An NVMe-homed image (a split update's mirrors) is a staging buffer: its write begins, or the
+    // buffer is reused, when the visit returns, so its copies must be done by then.
+    if (nvme) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));
     return Status::ok();
   };
-  STRATA_RETURN_IF_ERROR(state_.pipeline().for_each_chunk(state_.order(), copy, /*write_back=*/false));
+  // Down, the images are written back to their home (an NVMe-homed mirror: a split update's).
+  STRATA_RETURN_IF_ERROR(state_.pipeline().for_each_chunk(pieces_, copy, /*write_back=*/!to_device));
   STRATA_RETURN_IF_ERROR(backend_.record(*copied_, stream));
   if (to_device) {
     STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, *copied_));  // the next step reads them
@@ -242,8 +272,8 @@ Status DeviceOptimizer::copy_state(bool to_device) {
     // fp32: the masters are the resident weights (whole on every rank).
     if (device_masters_ == nullptr)
       STRATA_RETURN_IF_ERROR(state_.fill_masters(
-          [&](size_t c, float* out) { return weights_.read(c, reinterpret_cast<std::byte*>(out)); },
-          /*write_back=*/false));
+          [&](size_t c, float* out) { return weights_.read(local(c), reinterpret_cast<std::byte*>(out)); },
+          /*write_back=*/true, &pieces_));
   }
   host_current_ = true;
   return Status::ok();

@@ -9,6 +9,10 @@
 // weights must be resident (ResidentWeights).
 // Thread-safety and ordering: Optimizer's. Lifetime: the backend, weights, gradients and state
 // outlive it; the destructor waits for the backend's streams and returns its device blocks.
+// A split update (`updates`, one rank): it updates only the chunks `updates` marks -- the resident
+// layers of a partly resident run -- whose weights and gradients `weights` and `grads` hold as their
+// chunk 0, 1, ... in the model's order (offload/chunk_route.h); its device state and its share of
+// the host mirrors are those chunks'; a CpuOptimizer updates the rest (optimizer_factory.h).
 // Across ranks (DeviceGrads::partitioned, ZeRO): this rank's masters and moments are those of its
 // shard of each chunk (offload/chunk_shard.h), 1/N of the model's; it updates its shard from its
 // shard of the gradient sum, then the ranks all-gather the chunk's new working weights, so every
@@ -28,6 +32,7 @@
 #include "model/net/param_layout.h"
 #include "model/train/optimizer_state.h"
 #include "model/train/train_options.h"
+#include "offload/chunk_route.h"
 #include "offload/device_grads.h"
 #include "offload/optimizer.h"
 #include "offload/resident_weights.h"
@@ -39,15 +44,20 @@ class DeviceOptimizer final : public Optimizer {
  public:
   // `layout`: the weights' (working precision) layout; `masters`: the master layout. Allocates
   // the masters (16-bit only) and moments from the backend's arena, zeroed: its out_of_memory
-  // naming them when over budget.
+  // naming them when over budget. `updates` (empty: every chunk): the chunks it updates, per chunk
+  // of `layout` (see the top); invalid_argument when `weights` or `grads` do not hold exactly those
+  // chunks, or with partitioned gradients.
   static StatusOr<std::unique_ptr<DeviceOptimizer>> create(Backend& backend, ResidentWeights& weights,
                                                            DeviceGrads& grads, OptimizerState& state,
                                                            const ParamLayout& layout, const ParamLayout& masters,
-                                                           const TrainOptions& options);
+                                                           const TrainOptions& options,
+                                                           const std::vector<bool>& updates = {});
   ~DeviceOptimizer() override;
   // The device bytes create allocates for a model of `layout` trained in `dtype` over `ranks` ranks
-  // (the largest rank's), each block aligned to `align` (the arena's): the planner's figure.
-  static uint64_t device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align);
+  // (the largest rank's), each block aligned to `align` (the arena's), updating the chunks
+  // `updates` marks (empty: all): the planner's figure.
+  static uint64_t device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
+                               const std::vector<bool>& updates = {});
   DeviceOptimizer(const DeviceOptimizer&) = delete;
   DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
 
@@ -66,7 +76,8 @@ class DeviceOptimizer final : public Optimizer {
 
  private:
   DeviceOptimizer(Backend& backend, ResidentWeights& weights, DeviceGrads& grads, OptimizerState& state,
-                  const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options);
+                  const ParamLayout& layout, const ParamLayout& masters, const TrainOptions& options,
+                  ChunkRoute route);
   // A tensor's part in a rank's shard of its chunk: elements [first, first + n) of layout param
   // `param`, its fp32 state at float `at` of the rank's state of the chunk.
   struct Segment {
@@ -76,6 +87,8 @@ class DeviceOptimizer final : public Optimizer {
   // Rank `rank` of `ranks`'s segments of chunk c of `layout` (`length`: its state's floats, each
   // segment 64-aligned).
   static std::vector<Segment> segments(const ParamLayout& layout, size_t c, int ranks, int rank, uint64_t* length);
+  // Chunk c's index in weights_ and grads_ (route_ marks the chunks updated here).
+  size_t local(size_t c) const { return route_.index(c); }
   int ranks() const;
   int rank() const;
   Status gather_weights(size_t c);
@@ -91,6 +104,8 @@ class DeviceOptimizer final : public Optimizer {
   const ParamLayout& masters_;
   const TrainOptions options_;
   Communicator* const comm_;             // the gradients' (across ranks), else null
+  const ChunkRoute route_;                // marked: the chunks updated here (all of them but in a split)
+  std::vector<size_t> pieces_;            // the state's pieces of the chunks updated here: the mirrors' walks
   std::vector<std::vector<Segment>> segments_;  // per chunk: this rank's
   std::vector<uint64_t> state_at_;        // per chunk: float offset of its state; the total last
   uint64_t widest_state_ = 0;             // floats: the largest chunk state of any rank (across ranks)

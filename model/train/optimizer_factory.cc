@@ -6,6 +6,7 @@
 #include "model/plan/placement.h"
 #include "model/train/cpu_optimizer.h"
 #include "model/train/device_optimizer.h"
+#include "model/train/split_optimizer.h"
 #include "offload/chunk_shard.h"
 
 namespace strata::model {
@@ -53,6 +54,34 @@ Status make_rank_parts(Backend& backend, Transformer& model, PinnedPool& pinned,
   return Status::ok();
 }
 
+// The parts of a split update (see make_optimizer): `on_device` marks the chunks the device updates.
+Status make_split_parts(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
+                        const TrainOptions& options, TraceRecorder* trace, NvmeStore* store,
+                        ResidentWeights& resident_part, const std::vector<bool>& on_device, OptimizerParts& parts) {
+  const ParamLayout& layout = model.layout();
+  const MaskedChunks kept = masked_chunks(layout, on_device);
+  if (resident_part.chunk_count() != kept.bytes.size())
+    return error(Code::invalid_argument, "a split update updates {} resident chunks on the device, but the resident "
+                 "weights hold {}", kept.bytes.size(), resident_part.chunk_count());
+  STRATA_ASSIGN_OR_RETURN(parts.gradients, make_gradient_offloader(backend, pinned, layout, options,
+                                                                   model.config().name, pool, trace, store,
+                                                                   &parts.gradient_host_bytes));
+  STRATA_ASSIGN_OR_RETURN(parts.device_gradients,
+                          DeviceGrads::create(backend, options.dtype, kept.bytes, kept.names, model.config().name));
+  STRATA_ASSIGN_OR_RETURN(parts.split, SplitGrads::create(on_device, *parts.device_gradients, *parts.gradients));
+  STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, model.master_layout(), options, pinned, store,
+                                                              trace));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceOptimizer> device,
+                          DeviceOptimizer::create(backend, resident_part, *parts.device_gradients, *parts.state, layout,
+                                                  model.master_layout(), options, on_device));
+  std::vector<bool> on_cpu(on_device.size());
+  for (size_t c = 0; c < on_device.size(); ++c) on_cpu[c] = !on_device[c];
+  auto cpu = std::make_unique<CpuOptimizer>(*parts.state, *parts.gradients, model.weights(), pool, options,
+                                            layout.element_bytes, trace, nullptr, on_cpu);
+  parts.optimizer = std::make_unique<SplitOptimizer>(std::move(device), std::move(cpu));
+  return Status::ok();
+}
+
 }  // namespace
 
 uint64_t weight_gather_round(const ParamLayout& layout, int ranks) {
@@ -65,10 +94,24 @@ uint64_t weight_gather_round(const ParamLayout& layout, int ranks) {
 
 StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
                                         const TrainOptions& options, TraceRecorder* trace, NvmeStore* store,
-                                        Communicator* comm) {
+                                        Communicator* comm, ResidentWeights* resident_part) {
   OptimizerParts parts;
   const ParamLayout& layout = model.layout();
   const ParamLayout& masters = model.master_layout();
+  if (options.split_update && options.optimizer_home != Tier::device) {
+    if (comm != nullptr && comm->size() > 1)
+      return error(Code::invalid_argument, "a split update (--optimizer-device split) runs on one rank; across {} "
+                   "ranks pass --optimizer-device cpu", comm->size());
+    const std::vector<bool> on_device = device_update_mask(layout, options);
+    if (std::find(on_device.begin(), on_device.end(), true) != on_device.end()) {
+      if (resident_part == nullptr)
+        return error(Code::invalid_argument, "a split update needs the resident part of the model's weights (the "
+                     "layers --resident-layers keeps on the device)");
+      STRATA_RETURN_IF_ERROR(make_split_parts(backend, model, pinned, pool, options, trace, store, *resident_part,
+                                              on_device, parts));
+      return parts;
+    }
+  }
   if (options.optimizer_home == Tier::device) {
     ResidentWeights* resident = model.resident_weights();
     if (resident == nullptr)

@@ -18,6 +18,7 @@
 #include "offload/nvme_store.h"
 #include "offload/optimizer.h"
 #include "offload/shard_gather.h"
+#include "offload/split_grads.h"
 #include "offload/trace.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
@@ -46,6 +47,10 @@ uint64_t weight_gather_round(const ParamLayout& layout, int ranks);
 // state and the gradients it borrows.
 struct OptimizerParts {
   std::unique_ptr<GradientOffloader> gradients;  // optimizer on the CPU; null on the device
+  // A split update (split_optimizer.h): the device part's gradients (the resident layers'), and
+  // the model's sink routing each chunk to them or to `gradients` (the paged chunks').
+  std::unique_ptr<DeviceGrads> device_gradients;
+  std::unique_ptr<SplitGrads> split;
   // Across ranks with the optimizer on the CPU: the model's gradient sink, which exchanges each
   // chunk's gradient and hands this rank's shards to `gradients` (over shards then).
   std::unique_ptr<GradientExchange> exchange;
@@ -53,8 +58,13 @@ struct OptimizerParts {
   std::unique_ptr<ShardGather> gather;           // across ranks, CPU: the updated weights' all-gather
   std::unique_ptr<OptimizerState> state;         // the state (CPU) or its host mirrors (device)
   std::unique_ptr<Optimizer> optimizer;
-  // The sink the model's backward writes into (the exchange, else the offloader; null on the device).
-  GradSink* sink() const { return exchange ? static_cast<GradSink*>(exchange.get()) : gradients.get(); }
+  // The sink the model's backward writes into (the exchange, the split, else the offloader; null on
+  // the device).
+  GradSink* sink() const {
+    if (exchange) return exchange.get();
+    if (split) return split.get();
+    return gradients.get();
+  }
 };
 
 // Builds the optimizer options.optimizer_home names for `model` (borrowed, with the backend,
@@ -66,8 +76,14 @@ struct OptimizerParts {
 // GradientExchange over an offloader of its shards, the state of its shards (OptimizerState's
 // ranks) and the ShardGather of the updated weights. The device optimizer's partition is the
 // model's DeviceGrads' (spread_over_ranks, before this call).
+// A split update (options.split_update, one rank): `resident_part` is the resident source of the
+// model's SplitWeights, holding the chunks device_update_mask marks (its chunk i the i-th); the parts
+// are a DeviceOptimizer over them with their own DeviceGrads, a CpuOptimizer over the other chunks
+// with a GradientOffloader of theirs, one OptimizerState of every chunk, and the SplitGrads sink.
+// A split that keeps no layer resident is the CPU optimizer. invalid_argument across ranks or
+// without `resident_part` (or one holding other chunks).
 StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, PinnedPool& pinned, ThreadPool* pool,
                                         const TrainOptions& options, TraceRecorder* trace, NvmeStore* store,
-                                        Communicator* comm = nullptr);
+                                        Communicator* comm = nullptr, ResidentWeights* resident_part = nullptr);
 
 }  // namespace strata::model

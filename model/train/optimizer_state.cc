@@ -79,8 +79,17 @@ void OptimizerState::build_tensors(const ParamLayout& layout, const ParamLayout&
   }
 }
 
-Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back) {
+std::vector<size_t> OptimizerState::pieces_where(const std::vector<bool>& chunks) const {
+  std::vector<size_t> out;
+  for (size_t i : order_)
+    if (pieces_[i].chunk < chunks.size() && chunks[pieces_[i].chunk]) out.push_back(i);
+  return out;
+}
+
+Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back, const std::vector<size_t>* pieces) {
   std::vector<float> values;  // the chunk being cut into pieces
+  if (partitioned() && pieces != nullptr)
+    return error(Code::failed_precondition, "the masters of some chunks only are filled on one rank");
   if (partitioned()) {
     // Every chunk is produced on every rank, in chunk order, whether this rank keeps any of it: a
     // producer may be a collective (a partitioned weight source's read gathers the chunk).
@@ -112,7 +121,7 @@ Status OptimizerState::fill_masters(const ChunkValues& produce, bool write_back)
     std::copy_n(values.data() + piece.element_begin, piece.elements(), state.master);
     return Status::ok();
   };
-  return pipeline_->for_each_chunk(order_, fill, write_back);
+  return pipeline_->for_each_chunk(pieces != nullptr ? std::span<const size_t>(*pieces) : order_, fill, write_back);
 }
 
 StatusOr<std::vector<float>> OptimizerState::master(const ParamSpec& spec) {

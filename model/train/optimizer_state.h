@@ -88,8 +88,12 @@ class OptimizerState {
   // piece's image when the chunk is one piece, else into one buffer of the chunk. Partitioned: every
   // chunk's produce is called, in chunk order, on every rank (a producer may be a collective), and
   // only this rank's pieces kept.
+  // `pieces` (null: every piece): only these pieces (indices into pieces(), in order(), whole
+  // chunks) are filled, the others keep their masters -- a split update's device part; one rank.
   using ChunkValues = std::function<Status(size_t chunk, float* values)>;
-  Status fill_masters(const ChunkValues& produce, bool write_back);
+  Status fill_masters(const ChunkValues& produce, bool write_back, const std::vector<size_t>* pieces = nullptr);
+  // The indices of the pieces of the chunks `chunks` marks (per chunk), in order().
+  std::vector<size_t> pieces_where(const std::vector<bool>& chunks) const;
   // A copy of the fp32 master of tensor `spec` of the master layout (spec.elements values); one
   // walk over its chunk's pieces.
   StatusOr<std::vector<float>> master(const ParamSpec& spec);

@@ -275,6 +275,9 @@ RunOutcome TrainingRun::join_world() {
   if (o_.adam_states == AdamStates::q8)
     return refuse("8-bit Adam moments are not partitioned across ranks (a rank's shard would cut their blocks); pass "
                   "--optimizer-type adamw");
+  if (o_.split_update)
+    return refuse("--optimizer-device split runs on one rank (its device part is not partitioned); across {} ranks "
+                  "pass --optimizer-device cpu or device", n);
   if (o_.zero_stage == 3) {
     if (o_.optimizer_home == Tier::device)
       return refuse("--zero-stage 3 partitions the weights, but the optimizer on the device updates whole resident "
@@ -454,7 +457,10 @@ RunOutcome TrainingRun::build_model() {
   setup_progress_->begin(with_masters ? "optimizer state and weights" : "optimizer state");
   StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::create(*backend_, *net_, *pinned_, pool_.get(), o_,
-                      {.trace = offload_->trace(), .store = offload_->store(), .comm = comm_.get()});
+                      {.trace = offload_->trace(),
+                       .store = offload_->store(),
+                       .comm = comm_.get(),
+                       .resident_part = offload_->resident_layers()});
   if (!trainer.is_ok()) return outcome_of(trainer.status());
   trainer_ = std::move(*trainer);
   if (Status s = net_->finish_init(); !s.is_ok()) return outcome_of(s);  // what the masters' fill did not write

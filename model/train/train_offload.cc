@@ -158,6 +158,9 @@ Status TrainOffload::keep_layers_resident(const TrainOptions& o, const model::Mo
   if (kept.bytes.empty()) {
     spdlog::info("offload: every layer pages (--resident-layers {})",
                  o.resident_layers == 0 ? "0" : "auto: no layer fits the device budget beside the paged working set");
+    if (o.split_update)
+      spdlog::warn("optimizer: --optimizer-device split updates the resident layers on the device, and none is "
+                   "resident: the whole update runs on the CPU");
     return Status::ok();
   }
   STRATA_ASSIGN_OR_RETURN(resident_, ResidentWeights::create(backend, pinned_, kept.bytes, kept.names, model.name));
@@ -167,6 +170,13 @@ Status TrainOffload::keep_layers_resident(const TrainOptions& o, const model::Mo
   spdlog::info("offload: {} of {} layers resident on the device for the whole run ({}, spread over the depth; "
                "--resident-layers {}), the others paged",
                kept.bytes.size(), model.n_layer, format_size(total), o.resident_layers);
+  if (o.split_update) {
+    uint64_t params = 0;
+    for (const model::ParamSpec& p : layout.params) params += mask[size_t(p.chunk)] ? p.elements : 0;
+    spdlog::info("optimizer: split: the {} resident layers' update ({} parameters; their fp32 masters, moments and "
+                 "gradient sums on the device) runs there, the paged chunks' on the CPU",
+                 kept.bytes.size(), format_count(double(params)));
+  }
   return Status::ok();
 }
 

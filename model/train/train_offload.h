@@ -64,6 +64,9 @@ class TrainOffload {
     if (sharded_) return sharded_.get();
     return split_ ? static_cast<WeightSource*>(split_.get()) : tiers_.get();
   }
+  // The layers --resident-layers keeps on the device (the split weights' resident source; null:
+  // none): a split update's device part updates them (TrainerIo::resident_part).
+  ResidentWeights* resident_layers() { return resident_.get(); }
   TraceRecorder* trace() { return trace_.get(); }   // null without --trace
   NvmeStore* store() { return store_.get(); }       // null when nothing is homed on NVMe
   const TierManager* tiers() const { return tiers_.get(); }

@@ -147,12 +147,23 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
   const std::string& offload = config.get_text("offload_optimizer");
   const bool device_set = is_set(config, "optimizer_device"), offload_set = is_set(config, "offload_optimizer");
   const bool on_device = config.get_text("optimizer_device") == "device";
-  if (device_set && offload_set && on_device != (offload == "none"))
+  o.split_update = config.get_text("optimizer_device") == "split";
+  if (o.split_update && offload == "none")
+    return error(Code::invalid_argument,
+                 "{} keeps the paged chunks' optimizer state on the host, but {} puts it on the device; pass "
+                 "--offload-optimizer cpu or nvme (where the CPU part's state lives), or --optimizer-device device",
+                 describe(config, "optimizer_device"), describe(config, "offload_optimizer"));
+  if (o.split_update && o.adam_states == AdamStates::q8)
+    return error(Code::invalid_argument,
+                 "{}: the device part of a split update keeps fp32 moments, and 8-bit moments (adamw8bit) live on "
+                 "the CPU only; pass --optimizer-type adamw, or --optimizer-device cpu",
+                 describe(config, "optimizer_device"));
+  if (device_set && offload_set && !o.split_update && on_device != (offload == "none"))
     return error(Code::invalid_argument,
                  "{} and {} disagree: offload_optimizer none is the optimizer on the device, cpu or nvme on the CPU; "
                  "pass one of them",
                  describe(config, "optimizer_device"), describe(config, "offload_optimizer"));
-  o.optimizer_home = (device_set ? on_device : offload == "none") ? Tier::device
+  o.optimizer_home = (device_set && !o.split_update ? on_device : offload == "none") ? Tier::device
                      : offload == "nvme"                         ? Tier::nvme
                                                                  : Tier::cpu;
   o.optimizer_staging = static_cast<uint32_t>(config.get_int("optimizer_staging"));
@@ -226,6 +237,12 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                  "more",
                  describe(config, "param_slots"));
 
+  if (o.weight_home == Tier::device && o.split_update)
+    return error(Code::invalid_argument,
+                 "{} updates the resident layers of paged weights on the device and the paged ones on the CPU, but "
+                 "{} keeps every layer resident; pass --optimizer-device device (the whole update on the device) or "
+                 "--offload-param cpu|nvme",
+                 describe(config, "optimizer_device"), describe(config, "offload_param"));
   if (o.weight_home == Tier::device) {
     std::string set_keys;
     for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging", "resident_layers"})

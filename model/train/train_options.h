@@ -82,6 +82,12 @@ struct TrainOptions {
   // The keys optimizer_device (cpu, device) and offload_optimizer (none, cpu, nvme) both set it.
   Tier optimizer_home = Tier::cpu;
   bool cpu_optimizer() const { return optimizer_home != Tier::device; }
+  // A split update (optimizer_device split; paged weights, one rank, fp32 moments): the layers kept
+  // resident (resident_layers) are updated on the device beside their weights -- their fp32
+  // masters, moments and gradient sums in device memory -- and the paged chunks by the CPU
+  // optimizer, their state where optimizer_home (cpu or nvme) says (model/train/split_optimizer.h;
+  // the chunks: device_update_mask, model/plan/placement.h).
+  bool split_update = false;
   uint32_t optimizer_staging = 4;
   // Parameters per optimizer piece (DeepSpeed's sub_group_size): a chunk's state larger than this
   // is read, updated and written in pieces of at most this many fp32 elements (model/plan/placement.h), so

@@ -75,6 +75,9 @@ Status check_trainer_options(const TrainOptions& options) {
     return error(Code::invalid_argument, "the trainer computes in fp32, bf16 or fp16, not {}; pass --dtype bf16",
                  dtype_name(options.dtype));
   if (options.grad_accum == 0) return error(Code::invalid_argument, "grad_accum must be at least 1");
+  if (options.adam_states == AdamStates::q8 && options.split_update)
+    return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU, but a split update keeps "
+                 "the resident layers' moments on the device; pass --optimizer-device cpu, or --optimizer-type adamw");
   if (options.adam_states == AdamStates::q8 && options.optimizer_home == Tier::device)
     return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU; pass --optimizer-device "
                  "cpu, or --optimizer-type adamw to keep fp32 moments on the device");
@@ -90,7 +93,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   STRATA_RETURN_IF_ERROR(check_model_options(model, options));
   if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
-                          make_optimizer(backend, model, pinned, pool, options, io.trace, io.store, io.comm));
+                          make_optimizer(backend, model, pinned, pool, options, io.trace, io.store, io.comm,
+                                         io.resident_part));
   return create(backend, model, pinned, options, std::move(parts), io.comm);
 }
 
@@ -364,13 +368,17 @@ StatusOr<std::vector<float>> Trainer::gradient(const ParamSpec& spec) {
   if (parts_.exchange != nullptr)
     return error(Code::failed_precondition, "the gradient of '{}' is partitioned over {} ranks: no rank holds it whole",
                  spec.name, parts_.exchange->communicator().size());
-  if (GradientOffloader* offloader = parts_.gradients.get()) {
-    STRATA_ASSIGN_OR_RETURN(const float* acc, offloader->wait_read(spec.chunk));
+  // A split update: the chunk's owner holds it as its chunk route.index(c).
+  const bool on_device = parts_.split != nullptr && parts_.split->route().marked(spec.chunk);
+  const size_t chunk = parts_.split != nullptr ? parts_.split->route().index(spec.chunk) : size_t(spec.chunk);
+  if (GradientOffloader* offloader = parts_.gradients.get(); offloader != nullptr && !on_device) {
+    STRATA_ASSIGN_OR_RETURN(const float* acc, offloader->wait_read(chunk));
     std::copy(acc + at, acc + at + spec.elements, out.begin());
-    offloader->end_read(spec.chunk);
+    offloader->end_read(chunk);
     return out;
   }
-  STRATA_ASSIGN_OR_RETURN(const float* acc, model_.device_grads()->widened(spec.chunk));
+  DeviceGrads* grads = on_device ? parts_.device_gradients.get() : model_.device_grads();
+  STRATA_ASSIGN_OR_RETURN(const float* acc, grads->widened(chunk));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(out.data(), acc + at,
                                                spec.elements * sizeof(float), Stream::d2h));

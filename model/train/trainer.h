@@ -81,6 +81,9 @@ struct TrainerIo {
   // (offload/chunk_shard.h) and the new weights are all-gathered. Trainer::gradient() refuses
   // then (no rank holds a whole sum).
   Communicator* comm = nullptr;
+  // A split update (options.split_update): the resident source of the model's SplitWeights, whose
+  // chunks the device updates (make_optimizer).
+  ResidentWeights* resident_part = nullptr;
 };
 
 // Thread-safety: one thread drives a Trainer (as the Transformer). Lifetime: the backend, model,

@@ -46,6 +46,10 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   // Half the layers stay resident beside the paged ones (SplitWeights); on NVMe every layer pages.
   const CliResult cpu = train("cpu", temp_path("strata_offload_cpu.jsonl"), {"--resident-layers", "3"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  // The split update: those 3 layers also update on the device, the paged chunks on the CPU.
+  const CliResult split = train("cpu", temp_path("strata_offload_split.jsonl"),
+                                {"--resident-layers", "3", "--optimizer-device", "split"});
+  ASSERT_EQ(split.exit_code, 0) << split.err;
   const CliResult nvme = train("nvme", temp_path("strata_offload_nvme.jsonl"),
                                {"--nvme-path", swap, "--trace", trace, "--offload-optimizer", "nvme",
                                 "--resident-layers", "0"});
@@ -53,6 +57,8 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   const std::vector<double> want = metric_losses(temp_path("strata_offload_none.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(metric_losses(temp_path("strata_offload_cpu.jsonl")), want);
+  EXPECT_EQ(metric_losses(temp_path("strata_offload_split.jsonl")), want);
+  EXPECT_NE(split.err.find("optimizer: split: the 3 resident layers' update"), std::string::npos) << split.err;
   EXPECT_EQ(metric_losses(temp_path("strata_offload_nvme.jsonl")), want);
   EXPECT_NE(cpu.err.find("offload: weights homed on cpu"), std::string::npos) << cpu.err;
   EXPECT_NE(cpu.err.find("offload: 3 of 6 layers resident on the device"), std::string::npos) << cpu.err;
@@ -119,6 +125,24 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   const std::vector<double> want = metric_losses(straight);
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(metric_losses(halves), want);
+}
+
+// A split update needs paged weights (its device part is their resident layers) and fp32 moments
+// (the device's AdamW keeps them); each refusal says what to pass instead.
+TEST(OffloadCli, ASplitUpdateNeedsPagedWeightsAndFp32Moments) {
+  const CliResult resident = train("none", temp_path("strata_offload_split_refused.jsonl"),
+                                   {"--optimizer-device", "split"});
+  EXPECT_NE(resident.exit_code, 0);
+  EXPECT_NE(resident.err.find("keeps every layer resident; pass --optimizer-device device"), std::string::npos)
+      << resident.err;
+  const CliResult q8 = train("cpu", temp_path("strata_offload_split_refused.jsonl"),
+                             {"--optimizer-device", "split", "--optimizer-type", "adamw8bit"});
+  EXPECT_NE(q8.exit_code, 0);
+  EXPECT_NE(q8.err.find("pass --optimizer-type adamw, or --optimizer-device cpu"), std::string::npos) << q8.err;
+  const CliResult none = train("cpu", temp_path("strata_offload_split_refused.jsonl"),
+                               {"--optimizer-device", "split", "--offload-optimizer", "none"});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("pass --offload-optimizer cpu or nvme"), std::string::npos) << none.err;
 }
 
 TEST(OffloadCli, NvmeHomeNeedsAnNvmePath) {

@@ -62,6 +62,7 @@ struct Case {
   Tier grads = Tier::cpu;
   uint64_t micro_batch = 2, seq = 32, grad_accum = 1;
   int64_t resident_layers = 0;  // paged weights: layers kept on the device
+  bool split = false;            // a split update: those layers update on the device
 };
 
 TrainOptions options_of(const Case& c) {
@@ -77,6 +78,7 @@ TrainOptions options_of(const Case& c) {
   o.seq = c.seq;
   o.grad_accum = c.grad_accum;
   o.resident_layers = c.resident_layers;
+  o.split_update = c.split;
   o.lr_schedule = LrScheduleOptions{.peak_lr = 1e-3, .decay = LrDecay::constant};
   return o;
 }
@@ -127,7 +129,8 @@ Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::
                                                  .device_grads = on_device},
                                                 {.weights = weights, .pinned = pinned.get()}));
   EXPECT_TRUE(model->init(5).is_ok());
-  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
+  auto trainer = expect_value(
+      Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get(), .resident_part = resident.get()}));
   // The training and validation batch rings over a buffer of tokens.
   std::vector<uint32_t> tokens(4 * o.micro_batch * (o.seq + 1), 1);
   const TokenDataset data = expect_value(TokenDataset::from_memory(
@@ -139,6 +142,7 @@ Measured build_run(const ModelConfig& config, const TrainOptions& o, const std::
   EXPECT_TRUE(o.evaluates());
   // The device gradients' fp32 sums come at the first step (after a spread over ranks, shards).
   if (DeviceGrads* grads = model->device_grads()) EXPECT_TRUE(grads->begin_step().is_ok());
+  if (o.split_update) EXPECT_TRUE(model->grad_sink()->begin_step().is_ok());  // the split's DeviceGrads too
   m.gpu = backend->memory().in_use;
   m.cpu = pinned->stats().in_use;
   if (store) {
@@ -183,6 +187,11 @@ std::vector<Case> measured_cases() {
        .resident_layers = 3},
       {.name = "gpt2_bf16_nvme_weights_7_layers_resident", .config = gpt2, .checkpointing = true,
        .weights = Tier::nvme, .resident_layers = 7},
+      {.name = "llama_bf16_cpu_weights_3_layers_split_update", .config = llama, .weights = Tier::cpu,
+       .resident_layers = 3, .split = true},
+      {.name = "gpt2_fp32_nvme_everything_5_layers_split_update", .config = gpt2, .dtype = DType::f32,
+       .checkpointing = true, .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme,
+       .resident_layers = 5, .split = true},
       {.name = "llama_bf16_q8_nvme_everything", .config = llama, .states = AdamStates::q8, .checkpointing = true,
        .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme},
       {.name = "gpt2_fp32_nvme_weights_spilled_grads", .config = gpt2, .dtype = DType::f32, .weights = Tier::nvme,
@@ -305,6 +314,46 @@ TEST(PlannerTest, PagedWeightsFillTheDeviceBudgetWithResidentLayers) {
   EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, p.chosen.options).h2d, kept);
   EXPECT_NE(placement_summary(p.chosen.options).find(fmt::format("({} layers resident)", k)), std::string::npos);
   EXPECT_NE(placement_flags(p.chosen.options).find(fmt::format("--resident-layers {}", k)), std::string::npos);
+}
+
+// A run bound by the CPU update moves the update of the layers that fit beside the working set to
+// the device (ZeRO-Offload++'s GPU/CPU split, sized by the budget, issue #24): the CPU's share
+// shrinks by their parameters, the gradients of those layers stay on the device, and no placement
+// without the split is as fast.
+TEST(PlannerTest, ACpuBoundUpdateMovesTheResidentLayersUpdateToTheDevice) {
+  TrainOptions o = bf16_run();
+  o.micro_batch = 8;
+  o.seq = 1024;
+  o.activation_checkpointing = true;
+  const ModelConfig config = model_preset("llama-7b").value();
+  Hardware h = workstation(48, 240, 0);
+  h.rates = PlanRates{.flops = 400e12, .pcie = 25e9, .nvme_read = 5e9, .nvme_write = 4e9, .adam = 2e9};
+  const PlanFixed checkpointing{.checkpointing = true};
+  const Plan p = expect_value(make_plan(config, o, h, checkpointing));
+  ASSERT_TRUE(p.fits);
+  const TrainOptions& chosen = p.chosen.options;
+  EXPECT_TRUE(chosen.split_update);
+  EXPECT_NE(chosen.weight_home, Tier::device);
+  EXPECT_GT(chosen.resident_layers, 0);
+  const uint64_t on_cpu = cpu_updated_parameters(p.chosen.model, chosen);
+  EXPECT_LT(on_cpu, parameter_count(config));
+  EXPECT_DOUBLE_EQ(p.chosen.time.adam_s, double(on_cpu) / h.rates.adam);
+  // Planned bytes are the allocators' (PredictsWhatTheAllocatorsTake builds split runs): the split
+  // layers' state fills the budget.
+  EXPECT_LE(p.chosen.bytes.tier(Tier::device), h.gpu_bytes);
+  EXPECT_GT(p.chosen.bytes.at(Tier::device, PlanState::moments), 0u);
+  // Only the paged chunks' gradients leave the device.
+  const ParamLayout layout = build_param_layout(p.chosen.model, 2).value();
+  const std::vector<bool> kept = resident_chunk_mask(layout, chosen.resident_layers);
+  uint64_t resident = 0;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) resident += kept[c] ? layout.chunks[c].bytes : 0;
+  EXPECT_EQ(p.chosen.traffic.d2h, (layout.total_bytes() - resident) * o.grad_accum);
+  // The same search without the split (the CPU optimizer fixed) is slower.
+  TrainOptions cpu = o;
+  const Plan whole = expect_value(make_plan(config, cpu, h, {.optimizer = true, .checkpointing = true}));
+  ASSERT_TRUE(whole.fits);
+  EXPECT_FALSE(whole.chosen.options.split_update);
+  EXPECT_LT(p.chosen.time.step_s, whole.chosen.time.step_s);
 }
 
 TEST(PlannerTest, ResidentLayersAreSpreadOverTheDepthAndGivenCountsKept) {

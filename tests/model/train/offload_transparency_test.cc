@@ -27,6 +27,7 @@
 
 #include "model/ckpt/checkpoint.h"
 #include "model/plan/placement.h"
+#include "model/train/device_optimizer.h"
 #include "model/train/trainer.h"
 #include "model/net/transformer.h"
 #include "offload/fault_engine.h"
@@ -84,12 +85,16 @@ struct Placement {
   // paged (offload/split_weights.h).
   int64_t resident_layers = 0;
   StepSchedule schedule = StepSchedule::micro_batch_major;
+  // A split update (model/train/split_optimizer.h): the resident layers update on the device, the
+  // paged chunks on the CPU with their state where `optimizer` says.
+  bool split = false;
 };
 std::string placement_name(Placement p) {
   return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
          (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap") +
          (p.sub_group != 0 ? ", pieces of " + std::to_string(p.sub_group) : "") +
-         (p.resident_layers != 0 ? ", " + std::to_string(p.resident_layers) + " layers resident" : "") + ", " +
+         (p.resident_layers != 0 ? ", " + std::to_string(p.resident_layers) + " layers resident" : "") +
+         (p.split ? ", split update" : "") + ", " +
          std::string(step_schedule_name(p.schedule));
 }
 
@@ -99,6 +104,7 @@ struct Outcome {
   uint64_t arena_peak = 0;
   uint64_t budget = 0;
   uint64_t kept_bytes = 0;  // the resident layers' chunks of a paged run
+  uint64_t split_bytes = 0;  // a split update: the device part's gradient sums and state
   TierStats tiers;
   std::vector<TierStats> step_tiers;  // paged: the weight tiers' stats after each step
   bool layer_major = false;           // the trainer ran layer-major steps
@@ -168,6 +174,13 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
                 Transformer::activation_bytes(config, {.batch = kB, .seq_len = kT, .dtype = dtype}) +
                 2 * (grad_accum - 1) * 256 * ((kB * kT * sizeof(int32_t) + 255) / 256);
   out.budget = home == Tier::device ? 64ull << 20 : params / 3 + out.kept_bytes + layer_major_bytes;
+  if (place.split) {  // the resident layers' gradient sums and optimizer state on the device too
+    const MaskedChunks chunks = masked_chunks(layout, kept);
+    out.split_bytes = DeviceGrads::device_bytes(dtype, chunks.bytes, std::vector<uint32_t>(chunks.bytes.size(), 1), 1,
+                                                256) +
+                      DeviceOptimizer::device_bytes(layout, dtype, 1, 256, kept);
+    out.budget += out.split_bytes;
+  }
   auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = out.budget}));
   auto pinned = expect_value(PinnedPool::create(PinnedPoolOptions{.slab_bytes = 4ull << 20, .allow_cuda = false}));
   auto pool = expect_value(ThreadPool::create(ThreadPoolOptions{.threads = 2, .pin = false, .name = "transparency"}));
@@ -237,7 +250,15 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   o.overlap_optimizer = place.overlap;
   if (place.sub_group != 0) o.sub_group_size = place.sub_group;
   o.step_schedule = place.schedule;
-  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o, {.store = store.get()}));
+  if (place.split) {
+    o.split_update = true;
+    o.weight_home = home;
+    o.resident_layers = place.resident_layers;
+  }
+  auto trainer = expect_value(Trainer::create(*backend, *model, *pinned, pool.get(), o,
+                                              {.store = store.get(), .resident_part = resident.get()}));
+  // A split with no resident layer (MLP tiles keep none whole) is the CPU optimizer.
+  EXPECT_EQ(trainer->optimizer().where(), place.split && out.kept_bytes > 0 ? "split" : on_device ? "device" : "cpu");
   out.layer_major = trainer->layer_major();
   Batches batches(11, config.vocab);
   const NextBatch next = [&]() { return batches.next(); };
@@ -328,14 +349,21 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
                                        {Tier::nvme, Tier::cpu},
                                        {Tier::nvme, Tier::nvme, true},
                                        {Tier::nvme, Tier::cpu, false, true, 0, /*resident_layers=*/5}};
-  if (k.states == AdamStates::f32) placements.push_back({Tier::device, Tier::device, false, true, 1000});
+  if (k.states == AdamStates::f32) {
+    placements.push_back({Tier::device, Tier::device, false, true, 1000});
+    // The split update: the resident layers on the device, the rest on the CPU (state on NVMe in
+    // pieces, and the sums spilled, so the CPU part walks and reads a subset of every store).
+    placements.push_back({.weights = Tier::cpu, .optimizer = Tier::cpu, .resident_layers = 5, .split = true});
+    placements.push_back({.weights = Tier::nvme, .optimizer = Tier::nvme, .grads_on_nvme = true, .sub_group = 1000,
+                          .resident_layers = 3, .split = true});
+  }
   for (Placement place : placements) {
     SCOPED_TRACE(placement_name(place));
     const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states, {}, nullptr, matrix);
     expect_same_training(run, resident);
     if (place.weights == Tier::device) continue;
     EXPECT_LE(run.arena_peak, run.budget);
-    EXPECT_LT((run.budget - run.kept_bytes) * 3, resident_param_bytes(config, k.dtype) + 3);
+    EXPECT_LT((run.budget - run.kept_bytes - run.split_bytes) * 3, resident_param_bytes(config, k.dtype) + 3);
     // Paging happened (more fetches than chunks) and the trace was replayed from step 2 on.
     EXPECT_GT(run.tiers.h2d_bytes, uint64_t(kMatrixSteps) * run.tiers.device_bytes);
     EXPECT_EQ(run.tiers.sequences_recorded, 1u);
@@ -367,6 +395,34 @@ TEST(NvmeCheckpoint, AMidRunCheckpointResumesBitIdentically) {
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+// A split update's checkpoint is any placement's: saved mid-run from a split run (the device
+// part's state brought down into its NVMe-homed mirrors) it resumes into the uninterrupted run
+// bit for bit, as a split run and as resident weights with the CPU optimizer; a resident run's
+// checkpoint resumes into a split run (the mirrors carried up to the device part).
+TEST(NvmeCheckpoint, ASplitUpdatesCheckpointResumesBitIdentically) {
+  const ModelConfig config = tiny(Arch::llama);
+  const std::string dir = std::string(STRATA_BINARY_DIR) + "/test-scratch/split-ckpt-" + std::to_string(::getpid());
+  const Placement split{.weights = Tier::nvme, .optimizer = Tier::nvme, .resident_layers = 3, .split = true};
+  const Placement resident{Tier::device, Tier::cpu};
+  const Outcome straight = train(config, DType::bf16, 1, resident);
+  const std::vector<double> tail(straight.losses.begin() + kSteps / 2, straight.losses.end());
+  for (const Placement& from : {split, resident}) {
+    std::filesystem::remove_all(dir);
+    train(config, DType::bf16, 1, from, AdamStates::f32, {}, nullptr,
+          {.stop_after = kSteps / 2, .save_at = 0, .save_dir = dir, .resume_dir = ""});
+    for (const Placement& into : {split, resident}) {
+      if (!from.split && !into.split) continue;
+      SCOPED_TRACE(placement_name(from) + " into " + placement_name(into));
+      const Outcome resumed = train(config, DType::bf16, 1, into, AdamStates::f32, {}, nullptr,
+                                    {.stop_after = 0, .save_at = 0, .save_dir = "", .resume_dir = dir});
+      EXPECT_EQ(resumed.losses, tail);
+      ASSERT_EQ(resumed.masters.size(), straight.masters.size());
+      EXPECT_EQ(0, std::memcmp(resumed.masters.data(), straight.masters.data(), resumed.masters.size() * 4));
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The checkpoint files are the same bytes whether the optimizer state is kept in pieces or whole
@@ -523,7 +579,9 @@ TEST(LayerMajor, TrainsBitIdenticallyToMicroBatchMajor) {
     EXPECT_FALSE(reference.layer_major);
     for (Placement place : {Placement{Tier::device, Tier::cpu}, Placement{Tier::device, Tier::device},
                             Placement{Tier::cpu, Tier::cpu}, Placement{Tier::nvme, Tier::nvme, true},
-                            Placement{Tier::nvme, Tier::cpu, false, true, 0, /*resident_layers=*/5}}) {
+                            Placement{Tier::nvme, Tier::cpu, false, true, 0, /*resident_layers=*/5},
+                            Placement{.weights = Tier::cpu, .optimizer = Tier::cpu, .resident_layers = 5,
+                                      .split = true}}) {
       place.schedule = StepSchedule::layer_major;
       SCOPED_TRACE(placement_name(place));
       const Outcome run = train(config, k.dtype, k.grad_accum, place, AdamStates::f32, {}, nullptr, three);
