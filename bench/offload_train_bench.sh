@@ -3,14 +3,17 @@
 # same data three times -- weights resident (a large --gpu-mem), homed in pinned memory and homed
 # on NVMe (both with --gpu-mem the least the paged run needs, from `strata plan`) -- and prints
 # tokens/s of steps 2..N of each, the ratio to resident, the compute's wait and each run's device
-# peak. The losses of the three runs must be identical (the exactness contract); the script says so
-# or fails.
+# peak. With SPLIT_GPU_MEM set, two more runs with the weights in pinned memory under that budget
+# (where some layers stay resident): "kept" updates every chunk on the CPU, "split" updates the
+# resident layers on the device (--optimizer-device split): the split's gain at one budget. The
+# losses of every run must be identical (the exactness contract); the script says so or fails.
 # Usage: bench/offload_train_bench.sh [NVME_DIR] [extra strata train flags...]
 #   env: STRATA (binary, default build/bin/strata), DEVICE (cpu; cuda on a GPU), PRESET (gpt2-350m),
 #        DTYPE (bf16), STEPS (4), MB (2), SEQ (64), RESIDENT_GPU_MEM (64GiB; auto on a GPU),
 #        GPU_MEM_PAGED (derived: the plan's minimum for the paged placement), VOCAB_TILE and MLP_TILES
 #        (0: untiled; every run gets them, so the three do the same arithmetic -- a bf16 table tiled
-#        by `auto` in the paged runs only would round per tile), OUT (a temp dir)
+#        by `auto` in the paged runs only would round per tile), SPLIT_GPU_MEM (unset: no split
+#        runs), OUT (a temp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=${STRATA:-build/bin/strata}
@@ -80,10 +83,20 @@ run() {  # run NAME FLAGS...
 run resident --gpu-mem "$RESIDENT_GPU_MEM"
 run cpu --gpu-mem "$GPU_MEM_PAGED" --offload-param cpu
 run nvme --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --trace "$OUT/nvme-trace.json"
+runs="resident cpu nvme"
+if [ -n "${SPLIT_GPU_MEM:-}" ]; then
+  run kept --gpu-mem "$SPLIT_GPU_MEM" --offload-param cpu --optimizer-device cpu --bench
+  run split --gpu-mem "$SPLIT_GPU_MEM" --offload-param cpu --optimizer-device split --bench
+  runs="$runs kept split"
+  for name in kept split; do
+    echo "$name ($SPLIT_GPU_MEM): $(grep -m1 -E 'layers resident on the device|every layer pages' "$OUT/$name.log" |
+                                    sed 's/.*\] //')"
+  done
+fi
 
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" $runs <<'PY'
 import json, re, sys
-out = sys.argv[1]
+out, runs = sys.argv[1], sys.argv[2:]
 def load(name):
     # The step rows only: the file ends with the planner's prediction row (and --bench's), which
     # have no loss or tokens_per_s.
@@ -100,7 +113,7 @@ def load(name):
 res_rows, res_tok, _, res_rss = load("resident")
 print(f"{'run':9} {'tok/s':>9} {'vs resident':>12} {'wait':>7} {'gpu peak':>10} {'RSS':>9}  losses")
 ok = True
-for name in ("resident", "cpu", "nvme"):
+for name in runs:
     rows, tok, wait, rss = load(name)
     same = [r["loss"] for r in rows] == [r["loss"] for r in res_rows]
     ok &= same

@@ -494,4 +494,20 @@ Status ComputeOps::adam_update(const kernels::AdamConstants& constants, const ke
   return queue_adam_update(constants, formats, span);
 }
 
+Status ComputeOps::adam8bit_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                                   const kernels::Adam8bitSpan& span) {
+  OpArgs a(*this, "adam8bit_update");
+  const auto n = static_cast<int64_t>(span.n);
+  const auto blocks = static_cast<int64_t>(kernels::adam8bit_blocks(span.n));
+  a.require(n >= 0, "span of {} elements is too large", span.n);
+  a.tensor("param", span.param, 4, {n}).tensor("m_code", span.m_code, 1, {n}).tensor("v_code", span.v_code, 1, {n});
+  a.tensor("m_scale", span.m_scale, 4, {blocks}).tensor("v_scale", span.v_scale, 4, {blocks});
+  a.tensor("grad", span.grad, kernels::float_format_size(formats.grad), {n});
+  a.tensor("copy_out", span.copy_out, kernels::copy_out_size(formats.copy), {n});
+  a.require(span.n == 0 || static_cast<const void*>(span.m_scale) != static_cast<const void*>(span.v_scale),
+            "m_scale and v_scale must be separate buffers");
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_adam8bit_update(constants, formats, span);
+}
+
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/ops_loss.h"
 #include "runtime/arena.h"
 #include "runtime/dtype.h"
@@ -202,6 +203,11 @@ class ComputeOps {
   // (ignored for CopyOut::none). Build `constants` with kernels::adam_constants.
   Status adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                      const kernels::AdamSpan& span);
+  // The same pass with 8-bit moments (kernels/cpu/adam8bit.h: span.m_code/v_code one byte per
+  // element, span.m_scale/v_scale one float per 256-element block, the range starting on a block
+  // boundary of its tensor), the CPU kernels' bits on every backend.
+  Status adam8bit_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                         const kernels::Adam8bitSpan& span);
 
  protected:
   // `arena` and `base` are the owning backend's: every device range is checked against them.
@@ -279,6 +285,8 @@ class ComputeOps {
   virtual Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) = 0;
   virtual Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                                    const kernels::AdamSpan& span) = 0;
+  virtual Status queue_adam8bit_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                                       const kernels::Adam8bitSpan& span) = 0;
 
  private:
   friend class OpArgs;  // runtime/compute_ops.cc: the shared argument checks

@@ -399,4 +399,9 @@ Status CpuComputeOps::queue_adam_update(const kernels::AdamConstants& constants,
   return stream_.enqueue([=] { (void)kernels::adam_update(constants, formats, span, kernels::best_simd_level()); });
 }
 
+Status CpuComputeOps::queue_adam8bit_update(const kernels::AdamConstants& constants,
+                                            const kernels::AdamFormats& formats, const kernels::Adam8bitSpan& span) {
+  return stream_.enqueue([=] { (void)kernels::adam8bit_update(constants, formats, span, kernels::best_simd_level()); });
+}
+
 }  // namespace strata

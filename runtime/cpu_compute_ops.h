@@ -78,6 +78,8 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) override;
   Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                            const kernels::AdamSpan& span) override;
+  Status queue_adam8bit_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                               const kernels::Adam8bitSpan& span) override;
 
  private:
   // Queues kernel(WidenedArgs&) on the compute stream with fp32 views of `dt` tensors, then

@@ -59,6 +59,104 @@ cudaError_t launch_adam_copy(const AdamConstants& c, CopyOut copy, const AdamSpa
   return cudaErrorInvalidValue;
 }
 
+// ---- 8-bit moments (kernels/cpu/adam8bit_kernel.h's arithmetic) -------------------------------
+constexpr float kMCodeMax = 127.0f;
+constexpr float kVCodeMax = 255.0f;
+constexpr float kMDequant = 1.0f / (127.0f * 127.0f);
+constexpr float kVDequant = 1.0f / (255.0f * 255.0f * 255.0f * 255.0f);
+constexpr float kMinMScale = 0x1p-100f;
+static_assert(kAdam8bitBlock == 256 && kBlock == 256, "a thread block per quantization block");
+
+// The integer q with (q - 0.5)^2 <= z < (q + 0.5)^2 for 0 <= z < 255.5^2: sqrt(z) correctly rounded
+// is within half an ulp of the root, so floor of it is q or q - 1 and the exact comparison (the
+// threshold is exact in fp32) settles it -- the CPU's nearest_root reaches the same q from its
+// estimate.
+__device__ __forceinline__ float nearest_root(float z) {
+  const float low = floorf(__fsqrt_rn(z));
+  const float half_up = __fadd_rn(low, 0.5f);
+  return z >= __fmul_rn(half_up, half_up) ? __fadd_rn(low, 1.0f) : low;
+}
+
+template <FloatFormat G, CopyOut O>
+__global__ void adam8bit_kernel(AdamConstants c, Adam8bitSpan s) {
+  __shared__ float m_max[kBlock / 32], v_max[kBlock / 32];
+  __shared__ float m_to_code, v_to_code;
+  const size_t block = blockIdx.x;
+  const size_t i = block * kAdam8bitBlock + threadIdx.x;
+  const bool in = i < s.n;
+  float m = 0.0f, v = 0.0f;
+  if (in) {
+    const float m_factor = __fmul_rn(s.m_scale[block], kMDequant);
+    const float v_factor = __fmul_rn(s.v_scale[block], kVDequant);
+    const float q = static_cast<float>(s.m_code[i]);
+    const float u = static_cast<float>(s.v_code[i]);
+    const float u2 = __fmul_rn(u, u);
+    m = __fmul_rn(__fmul_rn(q, fabsf(q)), m_factor);
+    v = __fmul_rn(__fmul_rn(u2, u2), v_factor);
+    float p = s.param[i];
+    float g = __fmul_rn(load_grad<G>(s.grad, i), c.grad_scale);
+    if (c.decoupled) {
+      p = __fsub_rn(p, __fmul_rn(c.lr_decay, p));
+    } else {
+      g = __fadd_rn(g, __fmul_rn(c.l2, p));
+    }
+    m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, g));
+    v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
+    p = __fsub_rn(p, __fmul_rn(c.step_size, __fdiv_rn(m, denom)));
+    s.param[i] = p;
+    if constexpr (O == CopyOut::bf16) detail::store(static_cast<__nv_bfloat16*>(s.copy_out) + i, p);
+    if constexpr (O == CopyOut::f16) detail::store(static_cast<__half*>(s.copy_out) + i, p);
+  }
+  // The block's absmax of m and of v (max is exact in any order).
+  float mm = fabsf(m), vm = v;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    mm = fmaxf(mm, __shfl_down_sync(0xffffffffu, mm, offset));
+    vm = fmaxf(vm, __shfl_down_sync(0xffffffffu, vm, offset));
+  }
+  if (threadIdx.x % 32 == 0) {
+    m_max[threadIdx.x / 32] = mm;
+    v_max[threadIdx.x / 32] = vm;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m_absmax = 0.0f, v_absmax = 0.0f;
+    for (int w = 0; w < kBlock / 32; ++w) {
+      m_absmax = fmaxf(m_absmax, m_max[w]);
+      v_absmax = fmaxf(v_absmax, v_max[w]);
+    }
+    const float m_s = m_absmax >= kMinMScale ? m_absmax : 0.0f;
+    const float v_root = __fsqrt_rn(v_absmax);
+    s.m_scale[block] = m_s;
+    s.v_scale[block] = v_absmax;
+    m_to_code = m_s > 0.0f ? __fdiv_rn(kMCodeMax * kMCodeMax, m_s) : 0.0f;
+    v_to_code = v_root > 0.0f ? __fdiv_rn(kVCodeMax * kVCodeMax, v_root) : 0.0f;
+  }
+  __syncthreads();
+  if (!in) return;
+  const float q = nearest_root(__fmul_rn(fabsf(m), m_to_code));
+  s.m_code[i] = static_cast<int8_t>(copysignf(q, m));
+  s.v_code[i] = static_cast<uint8_t>(nearest_root(__fmul_rn(__fsqrt_rn(v), v_to_code)));
+}
+
+template <FloatFormat G, CopyOut O>
+cudaError_t launch_adam8bit(const AdamConstants& c, const Adam8bitSpan& s, cudaStream_t stream) {
+  const size_t blocks = adam8bit_blocks(s.n);
+  if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+  adam8bit_kernel<G, O><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(c, s);
+  return cudaGetLastError();
+}
+
+template <FloatFormat G>
+cudaError_t launch_adam8bit_copy(const AdamConstants& c, CopyOut copy, const Adam8bitSpan& s, cudaStream_t stream) {
+  switch (copy) {
+    case CopyOut::none: return launch_adam8bit<G, CopyOut::none>(c, s, stream);
+    case CopyOut::bf16: return launch_adam8bit<G, CopyOut::bf16>(c, s, stream);
+    case CopyOut::f16: return launch_adam8bit<G, CopyOut::f16>(c, s, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 // Block b sums elements b * kBlock + tid + k * (kGradNormScratchFloats * kBlock), in order per
 // thread, then block-wide; partial[b] is written.
 template <FloatFormat G>
@@ -96,6 +194,18 @@ cudaError_t adam_update(const AdamConstants& constants, const AdamFormats& forma
     case FloatFormat::f32: return launch_adam_copy<FloatFormat::f32>(constants, formats.copy, span, stream);
     case FloatFormat::bf16: return launch_adam_copy<FloatFormat::bf16>(constants, formats.copy, span, stream);
     case FloatFormat::f16: return launch_adam_copy<FloatFormat::f16>(constants, formats.copy, span, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t adam8bit_update(const AdamConstants& constants, const AdamFormats& formats, const Adam8bitSpan& span,
+                            cudaStream_t stream) {
+  if (span.n == 0) return cudaSuccess;
+  if (formats.copy != CopyOut::none && span.copy_out == nullptr) return cudaErrorInvalidValue;
+  switch (formats.grad) {
+    case FloatFormat::f32: return launch_adam8bit_copy<FloatFormat::f32>(constants, formats.copy, span, stream);
+    case FloatFormat::bf16: return launch_adam8bit_copy<FloatFormat::bf16>(constants, formats.copy, span, stream);
+    case FloatFormat::f16: return launch_adam8bit_copy<FloatFormat::f16>(constants, formats.copy, span, stream);
   }
   return cudaErrorInvalidValue;
 }

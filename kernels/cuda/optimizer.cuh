@@ -12,12 +12,21 @@
 #include <cstdint>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam8bit.h"
 
 namespace strata::kernels::cuda {
 
 // One fused pass over span.n elements (see kernels/cpu/adam.h for the formula and buffer rules).
 cudaError_t adam_update(const AdamConstants& constants, const AdamFormats& formats, const AdamSpan& span,
                         cudaStream_t stream);
+
+// The same pass with 8-bit moments (kernels/cpu/adam8bit.h: codes and block scales; the dequantization,
+// the update, the block absmax and the requantization of kernels/cpu/adam8bit_kernel.h, each in the
+// same unfused IEEE operations; the codes from sqrt rounded correctly and one exact comparison,
+// which settles the same code as the CPU's estimate does). One thread block per 256-element
+// quantization block. span holds device pointers.
+cudaError_t adam8bit_update(const AdamConstants& constants, const AdamFormats& formats, const Adam8bitSpan& span,
+                            cudaStream_t stream);
 
 // Partial sums grad_norm_squared needs between its two kernels (device scratch the caller owns).
 inline constexpr size_t kGradNormScratchFloats = 256;

@@ -408,7 +408,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
     d.gradients = DeviceGrads::device_bytes(o.dtype, chunk_bytes,
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
                                             kArenaAlign);
-    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign);
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states);
   } else if (const std::vector<bool> split = device_update_mask(layout, o);
              std::find(split.begin(), split.end(), true) != split.end()) {
     // A split update: the resident layers' DeviceGrads (one release each) and DeviceOptimizer state,
@@ -418,7 +418,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
                                             kArenaAlign) +
                   gradient_offloader_device_bytes(without_chunks(gradient_slot_options(layout, o.dtype, config.name),
                                                                  split));
-    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, 1, kArenaAlign, split);
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, 1, kArenaAlign, split, o.adam_states);
   } else if (o.ranks > 1) {
     // Across ranks: the GradientExchange's whole-chunk slots, received blocks and norm partials,
     // the offloader's shard-sized slots, and the updated weights' gather buffer.

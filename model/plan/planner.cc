@@ -16,6 +16,7 @@
 #include "model/plan/placement.h"
 #include "model/plan/rank_plan.h"
 #include "model/plan/tiling.h"
+#include "model/train/device_optimizer.h"
 #include "model/train/step_schedule.h"
 #include "model/train/train_config_keys.h"
 #include "offload/chunk_shard.h"
@@ -83,8 +84,16 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
   b.at(Tier::device, PlanState::gradients) = d.gradients;
   b.at(Tier::device, PlanState::activations) = d.activations;
   b.at(Tier::device, PlanState::other) = d.batch;
-  // estimate_device_bytes: m and v, plus the fp32 masters of a 16-bit model, one block each.
-  const uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
+  // estimate_device_bytes: m and v (or their 8-bit codes and scales), plus the fp32 masters of a
+  // 16-bit model: on one rank what the same state takes beyond an fp32 model's, which has none.
+  uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
+  if (o.dtype != DType::f32 && d.optimizer > 0 && ranks == 1 && o.ranks <= 1) {
+    const std::shared_ptr<const ParamLayout> layout = working_layout(config, o);
+    std::vector<bool> updated = device_update_mask(*layout, o);
+    if (!o.cpu_optimizer()) updated.clear();  // every chunk
+    constexpr uint64_t kArenaAlign = 256;  // the arena's block alignment (estimate_device_bytes')
+    masters = d.optimizer - DeviceOptimizer::device_bytes(*layout, DType::f32, 1, kArenaAlign, updated, o.adam_states);
+  }
   b.at(Tier::device, PlanState::masters) = masters;
   b.at(Tier::device, PlanState::moments) = d.optimizer - masters;
 }
@@ -405,7 +414,7 @@ std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFi
       for (Tier g : choices(fixed.gradients, base.grad_home, {Tier::cpu, Tier::nvme}))
         for (bool ckpt : choices(fixed.checkpointing, base.activation_checkpointing, {false, true})) {
           // The device optimizer updates resident weights with fp32 moments and keeps the gradients.
-          if (opt == Tier::device && (w != Tier::device || base.adam_states == AdamStates::q8)) continue;
+          if (opt == Tier::device && w != Tier::device) continue;
           if (opt == Tier::device && g == Tier::nvme && !fixed.gradients) continue;
           // --optimizer-device split asks for paged weights (with resident layers updated on the device).
           if (base.split_update && fixed.optimizer && w == Tier::device) continue;
@@ -414,10 +423,9 @@ std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFi
           o.optimizer_home = opt;
           o.grad_home = opt == Tier::device ? Tier::cpu : g;
           o.activation_checkpointing = ckpt;
-          // A split update (the resident layers' on the device) only beside paged weights, fp32
-          // moments and one rank; open unless --optimizer-device fixed it.
-          const bool can_split = w != Tier::device && opt != Tier::device && base.adam_states == AdamStates::f32 &&
-                                 base.ranks <= 1;
+          // A split update (the resident layers' on the device) only beside paged weights and on
+          // one rank; open unless --optimizer-device fixed it.
+          const bool can_split = w != Tier::device && opt != Tier::device && base.ranks <= 1;
           o.split_update = can_split && base.split_update;
           out.push_back(o);
           if (can_split && !fixed.optimizer && !base.split_update) {
@@ -479,8 +487,10 @@ Search pick(std::vector<PlanCandidate> all) {
 Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
   std::vector<PlanCandidate> all;
   for (const TrainOptions& o : plan_placements(base, fixed)) {
-    // Across ranks no layer stays resident (rank_options): a split update would be the CPU one.
+    // Across ranks no layer stays resident (rank_options): a split update would be the CPU one;
+    // and 8-bit moments are not partitioned on the device.
     if (!h.world.single() && o.split_update && !base.split_update) continue;
+    if (!h.world.single() && o.optimizer_home == Tier::device && o.adam_states == AdamStates::q8) continue;
     all.push_back(evaluate_placement(config, o, h));
   }
   return pick(std::move(all));
@@ -620,7 +630,6 @@ std::vector<PlanSuggestion> suggestions(const ModelConfig& config, const TrainOp
     o.adam_states = AdamStates::q8;
     o.optimizer = "adamw8bit";
     PlanFixed f = fixed;
-    if (o.optimizer_home == Tier::device) f.optimizer = false;  // 8-bit moments live on the CPU
     const Search q = search(config, o, h, f);
     ways.push_back(found("--optimizer-type adamw8bit",
                          "8-bit moments (6 bytes of optimizer state per parameter, not 12): " + outcome(q), q));

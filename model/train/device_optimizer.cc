@@ -38,7 +38,8 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
     if (size_t(p.chunk) != c) break;
     const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
     if (begin >= end) continue;
-    out.push_back({.param = i, .first = begin - p.offset / eb, .n = end - begin, .at = at});
+    const uint64_t scale = out.empty() ? 0 : out.back().scale + kernels::adam8bit_blocks(out.back().n);
+    out.push_back({.param = i, .first = begin - p.offset / eb, .n = end - begin, .at = at, .scale = scale});
     at += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
   }
   *length = at;
@@ -48,10 +49,10 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
 // One pass over the params a rank (segments' lengths, without building them): the planner calls it
 // for every candidate it sizes.
 uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
-                                       const std::vector<bool>& updates) {
+                                       const std::vector<bool>& updates, AdamStates states) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   const uint64_t eb = layout.element_bytes;
-  uint64_t largest = 0, widest_state = 0, widest_stride = 0;
+  uint64_t largest = 0, widest_state = 0, widest_stride = 0, scales = 0;
   for (int r = 0; r < ranks; ++r) {
     uint64_t total = 0, chunk_length = 0;
     for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -61,7 +62,8 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
       widest_stride = std::max(widest_stride, shard.stride);
       const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
       if (begin < end) chunk_length += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
-      if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's las
+      if (begin < end && r == 0) scales += kernels::adam8bit_blocks(end - begin);  // 8-bit: one rank
+      if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's last
         total += chunk_length;
         widest_state = std::max(widest_state, chunk_length);
         chunk_length = 0;
@@ -69,7 +71,10 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
     }
     largest = std::max(largest, total);
   }
-  uint64_t bytes = aligned(largest * sizeof(float)) * (dtype == DType::f32 ? 2 : 3);  // m, v (and 16-bit's masters)
+  const uint64_t masters = dtype == DType::f32 ? 0 : aligned(largest * sizeof(float));  // 16-bit only
+  if (states == AdamStates::q8)  // m and v codes, their block scales
+    return masters + 2 * aligned(largest) + 2 * aligned(scales * sizeof(float));
+  uint64_t bytes = masters + 2 * aligned(largest * sizeof(float));  // m, v
   if (ranks > 1)
     bytes += aligned(uint64_t(ranks) * widest_stride * eb) + aligned(uint64_t(ranks) * widest_state * sizeof(float));
   return bytes;
@@ -89,6 +94,10 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
                  "the device optimizer updates {} of the model's {} chunks, but its weights hold {} chunks and its "
                  "gradients {}",
                  route.count(true), chunks, weights.chunk_count(), grads.chunk_count());
+  const bool q8 = options.adam_states == AdamStates::q8;
+  if (q8 && grads.partitioned())
+    return error(Code::invalid_argument, "8-bit Adam moments on the device are not partitioned across ranks (a "
+                 "shard would cut their blocks); pass --optimizer-type adamw");
   if (!updates.empty() && grads.partitioned())
     return error(Code::invalid_argument, "a split update (some chunks on the device, the rest on the CPU) runs on one "
                  "rank; across ranks pass --optimizer-device cpu or device");
@@ -99,15 +108,20 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
   o->pieces_ = state.pieces_where(mine);
   // This rank's segments' fp32 state, chunk after chunk (none for a chunk updated elsewhere).
   o->state_at_ = {0};
+  o->scale_at_ = {0};
   uint64_t widest_stride = 0;
   for (size_t c = 0; c < chunks; ++c) {
     uint64_t length = 0;
     if (!o->route_.marked(c)) {
       o->segments_.emplace_back();
       o->state_at_.push_back(o->state_at_.back());
+      o->scale_at_.push_back(o->scale_at_.back());
       continue;
     }
     o->segments_.push_back(segments(layout, c, o->ranks(), o->rank(), &length));
+    const std::vector<Segment>& made = o->segments_.back();
+    o->scale_at_.push_back(o->scale_at_.back() +
+                           (made.empty() ? 0 : made.back().scale + kernels::adam8bit_blocks(made.back().n)));
     o->state_at_.push_back(o->state_at_.back() + length);
     for (int r = 0; r < o->ranks(); ++r) {
       uint64_t theirs = 0;
@@ -118,13 +132,25 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
   }
   const uint64_t total = o->state_at_.back() * sizeof(float);
   const bool half = options.dtype != DType::f32;
-  for (auto [slot, what] : {std::pair{&o->device_masters_, "fp32 master weights"}, {&o->device_m_, "Adam m"},
-                            {&o->device_v_, "Adam v"}}) {
-    if (slot == &o->device_masters_ && !half) continue;
-    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(total, fmt::format("optimizer {}{}", what,
-                                                                             o->comm_ ? " (this rank's shards)" : "")));
-    *slot = static_cast<float*>(block);
-    STRATA_RETURN_IF_ERROR(backend.fill_zero(block, total));
+  // Zeroed: zero moments (8-bit: zero codes and scales).
+  const uint64_t codes = o->state_at_.back(), scales = o->scale_at_.back() * sizeof(float);
+  const std::pair<void**, uint64_t> blocks[] = {
+      {reinterpret_cast<void**>(&o->device_masters_), half ? total : 0},
+      {reinterpret_cast<void**>(&o->device_m_), q8 ? 0 : total},
+      {reinterpret_cast<void**>(&o->device_v_), q8 ? 0 : total},
+      {reinterpret_cast<void**>(&o->device_m_code_), q8 ? codes : 0},
+      {reinterpret_cast<void**>(&o->device_v_code_), q8 ? codes : 0},
+      {reinterpret_cast<void**>(&o->device_m_scale_), q8 ? scales : 0},
+      {reinterpret_cast<void**>(&o->device_v_scale_), q8 ? scales : 0}};
+  const char* const names[] = {"fp32 master weights", "Adam m", "Adam v", "Adam m codes (8-bit)",
+                               "Adam v codes (8-bit)", "Adam m block scales", "Adam v block scales"};
+  for (size_t k = 0; k < std::size(blocks); ++k) {
+    if (blocks[k].second == 0) continue;
+    STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(blocks[k].second,
+                                                          fmt::format("optimizer {}{}", names[k],
+                                                                      o->comm_ ? " (this rank's shards)" : "")));
+    *blocks[k].first = block;
+    STRATA_RETURN_IF_ERROR(backend.fill_zero(block, blocks[k].second));
   }
   if (o->comm_ != nullptr) {
     STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(uint64_t(o->ranks()) * widest_stride * layout.element_bytes,
@@ -142,6 +168,8 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
 DeviceOptimizer::~DeviceOptimizer() {
   (void)backend_.synchronize_all();
   for (void* p : {static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_),
+                  static_cast<void*>(device_m_code_), static_cast<void*>(device_v_code_),
+                  static_cast<void*>(device_m_scale_), static_cast<void*>(device_v_scale_),
                   static_cast<void*>(gathered_weights_), static_cast<void*>(gathered_state_)})
     if (p != nullptr) (void)backend_.release(p);
 }
@@ -173,14 +201,29 @@ Status DeviceOptimizer::begin_update(const UpdateStep& update) {
       const uint64_t element = p.offset / eb + s.first;  // in the chunk
       std::byte* w = weights_.device_chunk(local(c)) + element * eb;
       const uint64_t at = state_at_[c] + s.at;
+      const kernels::AdamFormats formats{.grad = grad_format, .copy = adam_copy_out(options_.dtype)};
+      const std::byte* grad =
+          static_cast<const std::byte*>(sum.data) + (element - grads_.shard(local(c)).begin) * grad_bytes;
+      if (device_m_code_ != nullptr) {
+        const uint64_t scale = scale_at_[c] + s.scale;
+        const kernels::Adam8bitSpan span{.param = half ? device_masters_ + at : reinterpret_cast<float*>(w),
+                                         .m_code = device_m_code_ + at,
+                                         .v_code = device_v_code_ + at,
+                                         .m_scale = device_m_scale_ + scale,
+                                         .v_scale = device_v_scale_ + scale,
+                                         .grad = grad,
+                                         .copy_out = half ? w : nullptr,
+                                         .n = s.n};
+        STRATA_RETURN_IF_ERROR(backend_.ops().adam8bit_update(constants[p.weight_decay], formats, span));
+        continue;
+      }
       kernels::AdamSpan span;
       span.param = half ? device_masters_ + at : reinterpret_cast<float*>(w);
       span.m = device_m_ + at;
       span.v = device_v_ + at;
-      span.grad = static_cast<const std::byte*>(sum.data) + (element - grads_.shard(local(c)).begin) * grad_bytes;
+      span.grad = grad;
       span.copy_out = half ? w : nullptr;
       span.n = s.n;
-      const kernels::AdamFormats formats{.grad = grad_format, .copy = adam_copy_out(options_.dtype)};
       STRATA_RETURN_IF_ERROR(backend_.ops().adam_update(constants[p.weight_decay], formats, span));
     }
     if (comm_ != nullptr) STRATA_RETURN_IF_ERROR(gather_weights(c));
@@ -212,6 +255,34 @@ Status DeviceOptimizer::gather_state(size_t c, const float* array, uint64_t leng
                                                    (segs.back().at + segs.back().n) * sizeof(float)));
   STRATA_RETURN_IF_ERROR(comm_->all_gather(block, gathered_state_, length * sizeof(float), Stream::compute));
   return comm_->synchronize(Stream::compute);
+}
+
+// 8-bit moments, one rank: piece i's codes and block scales, tensor by tensor (each piece's share
+// of a tensor starts on one of its 256-element blocks), between its host image and the segment
+// holding that tensor's elements.
+Status DeviceOptimizer::copy_codes(size_t i, ChunkState& host, bool to_device, Stream stream) {
+  const size_t c = state_.pieces()[i].chunk;
+  const uint64_t eb = layout_.element_bytes;
+  for (const PieceTensor& t : state_.tensors(i)) {
+    for (const Segment& s : segments_[c]) {
+      const uint64_t begin = layout_.params[s.param].offset / eb + s.first;
+      if (t.work_at < begin || t.work_at >= begin + s.n) continue;
+      const uint64_t off = t.work_at - begin, at = state_at_[c] + s.at + off;
+      const uint64_t scale = scale_at_[c] + s.scale + off / kernels::kAdam8bitBlock;
+      const uint64_t scale_bytes = kernels::adam8bit_blocks(t.n) * sizeof(float);
+      const std::pair<void*, void*> arrays[] = {{host.m_code + t.master_element, device_m_code_ + at},
+                                                {host.v_code + t.master_element, device_v_code_ + at},
+                                                {host.m_scale + t.scale_at, device_m_scale_ + scale},
+                                                {host.v_scale + t.scale_at, device_v_scale_ + scale}};
+      for (size_t k = 0; k < std::size(arrays); ++k) {
+        const uint64_t bytes = k < 2 ? t.n : scale_bytes;
+        STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(arrays[k].second, arrays[k].first, bytes, stream)
+                                         : backend_.copy_to_host(arrays[k].first, arrays[k].second, bytes, stream));
+      }
+      break;
+    }
+  }
+  return Status::ok();
 }
 
 // Between the state's host images (pieces in the master layout) and the device arrays (segments),
@@ -257,6 +328,7 @@ Status DeviceOptimizer::copy_state(bool to_device) {
       }
       if (gather) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the next gather reuses the buffer
     }
+    if (device_m_code_ != nullptr) STRATA_RETURN_IF_ERROR(copy_codes(i, host, to_device, stream));
     // An NVMe-homed image (a split update's mirrors) is a staging buffer: its write begins, or the
     // buffer is reused, when the visit returns, so its copies must be done by then.
     if (nvme) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));

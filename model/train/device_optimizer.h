@@ -1,6 +1,7 @@
 // DeviceOptimizer: the Optimizer (offload/optimizer.h) that runs AdamW on the device, beside
 // resident weights: the backend's adam_update op over fp32 masters (16-bit training; fp32 updates
-// the weights in place) and fp32 moments in device memory, the gradient the model's DeviceGrads
+// the weights in place) and fp32 moments in device memory (or adam8bit_update over 8-bit moments:
+// codes and block scales, the CPU's bits; one rank), the gradient the model's DeviceGrads
 // accumulated; for 16-bit training the rounded weights are written into the resident chunks by
 // the same pass. Nothing crosses PCIe in a step. begin_update queues the whole update on the
 // compute stream (the next forward's compute follows it in stream order), so prepare has nothing
@@ -29,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/adam8bit.h"
 #include "model/net/param_layout.h"
 #include "model/train/optimizer_state.h"
 #include "model/train/train_options.h"
@@ -57,7 +59,7 @@ class DeviceOptimizer final : public Optimizer {
   // (the largest rank's), each block aligned to `align` (the arena's), updating the chunks
   // `updates` marks (empty: all): the planner's figure.
   static uint64_t device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
-                               const std::vector<bool>& updates = {});
+                               const std::vector<bool>& updates = {}, AdamStates states = AdamStates::f32);
   DeviceOptimizer(const DeviceOptimizer&) = delete;
   DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
 
@@ -83,6 +85,7 @@ class DeviceOptimizer final : public Optimizer {
   struct Segment {
     size_t param;
     uint64_t first, n, at;
+    uint64_t scale = 0;  // 8-bit moments: its first block scale in the chunk's (one rank: whole tensors)
   };
   // Rank `rank` of `ranks`'s segments of chunk c of `layout` (`length`: its state's floats, each
   // segment 64-aligned).
@@ -94,6 +97,7 @@ class DeviceOptimizer final : public Optimizer {
   Status gather_weights(size_t c);
   Status gather_state(size_t c, const float* array, uint64_t length);
   Status copy_state(bool to_device);
+  Status copy_codes(size_t piece, ChunkState& host, bool to_device, Stream stream);
 
   // Constant after construction.
   Backend& backend_;
@@ -110,8 +114,14 @@ class DeviceOptimizer final : public Optimizer {
   std::vector<uint64_t> state_at_;        // per chunk: float offset of its state; the total last
   uint64_t widest_state_ = 0;             // floats: the largest chunk state of any rank (across ranks)
   float* device_masters_ = nullptr;       // (state_at_.back() floats) 16-bit training only
-  float* device_m_ = nullptr;             // same size
-  float* device_v_ = nullptr;             // same size
+  float* device_m_ = nullptr;             // same size (fp32 moments)
+  float* device_v_ = nullptr;             // same size (fp32 moments)
+  // 8-bit moments (one rank): a code per state element, a scale per 256-element block of a tensor.
+  int8_t* device_m_code_ = nullptr;       // state_at_.back() bytes
+  uint8_t* device_v_code_ = nullptr;      // same size
+  float* device_m_scale_ = nullptr;       // scale_at_.back() floats
+  float* device_v_scale_ = nullptr;       // same size
+  std::vector<uint64_t> scale_at_;        // 8-bit: per chunk, its first block scale; the total last
   std::byte* gathered_weights_ = nullptr; // across ranks: ranks x the largest stride of working weights
   float* gathered_state_ = nullptr;       // across ranks: ranks x widest_state_, one array of one chunk
   bool host_current_ = false;             // the host images hold the state

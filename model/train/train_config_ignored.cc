@@ -28,8 +28,9 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                            "strata always pins its host buffers for the optimizer state and initialises it as it "
                            "writes each chunk's image once");
   schema.ignore_file_paths({"zero_optimization.offload_optimizer.ratio"},
-                           "strata places each chunk's whole optimizer state on one tier (--offload-optimizer); a "
-                           "partial CPU/GPU split of the update is not supported, so the whole update runs there");
+                           "strata splits the update by the device budget, not by a ratio: --optimizer-device split "
+                           "updates the layers that stay resident (--resident-layers) on the GPU and the other "
+                           "chunks on the CPU; without it the whole update runs where --offload-optimizer says");
   // offload_param.device and .buffer_count are keys (offload_param, nvme_staging); these are not.
   schema.ignore_file_paths({"zero_optimization.offload_param.buffer_size"},
                            "strata sizes each staging buffer to the largest weight chunk (a layer), not to a byte "

@@ -167,9 +167,9 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "cpu",
               .help = "Where the fp32 master weights and Adam states live and AdamW runs: cpu (pinned host memory, "
                       "the SIMD CPU kernels; the device holds only the working weights), device (beside the "
-                      "weights, the backend's AdamW kernel: fastest when they fit; adamw only) or split (paged "
+                      "weights, the backend's AdamW kernel: fastest when they fit) or split (paged "
                       "weights: the --resident-layers layers update on the device beside their weights, the paged "
-                      "chunks on the CPU with their state where --offload-optimizer says; adamw only, one rank)",
+                      "chunks on the CPU with their state where --offload-optimizer says; one rank)",
               .choices = {"cpu", "device", "split"}});
   schema.add({.name = "offload_optimizer",
               .type = ValueType::choice,

@@ -153,11 +153,6 @@ Status read_optimizer(const Config& config, TrainOptions& o) {
                  "{} keeps the paged chunks' optimizer state on the host, but {} puts it on the device; pass "
                  "--offload-optimizer cpu or nvme (where the CPU part's state lives), or --optimizer-device device",
                  describe(config, "optimizer_device"), describe(config, "offload_optimizer"));
-  if (o.split_update && o.adam_states == AdamStates::q8)
-    return error(Code::invalid_argument,
-                 "{}: the device part of a split update keeps fp32 moments, and 8-bit moments (adamw8bit) live on "
-                 "the CPU only; pass --optimizer-type adamw, or --optimizer-device cpu",
-                 describe(config, "optimizer_device"));
   if (device_set && offload_set && !o.split_update && on_device != (offload == "none"))
     return error(Code::invalid_argument,
                  "{} and {} disagree: offload_optimizer none is the optimizer on the device, cpu or nvme on the CPU; "

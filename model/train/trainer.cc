@@ -75,12 +75,6 @@ Status check_trainer_options(const TrainOptions& options) {
     return error(Code::invalid_argument, "the trainer computes in fp32, bf16 or fp16, not {}; pass --dtype bf16",
                  dtype_name(options.dtype));
   if (options.grad_accum == 0) return error(Code::invalid_argument, "grad_accum must be at least 1");
-  if (options.adam_states == AdamStates::q8 && options.split_update)
-    return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU, but a split update keeps "
-                 "the resident layers' moments on the device; pass --optimizer-device cpu, or --optimizer-type adamw");
-  if (options.adam_states == AdamStates::q8 && options.optimizer_home == Tier::device)
-    return error(Code::invalid_argument, "8-bit Adam moments (adamw8bit) live on the CPU; pass --optimizer-device "
-                 "cpu, or --optimizer-type adamw to keep fp32 moments on the device");
   kernels::AdamHyper hyper = options.adam_hyper;
   hyper.lr = float(options.lr_schedule.peak_lr);
   STRATA_RETURN_IF_ERROR(validate_adam_hyper(hyper));

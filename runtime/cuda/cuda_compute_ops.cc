@@ -421,4 +421,10 @@ Status CudaComputeOps::queue_adam_update(const kernels::AdamConstants& constants
   return STRATA_CUDA_STATUS(kc::adam_update(constants, formats, span, stream_));
 }
 
+Status CudaComputeOps::queue_adam8bit_update(const kernels::AdamConstants& constants,
+                                             const kernels::AdamFormats& formats, const kernels::Adam8bitSpan& span) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return STRATA_CUDA_STATUS(kc::adam8bit_update(constants, formats, span, stream_));
+}
+
 }  // namespace strata

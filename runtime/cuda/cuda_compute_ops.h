@@ -109,6 +109,8 @@ class CudaComputeOps final : public ComputeOps {
   Status queue_sum_squares_blocks(double* partials, const void* x, DType format, int64_t n) override;
   Status queue_adam_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
                            const kernels::AdamSpan& span) override;
+  Status queue_adam8bit_update(const kernels::AdamConstants& constants, const kernels::AdamFormats& formats,
+                               const kernels::Adam8bitSpan& span) override;
 
  private:
   CudaComputeOps(int device, cudaStream_t compute, cublasHandle_t cublas, bool tf32, const Arena& arena,

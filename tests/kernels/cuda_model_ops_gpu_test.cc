@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_loss.h"
 #include "kernels/cpu/ops_matmul.h"
@@ -192,6 +193,61 @@ TEST(CudaAdam, MatchesCpuReferenceBitForBit) {
       ASSERT_EQ(cudaMemcpy(got_copy.data(), d_copy.data(), 2 * n, cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_EQ(got_copy, copy) << "bf16 copy-out";
       EXPECT_TRUE(d_p.guards_intact() && d_m.guards_intact() && d_v.guards_intact() && d_copy.guards_intact());
+    }
+  }
+}
+
+// 8-bit moments: the CPU kernels' bits (kernels/cpu/adam8bit.h, scalar) in weights, copy, codes and
+// scales, over a partial last block, an all-zero block (a zero m scale) and five steps, each
+// requantizing the codes the step before wrote; every gradient format and copy-out.
+TEST(CudaAdam8bit, MatchesCpuReferenceBitForBit) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  const size_t n = 1037, blocks = cpu::adam8bit_blocks(n);
+  for (const FloatFormat grad_format : {FloatFormat::f32, FloatFormat::bf16, FloatFormat::f16}) {
+    for (const CopyOut copy_out : {CopyOut::none, CopyOut::bf16, CopyOut::f16}) {
+      SCOPED_TRACE(::testing::Message() << "grad " << float_format_name(grad_format) << " copy "
+                                        << static_cast<int>(copy_out));
+      std::vector<float> p = random_floats(n, 191), m = random_floats(n, 192, -0.01f, 0.01f);
+      std::vector<float> v = random_floats(n, 193, 0.0f, 1e-4f), g = random_floats(n, 194);
+      for (size_t i = 256; i < 512; ++i) m[i] = g[i] = 0.0f;  // block 1: zero m, and no gradient
+      std::vector<int8_t> m_code(n);
+      std::vector<uint8_t> v_code(n);
+      std::vector<float> m_scale(blocks), v_scale(blocks);
+      std::vector<uint16_t> copy(n), g16(n);
+      cpu::Adam8bitSpan host{p.data(), m_code.data(), v_code.data(), m_scale.data(), v_scale.data(),
+                             nullptr, copy_out == CopyOut::none ? nullptr : copy.data(), n};
+      cpu::adam8bit_quantize(m.data(), v.data(), n, host);
+      for (size_t i = 0; i < n; ++i) g16[i] = grad_format == FloatFormat::f16 ? float_to_fp16(g[i]) : float_to_bf16(g[i]);
+      host.grad = grad_format == FloatFormat::f32 ? static_cast<const void*>(g.data()) : g16.data();
+      DeviceArray<float> d_p(p), d_g(g), d_m_scale(m_scale), d_v_scale(v_scale);
+      DeviceArray<int8_t> d_m_code(m_code);
+      DeviceArray<uint8_t> d_v_code(v_code);
+      DeviceArray<uint16_t> d_g16(g16), d_copy(copy);
+      const cpu::Adam8bitSpan device{d_p.data(), d_m_code.data(), d_v_code.data(), d_m_scale.data(), d_v_scale.data(),
+                                     grad_format == FloatFormat::f32 ? static_cast<const void*>(d_g.data())
+                                                                     : d_g16.data(),
+                                     copy_out == CopyOut::none ? nullptr : d_copy.data(), n};
+      const AdamFormats formats{grad_format, copy_out};
+      for (int64_t step = 1; step <= 5; ++step) {
+        SCOPED_TRACE(::testing::Message() << "step " << step);
+        AdamHyper hyper;
+        hyper.lr = 3e-4f;
+        hyper.weight_decay = 0.1f;
+        hyper.step = step;
+        hyper.grad_scale = 0.5f;
+        const AdamConstants c = adam_constants(hyper);
+        (void)cpu::adam8bit_update(c, formats, host, SimdLevel::scalar);
+        ASSERT_EQ(cuda::adam8bit_update(c, formats, device, nullptr), cudaSuccess);
+        EXPECT_TRUE(testing_bits_equal(d_p.download(), p)) << "param";
+        EXPECT_EQ(d_m_code.download(), m_code) << "m codes";
+        EXPECT_EQ(d_v_code.download(), v_code) << "v codes";
+        EXPECT_TRUE(testing_bits_equal(d_m_scale.download(), m_scale)) << "m scales";
+        EXPECT_TRUE(testing_bits_equal(d_v_scale.download(), v_scale)) << "v scales";
+        if (copy_out != CopyOut::none) {
+          EXPECT_EQ(d_copy.download(), copy) << "copy-out";
+        }
+      }
+      EXPECT_EQ(m_scale[1], 0.0f) << "the zero block's m scale (the test's premise)";
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/grad_accumulate.h"
 #include "tests/runtime/backend_ops_fixture.h"
 
@@ -165,6 +166,62 @@ TEST_P(BackendOpsTest, AdamWUpdateOfDeviceResidentStates) {
   expect_near(read(v), want_v, Tol{1e-9, 1e-5}, "v");
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_EQ(got_copy[i], kernels::bf16_to_float(kernels::float_to_bf16(static_cast<float>(got_p[i])))) << i;
+  }
+}
+
+// The pass with 8-bit moments gives kernels/cpu/adam8bit.h's bits (its scalar reference) on every
+// backend: weights, bf16 copy, codes and scales, over two whole quantization blocks and a partial
+// one, for three steps, each requantizing the codes the one before wrote.
+TEST_P(BackendOpsTest, AdamW8bitUpdateGivesTheCpuReferenceBits) {
+  const size_t n = 600, blocks = kernels::adam8bit_blocks(n);
+  std::vector<double> p0 = random(int64_t(n)), m0 = random(int64_t(n), -0.1, 0.1), v0 = random(int64_t(n), 0.0, 0.01);
+  std::vector<float> param(p0.begin(), p0.end()), m(m0.begin(), m0.end()), v(v0.begin(), v0.end());
+  std::vector<int8_t> m_code(n);
+  std::vector<uint8_t> v_code(n);
+  std::vector<float> m_scale(blocks), v_scale(blocks);
+  std::vector<uint16_t> copy(n);
+  kernels::Adam8bitSpan host{param.data(), m_code.data(), v_code.data(), m_scale.data(), v_scale.data(),
+                             nullptr, copy.data(), n};
+  kernels::adam8bit_quantize(m.data(), v.data(), n, host);
+  // Device copies: the weights and scales as fp32 tensors, the codes as raw bytes.
+  Tensor d_param = f32(int64_t(n), p0), d_copy = tensor(DType::bf16, int64_t(n));
+  Tensor d_m_code = f32(int64_t((n + 3) / 4)), d_v_code = f32(int64_t((n + 3) / 4));
+  Tensor d_m_scale = f32(int64_t(blocks)), d_v_scale = f32(int64_t(blocks));
+  const auto upload = [&](const Tensor& t, const void* from, size_t bytes) {
+    ASSERT_TRUE(backend().copy_to_device(t.data, from, bytes, Stream::h2d).is_ok());
+    ASSERT_TRUE(backend().synchronize(Stream::h2d).is_ok());
+  };
+  upload(d_m_code, m_code.data(), n);
+  upload(d_v_code, v_code.data(), n);
+  upload(d_m_scale, m_scale.data(), blocks * 4);
+  upload(d_v_scale, v_scale.data(), blocks * 4);
+  Tensor g = tensor(DType::bf16, int64_t(n), random(int64_t(n)));
+  const std::vector<uint8_t> grad = read_bytes(g);
+  host.grad = grad.data();
+  const kernels::AdamFormats formats{kernels::FloatFormat::bf16, kernels::CopyOut::bf16};
+  const kernels::Adam8bitSpan device{d_param.f(), static_cast<int8_t*>(d_m_code.data),
+                                     static_cast<uint8_t*>(d_v_code.data), d_m_scale.f(), d_v_scale.f(),
+                                     g.data, d_copy.data, n};
+  for (int64_t step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    kernels::AdamHyper hyper;
+    hyper.lr = 1e-2f;
+    hyper.weight_decay = 0.1f;
+    hyper.step = step;
+    hyper.grad_scale = 0.5f;
+    const kernels::AdamConstants c = kernels::adam_constants(hyper);
+    ASSERT_TRUE(ops().adam8bit_update(c, formats, device).is_ok());
+    (void)kernels::adam8bit_update(c, formats, host, kernels::SimdLevel::scalar);
+    const auto same = [&](const Tensor& t, const void* want, size_t bytes, const char* what) {
+      const std::vector<uint8_t> got = read_bytes(t);
+      EXPECT_EQ(std::memcmp(got.data(), want, bytes), 0) << what;
+    };
+    same(d_param, param.data(), n * 4, "param");
+    same(d_copy, copy.data(), n * 2, "bf16 copy");
+    same(d_m_code, m_code.data(), n, "m codes");
+    same(d_v_code, v_code.data(), n, "v codes");
+    same(d_m_scale, m_scale.data(), blocks * 4, "m scales");
+    same(d_v_scale, v_scale.data(), blocks * 4, "v scales");
   }
 }
 

@@ -187,8 +187,12 @@ std::vector<Case> measured_cases() {
        .resident_layers = 3},
       {.name = "gpt2_bf16_nvme_weights_7_layers_resident", .config = gpt2, .checkpointing = true,
        .weights = Tier::nvme, .resident_layers = 7},
+      {.name = "gpt2_bf16_q8_resident_device_optimizer", .config = gpt2, .states = AdamStates::q8,
+       .optimizer = Tier::device},
       {.name = "llama_bf16_cpu_weights_3_layers_split_update", .config = llama, .weights = Tier::cpu,
        .resident_layers = 3, .split = true},
+      {.name = "llama_fp16_q8_nvme_weights_4_layers_split_update", .config = llama, .dtype = DType::f16,
+       .states = AdamStates::q8, .weights = Tier::nvme, .optimizer = Tier::nvme, .resident_layers = 4, .split = true},
       {.name = "gpt2_fp32_nvme_everything_5_layers_split_update", .config = gpt2, .dtype = DType::f32,
        .checkpointing = true, .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme,
        .resident_layers = 5, .split = true},
@@ -304,14 +308,19 @@ TEST(PlannerTest, PagedWeightsFillTheDeviceBudgetWithResidentLayers) {
   more.resident_layers = k + 1;
   EXPECT_GT(estimate_device_bytes(p.chosen.model, more).total(), h.gpu_bytes - h.gpu_bytes / 64);
   // Each resident layer leaves the fetches: the forward's and the backward's, less the upload of
-  // its update.
+  // its update (none when the split update runs it on the device, as the plan picks here: the
+  // CPU's update is this run's bound).
+  EXPECT_TRUE(p.chosen.options.split_update);
   TrainOptions none = p.chosen.options;
   none.resident_layers = 0;
   const ParamLayout layout = build_param_layout(p.chosen.model, 2).value();
   uint64_t kept = 0;
   const std::vector<bool> mask = resident_chunk_mask(layout, k);
   for (size_t c = 0; c < mask.size(); ++c) kept += mask[c] ? layout.chunks[c].bytes : 0;
-  EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, p.chosen.options).h2d, kept);
+  EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, p.chosen.options).h2d, 2 * kept);
+  TrainOptions cpu_update = p.chosen.options;
+  cpu_update.split_update = false;
+  EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, cpu_update).h2d, kept);
   EXPECT_NE(placement_summary(p.chosen.options).find(fmt::format("({} layers resident)", k)), std::string::npos);
   EXPECT_NE(placement_flags(p.chosen.options).find(fmt::format("--resident-layers {}", k)), std::string::npos);
 }

@@ -178,7 +178,7 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
     const MaskedChunks chunks = masked_chunks(layout, kept);
     out.split_bytes = DeviceGrads::device_bytes(dtype, chunks.bytes, std::vector<uint32_t>(chunks.bytes.size(), 1), 1,
                                                 256) +
-                      DeviceOptimizer::device_bytes(layout, dtype, 1, 256, kept);
+                      DeviceOptimizer::device_bytes(layout, dtype, 1, 256, kept, states);
     out.budget += out.split_bytes;
   }
   auto backend = expect_value(make_backend(BackendOptions{.kind = BackendKind::cpu, .memory_budget = out.budget}));
@@ -349,14 +349,14 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
                                        {Tier::nvme, Tier::cpu},
                                        {Tier::nvme, Tier::nvme, true},
                                        {Tier::nvme, Tier::cpu, false, true, 0, /*resident_layers=*/5}};
-  if (k.states == AdamStates::f32) {
-    placements.push_back({Tier::device, Tier::device, false, true, 1000});
-    // The split update: the resident layers on the device, the rest on the CPU (state on NVMe in
-    // pieces, and the sums spilled, so the CPU part walks and reads a subset of every store).
-    placements.push_back({.weights = Tier::cpu, .optimizer = Tier::cpu, .resident_layers = 5, .split = true});
-    placements.push_back({.weights = Tier::nvme, .optimizer = Tier::nvme, .grads_on_nvme = true, .sub_group = 1000,
-                          .resident_layers = 3, .split = true});
-  }
+  // The optimizer on the device (its mirrors in pieces), and the split update: the resident layers
+  // on the device, the rest on the CPU (state on NVMe in pieces, and the sums spilled, so the CPU
+  // part walks and reads a subset of every store). 8-bit moments too: the backend's pass has the
+  // CPU kernels' bits.
+  placements.push_back({Tier::device, Tier::device, false, true, 1000});
+  placements.push_back({.weights = Tier::cpu, .optimizer = Tier::cpu, .resident_layers = 5, .split = true});
+  placements.push_back({.weights = Tier::nvme, .optimizer = Tier::nvme, .grads_on_nvme = true, .sub_group = 1000,
+                        .resident_layers = 3, .split = true});
   for (Placement place : placements) {
     SCOPED_TRACE(placement_name(place));
     const Outcome run = train(config, k.dtype, k.grad_accum, place, k.states, {}, nullptr, matrix);
