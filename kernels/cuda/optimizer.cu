@@ -21,20 +21,26 @@ __device__ __forceinline__ float load_grad(const void* grad, size_t i) {
 __device__ __forceinline__ size_t thread_index() { return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ size_t thread_count() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
 
+// adam_kernel.h's adam_element for one element: the new weight from p and the gradient g (before
+// grad_scale), m and v updated in place.
+__device__ __forceinline__ float adam_element(const AdamConstants& c, float p, float g, float& m, float& v) {
+  g = __fmul_rn(g, c.grad_scale);
+  if (c.decoupled) {
+    p = __fsub_rn(p, __fmul_rn(c.lr_decay, p));
+  } else {
+    g = __fadd_rn(g, __fmul_rn(c.l2, p));
+  }
+  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
+  return __fsub_rn(p, __fmul_rn(c.step_size, __fdiv_rn(m, denom)));
+}
+
 template <FloatFormat G, CopyOut O>
 __global__ void adam_kernel(AdamConstants c, AdamSpan s) {
   for (size_t i = thread_index(); i < s.n; i += thread_count()) {
-    float p = s.param[i], m = s.m[i], v = s.v[i];
-    float g = __fmul_rn(load_grad<G>(s.grad, i), c.grad_scale);
-    if (c.decoupled) {
-      p = __fsub_rn(p, __fmul_rn(c.lr_decay, p));
-    } else {
-      g = __fadd_rn(g, __fmul_rn(c.l2, p));
-    }
-    m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, g));
-    v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
-    p = __fsub_rn(p, __fmul_rn(c.step_size, __fdiv_rn(m, denom)));
+    float m = s.m[i], v = s.v[i];
+    const float p = adam_element(c, s.param[i], load_grad<G>(s.grad, i), m, v);
     s.m[i] = m;
     s.v[i] = v;
     s.param[i] = p;
@@ -93,17 +99,7 @@ __global__ void adam8bit_kernel(AdamConstants c, Adam8bitSpan s) {
     const float u2 = __fmul_rn(u, u);
     m = __fmul_rn(__fmul_rn(q, fabsf(q)), m_factor);
     v = __fmul_rn(__fmul_rn(u2, u2), v_factor);
-    float p = s.param[i];
-    float g = __fmul_rn(load_grad<G>(s.grad, i), c.grad_scale);
-    if (c.decoupled) {
-      p = __fsub_rn(p, __fmul_rn(c.lr_decay, p));
-    } else {
-      g = __fadd_rn(g, __fmul_rn(c.l2, p));
-    }
-    m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, g));
-    v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
-    p = __fsub_rn(p, __fmul_rn(c.step_size, __fdiv_rn(m, denom)));
+    const float p = adam_element(c, s.param[i], load_grad<G>(s.grad, i), m, v);
     s.param[i] = p;
     if constexpr (O == CopyOut::bf16) detail::store(static_cast<__nv_bfloat16*>(s.copy_out) + i, p);
     if constexpr (O == CopyOut::f16) detail::store(static_cast<__half*>(s.copy_out) + i, p);
