@@ -141,6 +141,19 @@ TEST(OffloadCli, ASplitUpdateNeedsPagedWeightsAndAHostHome) {
   EXPECT_NE(none.err.find("pass --offload-optimizer cpu or nvme"), std::string::npos) << none.err;
 }
 
+// A split with no layer resident has nothing for the device to update: it says so and runs the
+// whole update on the CPU, the losses the resident run's.
+TEST(OffloadCli, ASplitWithNoResidentLayerRunsTheWholeUpdateOnTheCpu) {
+  const CliResult resident = train("none", temp_path("strata_offload_split_none_ref.jsonl"));
+  ASSERT_EQ(resident.exit_code, 0) << resident.err;
+  const CliResult split = train("cpu", temp_path("strata_offload_split_none.jsonl"),
+                                {"--optimizer-device", "split", "--resident-layers", "0"});
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_NE(split.err.find("none is resident: the whole update runs on the CPU"), std::string::npos) << split.err;
+  EXPECT_EQ(metric_losses(temp_path("strata_offload_split_none.jsonl")),
+            metric_losses(temp_path("strata_offload_split_none_ref.jsonl")));
+}
+
 TEST(OffloadCli, NvmeHomeNeedsAnNvmePath) {
   const CliResult r = train("nvme", temp_path("strata_offload_nopath.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.err;
