@@ -236,6 +236,9 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                     {"flags", model::placement_flags(c.options)},
                     {"offload_param", model::offload_value(c.options.weight_home)},
                     {"offload_optimizer", model::offload_value(c.options.optimizer_home)},
+                    {"optimizer_device", !c.options.cpu_optimizer()                               ? "device"
+                                         : c.options.split_update && c.options.paged_weights() ? "split"
+                                                                                                 : "cpu"},
                     {"offload_grad", c.options.grad_home == Tier::nvme ? "nvme" : "cpu"},
                     {"resident_layers", c.options.paged_weights() ? c.options.resident_layers : c.model.n_layer},
                     {"activation_checkpointing", c.options.activation_checkpointing}};

@@ -95,6 +95,20 @@ TEST(PlanCli, AFixedPlacementIsKept) {
   EXPECT_EQ(j.at("placement").at("resident_layers"), 12);
 }
 
+// --optimizer-device split is kept, and the plan's flags and JSON say so: the resident layers
+// update on the device.
+TEST(PlanCli, ASplitUpdateIsPlannedAndNamed) {
+  const CliResult r = run_cli({"plan", "--preset", "gpt2-124m", "--gpu-mem", "8GiB", "--cpu-mem", "8GiB",
+                               "--offload-param", "cpu", "--optimizer-device", "split", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("placement").at("optimizer_device"), "split");
+  EXPECT_EQ(j.at("placement").at("offload_optimizer"), "cpu");
+  EXPECT_GT(j.at("placement").at("resident_layers").get<int>(), 0);
+  EXPECT_NE(j.at("placement").at("flags").get<std::string>().find("--optimizer-device split"), std::string::npos);
+  EXPECT_GT(j.at("bytes").at("gpu").at("moments").get<uint64_t>(), 0u);  // the resident layers' moments
+}
+
 TEST(PlanCli, ItsVariablesAreReadByPlanAndIgnoredElsewhere) {
   const CliResult r = run_cli(with(k70b, {"--nvme-mem", "2TB", "--json"}), {"STRATA_RATE_PCIE=50"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
