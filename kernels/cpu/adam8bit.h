@@ -40,6 +40,16 @@ inline constexpr size_t kAdam8bitBlock = 256;
 
 constexpr size_t adam8bit_blocks(size_t n) { return (n + kAdam8bitBlock - 1) / kAdam8bitBlock; }
 
+// The codes' constants (above), shared by every implementation of the pass (the CPU variants,
+// kernels/cuda/optimizer.cu): the largest code magnitudes and the dequantization multipliers.
+inline constexpr float kMCodeMax = 127.0f;
+inline constexpr float kVCodeMax = 255.0f;
+inline constexpr float kMDequant = 1.0f / (127.0f * 127.0f);
+inline constexpr float kVDequant = 1.0f / (255.0f * 255.0f * 255.0f * 255.0f);
+// An m block whose absmax is below this is stored as zero: 127^2 / absmax would overflow fp32
+// near 4.7e-35, and such moments move no weight.
+inline constexpr float kMinMScale = 0x1p-100f;
+
 // One range of one tensor with 8-bit states: n elements starting on a block boundary of the tensor
 // (element 0 of the range is element k * kAdam8bitBlock of the tensor, so the range may be any
 // whole number of blocks plus, at the tensor's end, a partial block). m_scale and v_scale have

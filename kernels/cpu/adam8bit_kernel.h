@@ -16,14 +16,6 @@
 namespace strata::kernels {
 namespace {
 
-constexpr float kMCodeMax = 127.0f;
-constexpr float kVCodeMax = 255.0f;
-constexpr float kMDequant = 1.0f / (127.0f * 127.0f);
-constexpr float kVDequant = 1.0f / (255.0f * 255.0f * 255.0f * 255.0f);
-// An m block whose absmax is below this is stored as zero: 127^2 / absmax would overflow fp32
-// near 4.7e-35, and such moments move no weight (adam8bit.h).
-constexpr float kMinMScale = 0x1p-100f;
-
 // Per-block scalars, the same in every variant: dequantization multipliers.
 inline float dequant_m_factor(float scale) { return scale * kMDequant; }
 inline float dequant_v_factor(float scale) { return scale * kVDequant; }

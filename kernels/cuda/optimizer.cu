@@ -49,28 +49,37 @@ __global__ void adam_kernel(AdamConstants c, AdamSpan s) {
   }
 }
 
-template <FloatFormat G, CopyOut O>
-cudaError_t launch_adam(const AdamConstants& c, const AdamSpan& s, cudaStream_t stream) {
-  adam_kernel<G, O><<<detail::grid_for(static_cast<int64_t>(s.n)), kBlock, 0, stream>>>(c, s);
-  return cudaGetLastError();
-}
-
-template <FloatFormat G>
-cudaError_t launch_adam_copy(const AdamConstants& c, CopyOut copy, const AdamSpan& s, cudaStream_t stream) {
-  switch (copy) {
-    case CopyOut::none: return launch_adam<G, CopyOut::none>(c, s, stream);
-    case CopyOut::bf16: return launch_adam<G, CopyOut::bf16>(c, s, stream);
-    case CopyOut::f16: return launch_adam<G, CopyOut::f16>(c, s, stream);
+// One pass's launch for the gradient and copy-out formats given at run time: Launch<G, O>::run.
+template <template <FloatFormat, CopyOut> class Launch, class Span>
+cudaError_t launch_for_formats(const AdamConstants& c, const AdamFormats& formats, const Span& s,
+                               cudaStream_t stream) {
+  if (s.n == 0) return cudaSuccess;
+  if (formats.copy != CopyOut::none && s.copy_out == nullptr) return cudaErrorInvalidValue;
+  const auto with_copy = [&]<FloatFormat G>() -> cudaError_t {
+    switch (formats.copy) {
+      case CopyOut::none: return Launch<G, CopyOut::none>::run(c, s, stream);
+      case CopyOut::bf16: return Launch<G, CopyOut::bf16>::run(c, s, stream);
+      case CopyOut::f16: return Launch<G, CopyOut::f16>::run(c, s, stream);
+    }
+    return cudaErrorInvalidValue;
+  };
+  switch (formats.grad) {
+    case FloatFormat::f32: return with_copy.template operator()<FloatFormat::f32>();
+    case FloatFormat::bf16: return with_copy.template operator()<FloatFormat::bf16>();
+    case FloatFormat::f16: return with_copy.template operator()<FloatFormat::f16>();
   }
   return cudaErrorInvalidValue;
 }
 
+template <FloatFormat G, CopyOut O>
+struct LaunchAdam {
+  static cudaError_t run(const AdamConstants& c, const AdamSpan& s, cudaStream_t stream) {
+    adam_kernel<G, O><<<detail::grid_for(static_cast<int64_t>(s.n)), kBlock, 0, stream>>>(c, s);
+    return cudaGetLastError();
+  }
+};
+
 // ---- 8-bit moments (kernels/cpu/adam8bit_kernel.h's arithmetic) -------------------------------
-constexpr float kMCodeMax = 127.0f;
-constexpr float kVCodeMax = 255.0f;
-constexpr float kMDequant = 1.0f / (127.0f * 127.0f);
-constexpr float kVDequant = 1.0f / (255.0f * 255.0f * 255.0f * 255.0f);
-constexpr float kMinMScale = 0x1p-100f;
 static_assert(kAdam8bitBlock == 256 && kBlock == 256, "a thread block per quantization block");
 
 // The integer q with (q - 0.5)^2 <= z < (q + 0.5)^2 for 0 <= z < 255.5^2: sqrt(z) correctly rounded
@@ -136,22 +145,14 @@ __global__ void adam8bit_kernel(AdamConstants c, Adam8bitSpan s) {
 }
 
 template <FloatFormat G, CopyOut O>
-cudaError_t launch_adam8bit(const AdamConstants& c, const Adam8bitSpan& s, cudaStream_t stream) {
-  const size_t blocks = adam8bit_blocks(s.n);
-  if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
-  adam8bit_kernel<G, O><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(c, s);
-  return cudaGetLastError();
-}
-
-template <FloatFormat G>
-cudaError_t launch_adam8bit_copy(const AdamConstants& c, CopyOut copy, const Adam8bitSpan& s, cudaStream_t stream) {
-  switch (copy) {
-    case CopyOut::none: return launch_adam8bit<G, CopyOut::none>(c, s, stream);
-    case CopyOut::bf16: return launch_adam8bit<G, CopyOut::bf16>(c, s, stream);
-    case CopyOut::f16: return launch_adam8bit<G, CopyOut::f16>(c, s, stream);
+struct LaunchAdam8bit {
+  static cudaError_t run(const AdamConstants& c, const Adam8bitSpan& s, cudaStream_t stream) {
+    const size_t blocks = adam8bit_blocks(s.n);
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    adam8bit_kernel<G, O><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(c, s);
+    return cudaGetLastError();
   }
-  return cudaErrorInvalidValue;
-}
+};
 
 // Block b sums elements b * kBlock + tid + k * (kGradNormScratchFloats * kBlock), in order per
 // thread, then block-wide; partial[b] is written.
@@ -184,26 +185,12 @@ __global__ void finite_kernel(int32_t* all_finite, const void* grad, size_t n) {
 
 cudaError_t adam_update(const AdamConstants& constants, const AdamFormats& formats, const AdamSpan& span,
                         cudaStream_t stream) {
-  if (span.n == 0) return cudaSuccess;
-  if (formats.copy != CopyOut::none && span.copy_out == nullptr) return cudaErrorInvalidValue;
-  switch (formats.grad) {
-    case FloatFormat::f32: return launch_adam_copy<FloatFormat::f32>(constants, formats.copy, span, stream);
-    case FloatFormat::bf16: return launch_adam_copy<FloatFormat::bf16>(constants, formats.copy, span, stream);
-    case FloatFormat::f16: return launch_adam_copy<FloatFormat::f16>(constants, formats.copy, span, stream);
-  }
-  return cudaErrorInvalidValue;
+  return launch_for_formats<LaunchAdam>(constants, formats, span, stream);
 }
 
 cudaError_t adam8bit_update(const AdamConstants& constants, const AdamFormats& formats, const Adam8bitSpan& span,
                             cudaStream_t stream) {
-  if (span.n == 0) return cudaSuccess;
-  if (formats.copy != CopyOut::none && span.copy_out == nullptr) return cudaErrorInvalidValue;
-  switch (formats.grad) {
-    case FloatFormat::f32: return launch_adam8bit_copy<FloatFormat::f32>(constants, formats.copy, span, stream);
-    case FloatFormat::bf16: return launch_adam8bit_copy<FloatFormat::bf16>(constants, formats.copy, span, stream);
-    case FloatFormat::f16: return launch_adam8bit_copy<FloatFormat::f16>(constants, formats.copy, span, stream);
-  }
-  return cudaErrorInvalidValue;
+  return launch_for_formats<LaunchAdam8bit>(constants, formats, span, stream);
 }
 
 cudaError_t grad_norm_squared(float* sum_squares, float* scratch, const void* grad, FloatFormat format, size_t n,
