@@ -69,6 +69,7 @@ class FaultEngine final : public IoEngine {
   StatusOr<IoTicket> submit(const IoRequest& request) override;
   Status submit(const IoRequest& request, IoCallback done) override;
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
+  bool done(IoTicket ticket) const override { return tickets_.complete(ticket); }
 
   IoEngine& inner() { return *inner_; }
   uint64_t injected(FaultKind kind) const EXCLUDES(mu_);

@@ -84,6 +84,9 @@ class IoEngine {
   // Blocks until the ticket's request has completed and returns its status. A ticket unknown
   // or already waited for is invalid_argument.
   virtual Status wait(IoTicket ticket) = 0;
+  // True once the ticket's request has completed, so wait(ticket) returns at once; false while it
+  // runs, and for a ticket unknown or already waited for. Never blocks.
+  virtual bool done(IoTicket ticket) const = 0;
 
   // Convenience: submit + wait.
   Status run(const IoRequest& request);

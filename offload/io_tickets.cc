@@ -81,6 +81,12 @@ bool IoTickets::all_complete() const {
   return true;
 }
 
+bool IoTickets::complete(IoTicket ticket) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find(ticket);
+  return it != entries_.end() && !it->second.done && it->second.complete;
+}
+
 size_t IoTickets::open_count() const {
   MutexLock lock(mu_);
   return entries_.size();

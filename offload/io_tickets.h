@@ -27,6 +27,9 @@ class IoTickets {
   bool failed(IoTicket ticket) const EXCLUDES(mu_);
   // Blocks until `ticket` completes; returns its status and forgets it.
   Status wait(IoTicket ticket) EXCLUDES(mu_);
+  // True once `ticket` has completed (wait() then returns at once); false while pieces are left,
+  // for a ticket with a callback, or one unknown. Never blocks.
+  bool complete(IoTicket ticket) const EXCLUDES(mu_);
   // Blocks until no request is open (used by engine destructors).
   void wait_idle() EXCLUDES(mu_);
   size_t open_count() const EXCLUDES(mu_);

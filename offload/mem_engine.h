@@ -35,6 +35,7 @@ class MemEngine final : public IoEngine {
   StatusOr<IoTicket> submit(const IoRequest& request) override;
   Status submit(const IoRequest& request, IoCallback done) override;
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
+  bool done(IoTicket ticket) const override { return tickets_.complete(ticket); }
 
   // The bytes of the file at `path` (open or closed), or nullptr. For tests that inspect or
   // corrupt a file; not synchronized with requests in flight (there are none: they are sync).

@@ -233,6 +233,13 @@ Status NvmeStore::finish(ExtentIo& io) {
   return Status();
 }
 
+bool NvmeStore::done(const ExtentIo& io) const {
+  if (!io.pending) return true;
+  for (IoTicket t : io.tickets)
+    if (!engine_.done(t)) return false;
+  return true;
+}
+
 Status NvmeStore::write(ExtentId extent, std::byte* buffer) {
   STRATA_ASSIGN_OR_RETURN(ExtentIo io, begin_write(extent, buffer));
   return finish(io);

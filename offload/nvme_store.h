@@ -90,6 +90,9 @@ class NvmeStore {
   // Waits for the transfer; a read is then checked against the CRCs of the last good write
   // (corruption on mismatch). A failed write leaves the extent without valid data.
   Status finish(ExtentIo& io) EXCLUDES(mu_);
+  // True when finish(io) would not wait: every request of the transfer has completed (or none is
+  // pending). A failed request still makes finish retry it, which may wait. Never blocks.
+  bool done(const ExtentIo& io) const;
   Status write(ExtentId extent, std::byte* buffer);  // begin_write + finish
   Status read(ExtentId extent, std::byte* buffer);   // begin_read + finish
 

@@ -38,6 +38,7 @@ class PosixEngine final : public IoEngine {
   StatusOr<IoTicket> submit(const IoRequest& request) override;
   Status submit(const IoRequest& request, IoCallback done) override;
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
+  bool done(IoTicket ticket) const override { return tickets_.complete(ticket); }
 
  private:
   explicit PosixEngine(const IoShape& shape);

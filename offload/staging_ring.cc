@@ -93,6 +93,11 @@ Status StagingRing::finish(size_t b) {
   return st.with_context(describe(buf.op_, buf.chunk_));
 }
 
+bool StagingRing::done(size_t b) const {
+  const Buffer& buf = buffers_[b];
+  return !buf.pending_ || store_->done(buf.io_);
+}
+
 StagingRingStats StagingRing::stats() const {
   StagingRingStats s;
   s.read_bytes = read_bytes_.load(std::memory_order_relaxed);

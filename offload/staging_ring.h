@@ -100,6 +100,9 @@ class StagingRing {
   // bytes, ok), and returns the store's error (io_error past its retries, corruption on a CRC
   // mismatch) with the context above. Nothing is pending afterwards, whatever the outcome.
   Status finish(size_t b);
+  // True when finish(b) would not wait for the device: nothing pending, or its transfer completed
+  // (NvmeStore::done). Never blocks.
+  bool done(size_t b) const;
 
   StagingRingStats stats() const;
   void reset_stats();

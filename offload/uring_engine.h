@@ -89,6 +89,7 @@ class UringEngine final : public IoEngine {
   StatusOr<IoTicket> submit(const IoRequest& request) override;
   Status submit(const IoRequest& request, IoCallback done) override;
   Status wait(IoTicket ticket) override { return tickets_.wait(ticket); }
+  bool done(IoTicket ticket) const override { return tickets_.complete(ticket); }
 
   UringFeatures features() const { return features_; }
   // Registered-buffer slots in use (each up to 1 GiB of registered memory).

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -98,7 +100,13 @@ TEST_P(IoEngineSuite, HundredsOfRequestsInFlight) {
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     tickets.push_back(*t);
   }
+  // done() turns true by itself (no wait() needed) and never blocks; then wait() returns the status.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!engine_->done(tickets.back()) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  EXPECT_TRUE(engine_->done(tickets.back()));
   for (IoTicket t : tickets) ASSERT_TRUE(engine_->wait(t).is_ok());
+  EXPECT_FALSE(engine_->done(tickets.back())) << "a ticket waited for is unknown";
   // Reads with callbacks, in reverse order, all in flight together.
   std::mutex mu;
   std::condition_variable cv;
@@ -172,6 +180,7 @@ TEST_P(IoEngineSuite, BadRequestsAndTicketsAreRejectedUpFront) {
   EXPECT_EQ(engine_->submit(IoRequest{IoOp::read, f, 0, 0, buf.get()}).status().code(), Code::invalid_argument);
   EXPECT_EQ(engine_->submit(IoRequest{IoOp::read, f, 0, 4096, nullptr}).status().code(), Code::invalid_argument);
   EXPECT_EQ(engine_->submit(IoRequest{IoOp::read, f + 100, 0, 4096, buf.get()}).status().code(), Code::invalid_argument);
+  EXPECT_FALSE(engine_->done(987654));
   Status unknown = engine_->wait(987654);
   EXPECT_EQ(unknown.code(), Code::invalid_argument);
   EXPECT_NE(unknown.message().find("unknown I/O ticket"), std::string::npos);
