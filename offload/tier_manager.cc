@@ -1,8 +1,9 @@
 // TierManager: slots, homes, staging and the fetch/prefetch/update paths (see tier_manager.h).
-// Staging buffers (nvme home, a StagingRing) cycle idle -> reading -> idle (its H2D queued,
-// `staging_copied_` marks its end) or idle -> update -> writing -> idle; a buffer is taken again
-// only once that H2D completed. The ring's holder of a buffer is the chunk whose committed bytes it
-// still stands for.
+// Staging buffers (nvme home, a StagingRing: the nvme_staging buffers and the read cache alike)
+// cycle idle -> reading -> idle (its H2D queued, `staging_copied_` marks its end) or idle -> update
+// -> writing -> idle; a buffer is taken again only once that H2D completed. The ring's holder of a
+// buffer is the chunk whose committed bytes it still stands for (a finished read or a write), its
+// copy, until the buffer is taken for other bytes or the chunk is committed anew.
 #include "offload/tier_manager.h"
 
 #include <algorithm>
@@ -37,9 +38,13 @@ uint64_t max_chunk(const TierManagerOptions& o) {
   return m;
 }
 
-// NVMe staging: every buffer the largest chunk, padded as the store pads it, then to 4 KiB.
+// NVMe staging and the read cache: every buffer the largest chunk, padded as the store pads it,
+// then to 4 KiB.
+uint64_t staging_size(const TierManagerOptions& o, uint64_t store_alignment) {
+  return round_up(round_up(max_chunk(o), store_alignment), kHostPage);
+}
 std::vector<uint64_t> staging_sizes(const TierManagerOptions& o, uint64_t store_alignment) {
-  return std::vector<uint64_t>(o.nvme_staging, round_up(round_up(max_chunk(o), store_alignment), kHostPage));
+  return std::vector<uint64_t>(o.nvme_staging + o.cache_chunks, staging_size(o, store_alignment));
 }
 
 StagingRingOptions staging_options(const std::string& name) {
@@ -86,12 +91,28 @@ Status check_tier_options(const TierManagerOptions& o, bool have_store) {
                  n, tier_name(o.home));
   if (o.home == Tier::nvme && !have_store)
     return error(Code::invalid_argument, "{}: weights homed on nvme need an NVMe store (none was given)", n);
+  if (o.home == Tier::cpu && o.cache_chunks > 0)
+    return error(Code::invalid_argument, "{}: a read cache ({} chunks) is for weights homed on nvme; a cpu home is in "
+                 "pinned memory already", n, o.cache_chunks);
   if (o.home == Tier::nvme && o.nvme_staging == 0)
     return error(Code::invalid_argument, "{}: weights homed on nvme need at least one pinned staging buffer (nvme_staging is 0)", n);
   return Status::ok();
 }
 
 uint64_t tier_device_bytes(const TierManagerOptions& o) { return slot_groups_device_bytes(slot_specs(o)); }
+
+uint64_t tier_staging_buffer_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
+  if (o.home != Tier::nvme || o.chunk_bytes.empty()) return 0;
+  const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+  const uint64_t one = staging_size(o, a);
+  return StagingRing::pinned_bytes(std::span<const uint64_t>(&one, 1), a);
+}
+
+uint32_t tier_cache_chunks(const TierManagerOptions& o, uint64_t cache_bytes, uint32_t store_alignment) {
+  const uint64_t one = tier_staging_buffer_bytes(o, store_alignment);
+  if (one == 0) return 0;
+  return uint32_t(std::min<uint64_t>(cache_bytes / one, o.chunk_bytes.size()));
+}
 
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
   if (o.home == Tier::nvme) {
@@ -113,7 +134,8 @@ struct TierManager::Chunk {
   ExtentId extent = 0;               // nvme home
   int reading = -1;                  // staging buffer with a read of this chunk in flight
   int writing = -1;                  // staging buffer with a write of this chunk in flight
-  int written = -1;                  // staging buffer still holding this chunk's last committed bytes
+  int copy = -1;                     // staging buffer still holding this chunk's current committed bytes
+  bool copy_read = false;            // that copy is a finished read (else the chunk's last write)
   Status read_error;                 // a failed prefetch, returned by the next acquire of the chunk
   bool update_due = false;           // expect_update: new bytes come before the next use; not fetched ahead
 };
@@ -170,6 +192,7 @@ Status TierManager::carve() {
     STRATA_RETURN_IF_ERROR(staging_.carve(pool_, sizes));
     staging_bytes_ = sizes.front();
     for (size_t i = 0; i < staging_.size(); i++) staging_copied_.push_back(backend_.create_event());
+    staging_used_.assign(staging_.size(), 0);
   }
   return Status::ok();
 }
@@ -255,6 +278,7 @@ Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) 
   sl.chunk = static_cast<int64_t>(c);
   chunks_[c].slot = s;
   counters_.h2d_bytes += bytes;
+  if (staging >= 0) staging_used_[staging] = ++tick_;
   return Status::ok();
 }
 
@@ -306,10 +330,10 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
         ch.read_error = Status();  // a later acquire tries again
         return e;
       }
-      if (ch.written >= 0) {
+      if (ch.copy >= 0) {
         counters_.staged_hits++;
-        counters_.written_hits++;
-        STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[ch.written].data, ch.written));
+        (ch.copy_read ? counters_.cache_hits : counters_.written_hits)++;
+        STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[ch.copy].data, ch.copy));
       } else {
         if (ch.reading >= 0) {
           counters_.staged_hits++;
@@ -320,6 +344,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
         }
         const int b = ch.reading;
         STRATA_RETURN_IF_ERROR(finish_read(b));  // bad bytes never reach a slot
+        keep_copy(c, b, /*from_read=*/true);
         STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[b].data, b));
       }
     }
@@ -352,18 +377,22 @@ void TierManager::prefetch() {
   for (size_t u : device) {
     Chunk& ch = chunks_[u];
     if (ch.slot >= 0 || update_chunk_ == u || ch.update_due || !ch.read_error.is_ok()) continue;
-    if (options_.home == Tier::nvme && ch.reading < 0 && ch.written < 0) continue;  // read below; H2D later
+    if (options_.home == Tier::nvme && ch.reading < 0 && ch.copy < 0) continue;  // read below; H2D later
     const int s = pick_slot(ch.group, /*demand=*/false, prefetcher_.next_use(u));
     if (s < 0) continue;
     Status st;
     if (options_.home == Tier::cpu) {
       st = copy_in(u, s, ch.home.data(), -1);
-    } else if (ch.written >= 0) {
-      st = copy_in(u, s, staging_[ch.written].data, ch.written);
+    } else if (ch.copy >= 0) {
+      if (ch.copy_read) counters_.cache_hits++;
+      st = copy_in(u, s, staging_[ch.copy].data, ch.copy);
     } else {
       const int b = ch.reading;
       st = finish_read(b);
-      if (st.is_ok()) st = copy_in(u, s, staging_[b].data, b);
+      if (st.is_ok()) {
+        keep_copy(u, b, /*from_read=*/true);
+        st = copy_in(u, s, staging_[b].data, b);
+      }
     }
     if (!st.is_ok()) {
       ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
@@ -377,10 +406,10 @@ void TierManager::prefetch() {
       prefetcher_.upcoming(window_ + staging_bytes_ * staging_.size(), options_.chunk_bytes);
   for (size_t u : reads) {
     Chunk& ch = chunks_[u];
-    if (ch.slot >= 0 || ch.reading >= 0 || ch.written >= 0 || update_chunk_ == u || ch.update_due ||
+    if (ch.slot >= 0 || ch.reading >= 0 || ch.copy >= 0 || update_chunk_ == u || ch.update_due ||
         !ch.read_error.is_ok())
       continue;
-    auto b = take_staging(/*may_block=*/false);
+    auto b = take_staging(/*may_block=*/false, prefetcher_.next_use(u));
     if (!b.is_ok() || *b < 0) break;
     Status st = begin_chunk_read(u, *b);
     if (!st.is_ok()) {
@@ -393,25 +422,50 @@ void TierManager::prefetch() {
 
 // ---- NVMe staging --------------------------------------------------------------------------------
 
-StatusOr<int> TierManager::take_staging(bool may_block) {
+uint64_t TierManager::copy_use(size_t b) const {
+  const int64_t c = staging_[b].holder;
+  if (c < 0 || chunks_[c].slot >= 0) return Prefetcher::kNever;
+  return prefetcher_.next_use(static_cast<size_t>(c));
+}
+
+void TierManager::keep_copy(size_t c, int b, bool from_read) {
+  Chunk& ch = chunks_[c];
+  if (ch.copy >= 0 && ch.copy != b) forget_copy(ch.copy);
+  ch.copy = b;
+  ch.copy_read = from_read;
+  staging_[b].holder = static_cast<int64_t>(c);
+  staging_used_[b] = ++tick_;
+}
+
+StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
   const size_t n = staging_.size();
   auto at = [&](size_t i) { return static_cast<int>((staging_next_ + i) % n); };
   auto take = [&](int b) {
     staging_next_ = static_cast<uint32_t>((b + 1) % n);
     forget_copy(b);  // its bytes are about to change
+    staging_used_[b] = ++tick_;
     return b;
   };
-  // An idle buffer whose last H2D has completed: first one holding no chunk's last written bytes,
-  // then one holding those of a chunk already on the device, then any.
-  for (int pass = 0; pass < 3; pass++) {
-    for (size_t i = 0; i < n; i++) {
-      const int64_t copy_of = staging_[at(i)].holder;
-      if (!staging_idle(at(i))) continue;
-      if (pass == 0 && copy_of >= 0) continue;
-      if (pass == 1 && copy_of >= 0 && chunks_[copy_of].slot < 0) continue;
-      if (backend_.query(*staging_copied_[at(i)])) return take(at(i));
+  // A write that has completed frees its buffer without waiting (its copy stays).
+  for (size_t b = 0; b < n; b++)
+    if (staging_writing(b) && staging_.done(b)) (void)finish_write(static_cast<int>(b));
+  // An idle buffer whose last H2D has completed: first one holding no copy, then the copy used
+  // farthest ahead (one of a chunk on the device counts as never), ties least recently used. A read
+  // ahead takes no copy needed before the chunk it reads (nor at once with it).
+  int best = -1;
+  uint64_t best_use = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int b = at(i);
+    if (!staging_idle(b) || !backend_.query(*staging_copied_[b])) continue;
+    if (staging_[b].holder < 0) return take(b);
+    const uint64_t use = copy_use(b);
+    if (!may_block && needed_at != Prefetcher::kNever && use <= needed_at) continue;
+    if (best < 0 || use > best_use || (use == best_use && staging_used_[b] < staging_used_[best])) {
+      best = b;
+      best_use = use;
     }
   }
+  if (best >= 0) return take(best);
   if (!may_block) return -1;
   // An idle buffer whose H2D is still running: wait for it.
   for (size_t i = 0; i < n; i++) {
@@ -460,7 +514,7 @@ bool TierManager::staging_writing(size_t b) const { return staging_[b].pending()
 void TierManager::forget_copy(int b) {
   int64_t& copy_of = staging_[b].holder;
   if (copy_of < 0) return;
-  chunks_[copy_of].written = -1;
+  chunks_[copy_of].copy = -1;
   copy_of = -1;
 }
 
@@ -525,9 +579,7 @@ Status TierManager::commit_update(size_t c) {
   Status w = staging_.begin(b, IoOp::write, ch.extent, c, options_.chunk_bytes[c]);
   if (!w.is_ok()) return write_error_.record(w);
   ch.writing = b;
-  if (ch.written >= 0) forget_copy(ch.written);  // an older commit's bytes
-  ch.written = b;
-  staging_[b].holder = static_cast<int64_t>(c);
+  keep_copy(c, b, /*from_read=*/false);  // an older copy's bytes are forgotten
   return Status::ok();
 }
 
@@ -545,14 +597,16 @@ Status TierManager::read(size_t c, std::byte* host) {
     return Status::ok();
   }
   STRATA_RETURN_IF_ERROR(write_error_.status());
-  if (chunks_[c].written >= 0) {
-    std::memcpy(host, staging_[chunks_[c].written].data, bytes);
+  if (chunks_[c].copy >= 0) {
+    std::memcpy(host, staging_[chunks_[c].copy].data, bytes);
+    staging_used_[chunks_[c].copy] = ++tick_;
     return Status::ok();
   }
   discard_read(c);
   STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
   STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
   STRATA_RETURN_IF_ERROR(finish_read(b));
+  keep_copy(c, b, /*from_read=*/true);
   std::memcpy(host, staging_[b].data, bytes);
   return Status::ok();
 }

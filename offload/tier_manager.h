@@ -47,8 +47,15 @@ struct TierManagerOptions {
   // slots not needed by the current access.
   uint64_t prefetch_bytes = 0;
   // Pinned staging buffers (each the largest chunk, padded per the store) for the NVMe -> device
-  // hop and for updates written to NVMe; at most this many NVMe reads are in flight. nvme home only.
+  // hop and for updates written to NVMe. nvme home only.
   uint32_t nvme_staging = 2;
+  // The pinned read cache (nvme home; 0: none): this many more buffers of the same size. Every
+  // staging buffer keeps the bytes of the chunk it last read or wrote until it is taken for other
+  // bytes, so a chunk whose copy is still held is served from RAM, not read from NVMe again
+  // (DeepSpeed's offload_param.max_in_cpu). A buffer is taken from the copy used farthest ahead
+  // (the recorded order), ties least recently used; a read ahead never evicts a copy needed before
+  // the chunk it reads. NVMe reads in flight: at most nvme_staging + cache_chunks.
+  uint32_t cache_chunks = 0;
   std::string name = "weights";  // for tags and messages
 };
 
@@ -62,8 +69,16 @@ Status check_tier_options(const TierManagerOptions& options, bool have_store);
 // Options that fail check_tier_options give the figure for their valid parts.
 uint64_t tier_device_bytes(const TierManagerOptions& options);
 // The pinned bytes create() takes: cpu home, every chunk's home buffer; nvme home, the staging
-// ring. `alignment`/padding of the store: pass store.alignment() (4096 when unknown).
+// ring and the read cache. `alignment`/padding of the store: pass store.alignment() (4096 when
+// unknown).
 uint64_t tier_pinned_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
+// The read cache `cache_bytes` of pinned memory buys for `options` (an nvme home): that many bytes
+// over one buffer's pinned size (the largest chunk padded as tier_pinned_bytes pads it), at most
+// one per chunk (all of them kept: beside the staging buffers every chunk has a copy). 0 for a cpu
+// home.
+uint32_t tier_cache_chunks(const TierManagerOptions& options, uint64_t cache_bytes, uint32_t store_alignment = 4096);
+// The pinned bytes of one staging or cache buffer of `options` (0 for a cpu home).
+uint64_t tier_staging_buffer_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
 
 struct TierStats {
   uint64_t h2d_bytes = 0;         // bytes copied into device slots
@@ -74,6 +89,9 @@ struct TierStats {
   uint64_t staged_hits = 0;       // nvme: acquires whose read was in flight, the H2D started at acquire
   uint64_t written_hits = 0;      // nvme, of staged_hits: served from the staging buffer of the chunk's
                                   // last commit (an update just written), no read from NVMe
+  uint64_t cache_hits = 0;        // nvme: copies to the device (at an acquire or ahead of it) served
+                                  // from a buffer still holding an earlier read of the chunk (the read
+                                  // cache), no read from NVMe
   uint64_t discarded_reads = 0;   // nvme: reads finished and dropped unused (an update replaced the
                                   // chunk's bytes, or the staging buffer was needed first)
   uint64_t prefetches = 0;        // H2D copies issued ahead of an acquire
@@ -168,8 +186,14 @@ class TierManager final : public WeightSource {
   Status copy_in(size_t c, int s, const std::byte* src, int staging);
   Status fetch_demand(size_t c, int s);
   void prefetch();
-  // NVMe staging: a buffer to use now (-1: none without blocking when !may_block).
-  StatusOr<int> take_staging(bool may_block);
+  // NVMe staging: a buffer to use now (-1: none without blocking when !may_block). A read ahead
+  // (!may_block) passes `needed_at`, the next use of the chunk it reads: a copy needed no later is
+  // kept.
+  StatusOr<int> take_staging(bool may_block, uint64_t needed_at = Prefetcher::kNever);
+  // How much a buffer's bytes are still worth: kNever for no copy or a copy of a chunk on the
+  // device (served from its slot), else its chunk's next use. Larger is taken first.
+  uint64_t copy_use(size_t b) const;
+  void keep_copy(size_t c, int b, bool from_read);  // staging b holds c's current bytes
   Status begin_chunk_read(size_t c, int b);
   Status finish_read(int b);         // finishes staging b's read; on error frees b and returns it with context
   Status finish_write(int b);        // finishes staging b's write; records the first error (sticky)
@@ -192,6 +216,7 @@ class TierManager final : public WeightSource {
   std::vector<Chunk> chunks_;
   StagingRing staging_;              // nvme home; holder: the chunk whose committed bytes it holds
   std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
+  std::vector<uint64_t> staging_used_;  // per buffer: tick_ of its bytes' last fill or use (LRU ties)
   uint64_t staging_bytes_ = 0;       // each buffer's bytes
   uint32_t staging_next_ = 0;        // round-robin start for staging choice
   Prefetcher prefetcher_;

@@ -262,7 +262,9 @@ TEST(TierManager, AChunkJustUpdatedIsCopiedFromItsWriteNotReadBack) {
     const uint64_t served_before = m.stats().written_hits;
     auto p = m.acquire(c);
     ASSERT_TRUE(p.is_ok()) << p.status().to_string();
-    if (forward) EXPECT_EQ(m.stats().written_hits, served_before + 1) << "chunk " << c << " was read back after its write";
+    if (forward) {
+      EXPECT_EQ(m.stats().written_hits, served_before + 1) << "chunk " << c << " was read back after its write";
+    }
     ASSERT_TRUE(holds_version(*r.backend, *p, c, m.chunk_bytes(c), c <= kLayers ? 2 : 1)) << "access " << i;
     ASSERT_TRUE(m.release(c).is_ok());
   }
@@ -284,6 +286,84 @@ TEST(TierManager, AChunkJustUpdatedIsCopiedFromItsWriteNotReadBack) {
   for (uint64_t i = 0; i < host.size(); i++) ASSERT_EQ(host[i], pattern(1, 5, i)) << i;
   EXPECT_EQ(m.stats().nvme_read_bytes, m.chunk_bytes(1));
   ASSERT_TRUE(m.flush().is_ok());
+}
+
+// The read cache: with a buffer per chunk beside the staging ones, every chunk keeps a pinned copy
+// of its last write (or read), so nothing is read from NVMe again (the chunks still page through
+// the slots, from RAM), and the bytes are the committed ones. A commit replaces the copy; a
+// chunk updated and acquired gets its new bytes.
+TEST(TierManager, AReadCacheOfEveryChunkReadsEachChunkOnceAndServesItsCurrentBytes) {
+  Rig r(Tier::nvme);
+  constexpr size_t kLayers = 6;
+  TierManagerOptions o = model_options(Tier::nvme, kLayers, 2);
+  o.nvme_staging = 2;
+  o.cache_chunks = tier_cache_chunks(o, 64 << 20);
+  ASSERT_EQ(o.cache_chunks, kLayers + 2) << "at most one per chunk";
+  EXPECT_EQ(tier_pinned_bytes(o), (o.nvme_staging + o.cache_chunks) * tier_staging_buffer_bytes(o));
+  auto tm = r.make(o);
+  ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+  TierManager& m = **tm;
+  write_all(m, 1);
+  const std::vector<size_t> order = step_order(kLayers);
+  run_sequence(r, m, order, 1, false);
+  for (int step = 0; step < 2; step++) {
+    m.reset_stats();
+    run_sequence(r, m, order, 1, true);
+    const TierStats s = m.stats();
+    EXPECT_EQ(s.nvme_read_bytes, 0u) << "step " << step;
+    EXPECT_EQ(s.misses, 0u);
+    EXPECT_EQ(s.hits + s.staged_hits, order.size());
+    EXPECT_GT(s.h2d_bytes, 0u) << "every chunk came from a slot: the test pages nothing";
+  }
+  write_chunk(m, 3, 2);
+  m.reset_stats();
+  run_sequence(r, m, {0, 1, 2}, 1, false);
+  auto p = m.acquire(3);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_TRUE(holds_version(*r.backend, *p, 3, m.chunk_bytes(3), 2));
+  ASSERT_TRUE(m.release(3).is_ok());
+  EXPECT_EQ(m.stats().nvme_read_bytes, 0u);
+  ASSERT_TRUE(m.flush().is_ok());
+}
+
+// A cache smaller than the model: the step's zig-zag (forward up, backward down) finds the chunks
+// read last before each turn still in RAM, so a step reads fewer bytes than without a cache, and
+// always the current ones; a read ahead never evicts a copy needed sooner than what it reads.
+TEST(TierManager, APartialReadCacheSavesTheReadsAtEachTurnOfTheStep) {
+  constexpr size_t kLayers = 8;
+  uint64_t read[2] = {0, 0};
+  for (uint32_t cache : {0u, 4u}) {
+    Rig r(Tier::nvme);
+    TierManagerOptions o = model_options(Tier::nvme, kLayers, 2);
+    o.nvme_staging = 2;
+    o.cache_chunks = cache;
+    auto tm = r.make(o);
+    ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+    TierManager& m = **tm;
+    write_all(m, 1);
+    const std::vector<size_t> order = step_order(kLayers);
+    run_sequence(r, m, order, 1, false);
+    run_sequence(r, m, order, 1, false);
+    m.reset_stats();
+    run_sequence(r, m, order, 1, true);
+    read[cache ? 1 : 0] = m.stats().nvme_read_bytes;
+    if (cache) {
+      EXPECT_GT(m.stats().cache_hits, 0u);
+    }
+  }
+  EXPECT_LT(read[1], read[0]) << "a 4-chunk cache saved no read";
+  EXPECT_LE(read[1] + 4 * kLayer, read[0]) << "the cache saved less than one turn's worth";
+}
+
+// A cpu home has no reads to cache: asking for one is refused, naming it.
+TEST(TierManager, AReadCacheOfACpuHomeIsRefused) {
+  Rig r(Tier::cpu);
+  TierManagerOptions o = model_options(Tier::cpu, 2, 2);
+  o.cache_chunks = 2;
+  auto tm = r.make(o);
+  ASSERT_FALSE(tm.is_ok());
+  EXPECT_NE(tm.status().message().find("read cache"), std::string::npos) << tm.status().to_string();
+  EXPECT_EQ(tier_cache_chunks(o, 1 << 30), 0u);
 }
 
 // expect_update: a chunk whose bytes an update is about to replace is fetched ahead by neither hop
