@@ -6,14 +6,17 @@
 # peak. With SPLIT_GPU_MEM set, two more runs with the weights in pinned memory under that budget
 # (where some layers stay resident): "kept" updates every chunk on the CPU, "split" updates the
 # resident layers on the device (--optimizer-device split): the split's gain at one budget. The
-# losses of every run must be identical (the exactness contract); the script says so or fails.
+# nvme run has no read cache (--param-cache 0: the traffic floor's own case); with NVME_CACHE set,
+# one more nvme run keeps that much of the weights in pinned RAM (--param-cache NVME_CACHE). Each
+# run's NVMe bytes read per step (steps 2..N) are printed. The losses of every run must
+# be identical (the exactness contract); the script says so or fails.
 # Usage: bench/offload_train_bench.sh [NVME_DIR] [extra strata train flags...]
 #   env: STRATA (binary, default build/bin/strata), DEVICE (cpu; cuda on a GPU), PRESET (gpt2-350m),
 #        DTYPE (bf16), STEPS (4), MB (2), SEQ (64), RESIDENT_GPU_MEM (64GiB; auto on a GPU),
 #        GPU_MEM_PAGED (derived: the plan's minimum for the paged placement), VOCAB_TILE and MLP_TILES
 #        (0: untiled; every run gets them, so the three do the same arithmetic -- a bf16 table tiled
 #        by `auto` in the paged runs only would round per tile), SPLIT_GPU_MEM (unset: no split
-#        runs), OUT (a temp dir)
+#        runs), NVME_CACHE (unset: no cached nvme run), OUT (a temp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=${STRATA:-build/bin/strata}
@@ -82,8 +85,14 @@ run() {  # run NAME FLAGS...
 }
 run resident --gpu-mem "$RESIDENT_GPU_MEM"
 run cpu --gpu-mem "$GPU_MEM_PAGED" --offload-param cpu
-run nvme --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --trace "$OUT/nvme-trace.json"
+run nvme --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --param-cache 0 \
+    --trace "$OUT/nvme-trace.json"
 runs="resident cpu nvme"
+if [ -n "${NVME_CACHE:-}" ]; then
+  run nvme-cache --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --param-cache "$NVME_CACHE"
+  runs="$runs nvme-cache"
+  echo "nvme-cache: $(grep -m1 -E 'read cache' "$OUT/nvme-cache.log" | sed 's/.*\] //')"
+fi
 if [ -n "${SPLIT_GPU_MEM:-}" ]; then
   run kept --gpu-mem "$SPLIT_GPU_MEM" --offload-param cpu --optimizer-device cpu --bench
   run split --gpu-mem "$SPLIT_GPU_MEM" --offload-param cpu --optimizer-device split --bench
@@ -109,16 +118,18 @@ def load(name):
     later = rows[1:] or rows
     tok = sum(r["tokens_per_s"] * r["step_s"] for r in later) / sum(r["step_s"] for r in later)
     wait = sum(r.get("transfers", {}).get("wait_s", 0) for r in later) / sum(r["step_s"] for r in later)
-    return rows, tok, wait, rss
-res_rows, res_tok, _, res_rss = load("resident")
-print(f"{'run':9} {'tok/s':>9} {'vs resident':>12} {'wait':>7} {'gpu peak':>10} {'RSS':>9}  losses")
+    read = sum(r.get("transfers", {}).get("nvme_read_gbps", 0) * 1e9 * r["step_s"] for r in later) / len(later)
+    return rows, tok, wait, rss, read
+res_rows, res_tok, _, res_rss, _ = load("resident")
+print(f"{'run':10} {'tok/s':>9} {'vs resident':>12} {'wait':>7} {'gpu peak':>10} {'RSS':>9} {'nvme rd/step':>13}  losses")
 ok = True
 for name in runs:
-    rows, tok, wait, rss = load(name)
+    rows, tok, wait, rss, read = load(name)
     same = [r["loss"] for r in rows] == [r["loss"] for r in res_rows]
     ok &= same
     gpu = rows[-1]["peak_bytes"]["gpu"] / 2**20
-    print(f"{name:9} {tok:9.1f} {tok / res_tok:12.3f} {wait * 100:6.1f}% {gpu:8.0f} MiB {rss:7.0f} MiB  "
+    print(f"{name:10} {tok:9.1f} {tok / res_tok:12.3f} {wait * 100:6.1f}% {gpu:8.0f} MiB {rss:7.0f} MiB "
+          f"{read / 2**20:9.1f} MiB  "
           f"{'identical' if same else 'DIFFER'} ({rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f})")
 print(f"logs, metrics and the nvme run's trace (open it in https://ui.perfetto.dev): {out}")
 sys.exit(0 if ok else 1)

@@ -34,7 +34,8 @@
 #   offload  bench/offload_train_bench.sh for each "preset:micro_batch" of GPU_CHECK_OFFLOAD (none
 #            by default), swap files in GPU_CHECK_NVME (default LOG_DIR/swap); with
 #            GPU_CHECK_OFFLOAD_SPLIT_MEM (e.g. 12GiB) also the weights in pinned memory under that
-#            budget with the whole update on the CPU and with --optimizer-device split
+#            budget with the whole update on the CPU and with --optimizer-device split; with
+#            GPU_CHECK_OFFLOAD_CACHE (e.g. 8GiB) also the nvme run with that pinned read cache
 #   peer     for each "preset:micro_batch" of GPU_CHECK_PEER (default "llama-7b:8"), T = 1024,
 #            activation checkpointing: strata train with the planner's placement under
 #            --gpu-mem GPU_CHECK_PEER_GPU_MEM (default 24GiB; 8-bit moments unless
@@ -492,10 +493,10 @@ if has_phase offload; then
     preset=${spec%%:*} batch=${spec#*:}
     log="$LOG_DIR/offload-$preset.log"
     if STRATA="$STRATA" DEVICE=cuda RESIDENT_GPU_MEM=auto PRESET="$preset" MB="$batch" SEQ=1024 STEPS=10 \
-         SPLIT_GPU_MEM="${GPU_CHECK_OFFLOAD_SPLIT_MEM:-}" \
+         SPLIT_GPU_MEM="${GPU_CHECK_OFFLOAD_SPLIT_MEM:-}" NVME_CACHE="${GPU_CHECK_OFFLOAD_CACHE:-}" \
          OUT="$LOG_DIR/offload-$preset" within "${GPU_CHECK_DEADLINE_RUN:-240}" "$log" "${STRATA_ENV[@]}" \
          bench/offload_train_bench.sh "${GPU_CHECK_NVME:-$LOG_DIR/swap}" --random-tokens 16M; then
-      note "offload $preset: $(tail -5 "$log" | tr '\n' ' ')"
+      note "offload $preset: $(tail -7 "$log" | tr '\n' ' ')"
     else
       phase_failed "offload bench $preset (rc $?); the end of $(basename "$log"):"
       tail -8 "$log" | tee -a "$SUMMARY" >&2

@@ -88,9 +88,13 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
 }
 
 TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOptions& options, const std::string& name) {
-  return paged_weight_options(layout, options.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, options.param_slots,
-                              options.prefetch_bytes, options.nvme_staging, name,
-                              resident_chunk_mask(layout, options.resident_layers));
+  TierManagerOptions o =
+      paged_weight_options(layout, options.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, options.param_slots,
+                           options.prefetch_bytes, options.nvme_staging, name,
+                           resident_chunk_mask(layout, options.resident_layers));
+  if (options.weight_home == Tier::nvme && options.param_cache > 0 && options.ranks <= 1)
+    o.cache_chunks = tier_cache_chunks(o, uint64_t(options.param_cache));
+  return o;
 }
 
 std::vector<bool> resident_chunk_mask(const ParamLayout& layout, int64_t resident_layers) {

@@ -36,7 +36,8 @@ TierManagerOptions paged_weight_options(const ParamLayout& layout, Tier home, ui
                                         uint64_t prefetch_bytes, uint32_t nvme_staging, const std::string& name,
                                         const std::vector<bool>& resident = {});
 // The paged options of a run: paged_weight_options with options' home, slots, prefetch and staging,
-// and resident_chunk_mask(layout, options.resident_layers).
+// and resident_chunk_mask(layout, options.resident_layers); NVMe-homed weights on one rank also
+// take the read cache options.param_cache buys (tier_cache_chunks; none while it is auto).
 TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOptions& options, const std::string& name);
 
 // Paged weights partly resident (--resident-layers): `resident_layers` of the model's layers stay

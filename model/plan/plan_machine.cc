@@ -75,6 +75,7 @@ Status detect_cpu(const Config& config, MachineFor purpose, Machine& m) {
   if (!available)
     return error(Code::invalid_argument, "cannot read MemAvailable from /proc/meminfo; pass --cpu-mem SIZE");
   m.hardware.cpu_bytes = *available;
+  m.hardware.cpu_bytes_given = false;  // what the machine has free: the read cache leaves it alone
   m.cpu_from = "MemAvailable";
   m.described = false;
   rlimit memlock{};

@@ -241,6 +241,7 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                                                                                                  : "cpu"},
                     {"offload_grad", c.options.grad_home == Tier::nvme ? "nvme" : "cpu"},
                     {"resident_layers", c.options.paged_weights() ? c.options.resident_layers : c.model.n_layer},
+                    {"param_cache", c.options.weight_home == Tier::nvme ? std::max<int64_t>(c.options.param_cache, 0) : 0},
                     {"activation_checkpointing", c.options.activation_checkpointing}};
   j["tiling"] = {{"summary", model::tiling_summary(c.model)},
                  {"flags", model::tiling_flags(c.model, model::TrainOptions{})},

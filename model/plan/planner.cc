@@ -281,6 +281,19 @@ PlanBytes plan_bytes(const ModelConfig& config, const TrainOptions& options, con
 
 double default_flops(DType dtype) { return dtype == DType::f32 ? 25e12 : 100e12; }
 
+int64_t param_cache_for(const ModelConfig& config, const TrainOptions& options, const Hardware& h) {
+  if (options.weight_home != Tier::nvme || options.param_cache >= 0) return options.param_cache;
+  if (!h.cpu_bytes_given || !h.world.single() || options.ranks > 1) return 0;
+  TrainOptions o = options;
+  o.param_cache = 0;
+  const uint64_t pinned = plan_bytes(config, o, h.world).tier(Tier::cpu);
+  const uint64_t usable = h.cpu_bytes - h.cpu_bytes / 64;
+  if (pinned >= usable) return 0;
+  const std::shared_ptr<const ParamLayout> layout = working_layout(config, o);
+  const TierManagerOptions wo = run_weight_options(*layout, o, config.name);
+  return int64_t(tier_cache_chunks(wo, usable - pinned)) * int64_t(tier_staging_buffer_bytes(wo));
+}
+
 StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options, const World& world) {
   if (!world.single()) return rank_traffic(config, rank_options(options, world), world);
   const TrainOptions& o = options;
@@ -297,7 +310,12 @@ StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options,
   if (o.cpu_optimizer()) t.d2h += (split ? share.paged : weights) * k;  // each micro-batch's gradients
   t.h2d += batch_bytes(o);                         // inputs and targets
   if (o.weight_home == Tier::nvme) {
-    t.nvme_read += f.acquired(k);
+    // The read cache keeps C of the P paged chunks: each turn of a step's zig-zag (forward up,
+    // backward down) finds the last C read still in RAM, about C of every P fetches (all of them
+    // once C >= P). An estimate: the chunks differ in size and the turns in number.
+    const TierManagerOptions wo = run_weight_options(layout, o, config.name);
+    const double kept = std::min(1.0, double(wo.cache_chunks) / double(std::max<size_t>(wo.chunk_bytes.size(), 1)));
+    t.nvme_read += uint64_t(double(f.acquired(k)) * (1.0 - kept));
     t.nvme_write += share.paged;
   }
   if (grads_on_nvme(o)) {
@@ -392,6 +410,7 @@ PlanCandidate evaluate_tiled(const ModelConfig& config, const TrainOptions& opti
     const StatusOr<ScheduleChoice> schedule = choose_step_schedule(config, chooser, 1, h.gpu_bytes);
     c.options.step_schedule = schedule.is_ok() ? schedule->schedule : StepSchedule::micro_batch_major;
   }
+  c.options.param_cache = param_cache_for(config, c.options, h);  // what the pinned budget leaves
   c.model = config;
   c.bytes = plan_bytes(config, c.options, h.world);
   c.traffic = plan_traffic(config, c.options, h.world);
@@ -821,8 +840,11 @@ std::string placement_summary(const TrainOptions& o) {
                                                             offload_value(o.optimizer_home))
                                                : std::string(offload_value(o.optimizer_home));
   const std::string_view grads = !o.cpu_optimizer() ? "gpu" : o.grad_home == Tier::nvme ? "nvme" : "cpu";
-  const std::string resident =
-      o.paged_weights() && o.resident_layers > 0 ? fmt::format(" ({} layers resident)", o.resident_layers) : "";
+  std::vector<std::string> notes;
+  if (o.paged_weights() && o.resident_layers > 0) notes.push_back(fmt::format("{} layers resident", o.resident_layers));
+  if (o.weight_home == Tier::nvme && o.param_cache > 0)
+    notes.push_back(fmt::format("read cache {}", format_size(uint64_t(o.param_cache))));
+  const std::string resident = notes.empty() ? "" : fmt::format(" ({})", fmt::join(notes, ", "));
   return fmt::format("weights {}{}, optimizer {}, gradients {}, activation checkpointing {}", weights, resident,
                      optimizer, grads, o.activation_checkpointing ? "on" : "off");
 }
@@ -837,6 +859,9 @@ std::string placement_flags(const TrainOptions& o) {
   std::string flags = fmt::format("--offload-param {} --offload-optimizer {}", offload_value(o.weight_home),
                                   offload_value(o.optimizer_home));
   if (o.paged_weights() && o.resident_layers >= 0) flags += fmt::format(" --resident-layers {}", o.resident_layers);
+  if (o.weight_home == Tier::nvme && o.param_cache >= 0)
+    flags += uint64_t(o.param_cache) % (1u << 20) == 0 ? fmt::format(" --param-cache {}MiB", o.param_cache >> 20)
+                                                         : fmt::format(" --param-cache {}KiB", o.param_cache >> 10);
   if (o.cpu_optimizer()) flags += fmt::format(" --offload-grad {}", o.grad_home == Tier::nvme ? "nvme" : "cpu");
   if (o.cpu_optimizer() && o.split_update && o.paged_weights()) flags += " --optimizer-device split";
   if (o.activation_checkpointing) flags += " --activation-checkpointing";

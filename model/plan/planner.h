@@ -147,6 +147,9 @@ StepTime plan_step_time(const ModelConfig& config, const TrainOptions& options, 
 struct Hardware {
   uint64_t gpu_bytes = 0;   // the device arena (--gpu-mem)
   uint64_t cpu_bytes = 0;   // pinned host memory (--cpu-mem)
+  // cpu_bytes is a budget the user gave (--cpu-mem), which auto sizes may fill (the read cache of
+  // NVMe-homed weights); false: it is what the machine has free, which they leave to others.
+  bool cpu_bytes_given = true;
   uint64_t nvme_bytes = 0;  // NVMe space for swap files, all paths together; 0: no NVMe
   PlanRates rates;
   // The ranks and their links. N > 1: every budget above is one rank's (a GPU's; the node's pinned
@@ -187,6 +190,12 @@ PlanCandidate evaluate_tiled(const ModelConfig& tiled, const TrainOptions& optio
 // (resident weights, fp32 moments) / cpu / nvme x gradients cpu / nvme, each with activation
 // checkpointing off and on; fixed choices keep base's value.
 std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFixed& fixed);
+// The read cache (options.param_cache, bytes) a run of NVMe-homed weights takes on `hardware`:
+// options.param_cache when given (or the weights are not on NVMe); auto (-1): the whole buffers
+// (tier_cache_chunks) that fit what the run's other pinned memory leaves of a given cpu budget, less
+// a reserve of 1/64 of it; 0 when the budget was not given (hardware.cpu_bytes_given) or across
+// ranks.
+int64_t param_cache_for(const ModelConfig& config, const TrainOptions& options, const Hardware& hardware);
 // The parameters a CPU optimizer updates in a run of `config` with `options`: every parameter,
 // less those of a split update's resident layers (device_update_mask).
 uint64_t cpu_updated_parameters(const ModelConfig& config, const TrainOptions& options);

@@ -82,6 +82,7 @@ StatusOr<TrainPlacement> choose_train_placement(const Config& config, const mode
   STRATA_RETURN_IF_ERROR(model::check_tiling(mc, o));
   out.predicted = model::evaluate_placement(mc, o, out.machine.hardware);
   out.options.resident_layers = out.predicted.options.resident_layers;  // auto, resolved on the budget
+  out.options.param_cache = out.predicted.options.param_cache;          // auto, resolved on --cpu-mem
   if (o.resident_layers > mc.n_layer && o.paged_weights())
     return error(Code::invalid_argument, "resident_layers {} ({}): {} has {} layers; pass --resident-layers {} or "
                  "fewer (or auto)",

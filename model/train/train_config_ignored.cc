@@ -36,8 +36,8 @@ void add_ignored_deepspeed_paths(ConfigSchema& schema) {
                            "strata sizes each staging buffer to the largest weight chunk (a layer), not to a byte "
                            "count");
   schema.ignore_file_paths({"zero_optimization.offload_param.max_in_cpu"},
-                           "strata keeps no partial CPU cache of NVMe-homed weights: each chunk is read from NVMe "
-                           "through the --nvme-staging buffers when it is needed");
+                           "strata sizes its pinned cache of NVMe-homed weights in bytes, not parameters: "
+                           "--param-cache SIZE (key param_cache; auto fills what --cpu-mem leaves)");
   schema.ignore_file_paths({"zero_optimization.offload_param.pin_memory"},
                            "strata always pins its host buffers for the weights; false does not turn that off");
   schema.ignore_file_paths({"aio.thread_count", "aio.single_submit", "aio.overlap_events"},

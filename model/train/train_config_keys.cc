@@ -400,6 +400,14 @@ void add_train_config_keys(ConfigSchema& schema) {
               .min = 1,
               .max = 64,
               .file_aliases = {"zero_optimization.offload_param.buffer_count"}});
+  schema.add({.name = "param_cache",
+              .type = ValueType::size,
+              .default_text = "auto",
+              .help = "With --offload-param nvme: pinned RAM that keeps chunks of the weights read from (or "
+                      "written to) NVMe, so a chunk still held is not read again, e.g. 8GiB (spent in buffers of "
+                      "the largest chunk, at most one per chunk); auto: what --cpu-mem leaves beside the run's "
+                      "other pinned memory, none without --cpu-mem; 0: none",
+              .allow_auto = true});
 
   // --- evaluation, logging, checkpoints ----------------------------------------------------------
   schema.add({.name = "eval_every",

@@ -100,6 +100,22 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                nvme ? fmt::format(", {} on {}", format_size(s.nvme_bytes), fmt::join(config.get_list("nvme_path"), ", "))
                     : "",
                format_size(s.device_bytes), layer_slots, format_size(t->tiers_->prefetch_window()));
+  if (nvme && !partitioned) {
+    const uint64_t buffer = tier_staging_buffer_bytes(to, t->store_->alignment());
+    if (to.cache_chunks > 0)
+      spdlog::info("offload: a pinned read cache of {} of the {} paged chunks ({} in buffers of {}; --param-cache {}) "
+                   "keeps weights read from or written to NVMe in RAM, beside the {} staging buffers",
+                   to.cache_chunks, to.chunk_bytes.size(), format_size(to.cache_chunks * buffer), format_size(buffer),
+                   o.param_cache >= 0 ? format_size(uint64_t(o.param_cache)) : "auto", to.nvme_staging);
+    else
+      spdlog::info("offload: no read cache of the NVMe-homed weights ({}): every chunk not in a staging buffer is "
+                   "read from NVMe when it is needed; --param-cache SIZE (or --cpu-mem with auto) keeps chunks in RAM",
+                   o.param_cache > 0 ? fmt::format("--param-cache {} is less than one buffer of {}",
+                                                   format_size(uint64_t(o.param_cache)), format_size(buffer))
+                   : config.get_size_or_auto("param_cache").has_value()
+                       ? std::string("--param-cache 0")
+                       : std::string("auto: no --cpu-mem budget given, or none left in it"));
+  }
   if (partitioned) {
     STRATA_RETURN_IF_ERROR(t->partition_weights(o, model, layout, backend, *comm));
     return t;
@@ -231,14 +247,15 @@ std::string TrainOffload::summary(double run_s) const {
   const uint64_t acquires = s.hits + s.misses + s.staged_hits;
   return fmt::format(
       "offload: {} acquires, {:.1f}% found resident or in flight ({} copies and {} NVMe reads issued ahead, {} "
-      "fetched on demand), {} fetched ({}/s){}; access order recorded {}x, replayed {}x; compute waited {:.2f} s "
+      "fetched on demand), {} fetched ({}/s){}{}; access order recorded {}x, replayed {}x; compute waited {:.2f} s "
       "({:.1f}% of the run)",
       acquires, acquires ? 100.0 * double(s.hits + s.staged_hits) / double(acquires) : 0.0, s.prefetches,
       s.prefetch_reads, s.misses,
       format_size(s.h2d_bytes), format_size(run_s > 0 ? uint64_t(double(s.h2d_bytes) / run_s) : 0),
-      s.nvme_read_bytes ? fmt::format(", nvme read {} written {}", format_size(s.nvme_read_bytes),
-                                      format_size(s.nvme_write_bytes))
-                        : "",
+      s.nvme_read_bytes || s.nvme_write_bytes ? fmt::format(", nvme read {} written {}", format_size(s.nvme_read_bytes),
+                                                            format_size(s.nvme_write_bytes))
+                                              : "",
+      s.cache_hits ? fmt::format(", {} chunks served from the read cache", s.cache_hits) : "",
       s.sequences_recorded, s.sequences_replayed, s.compute_wait_seconds,
       run_s > 0 ? 100.0 * s.compute_wait_seconds / run_s : 0.0);
 }

@@ -225,6 +225,8 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
   o.resident_layers = config.get_int_or_auto("resident_layers").value_or(-1);
   o.prefetch_bytes = config.get_size("prefetch_bytes");
   o.nvme_staging = static_cast<uint32_t>(config.get_int("nvme_staging"));
+  if (const std::optional<uint64_t> cache = config.get_size_or_auto("param_cache"))
+    o.param_cache = int64_t(std::min<uint64_t>(*cache, uint64_t(INT64_MAX)));
   o.trace_path = config.get_text("trace");
   if (o.param_slots < 2)
     return error(Code::invalid_argument,
@@ -240,7 +242,7 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                  describe(config, "optimizer_device"), describe(config, "offload_param"));
   if (o.weight_home == Tier::device) {
     std::string set_keys;
-    for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging", "resident_layers"})
+    for (std::string_view key : {"param_slots", "prefetch_bytes", "nvme_staging", "param_cache", "resident_layers"})
       if (is_set(config, key)) set_keys += (set_keys.empty() ? "" : ", ") + describe(config, key);
     if (!set_keys.empty())
       o.warnings.push_back(fmt::format("{} only apply to paged weights (offload_param cpu or nvme) and are ignored "
@@ -259,9 +261,11 @@ Status read_weight_placement(const Config& config, TrainOptions& o) {
                    "{} homes the working weights in NVMe swap files, but no nvme_path is given; pass --nvme-path DIR "
                    "or set zero_optimization.offload_param.nvme_path",
                    describe(config, "offload_param"));
-  } else if (is_set(config, "nvme_staging")) {
-    o.warnings.push_back(fmt::format("{} only applies to weights homed on NVMe and is ignored with {}",
-                                     describe(config, "nvme_staging"), describe(config, "offload_param")));
+  } else {
+    for (std::string_view key : {"nvme_staging", "param_cache"})
+      if (is_set(config, key))
+        o.warnings.push_back(fmt::format("{} only applies to weights homed on NVMe and is ignored with {}",
+                                         describe(config, key), describe(config, "offload_param")));
   }
   return Status::ok();
 }

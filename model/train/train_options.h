@@ -127,6 +127,11 @@ struct TrainOptions {
   int64_t resident_layers = -1;
   uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
   uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
+  // NVMe-homed weights: the pinned read cache (TierManagerOptions::cache_chunks), in bytes, spent in
+  // whole buffers of the largest chunk, at most one per paged chunk; 0 none; -1 = auto: what
+  // --cpu-mem leaves beside the run's other pinned memory when --cpu-mem is given, else none
+  // (param_cache_for, planner.h: `strata train` and `strata plan` resolve it). One rank only.
+  int64_t param_cache = -1;
   std::string trace_path;       // Chrome trace-event JSON of the run's transfers and compute ("" = none)
   bool bench = false;           // print each step's breakdown and lower bound after the run (train_bench.h)
 

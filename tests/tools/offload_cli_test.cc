@@ -65,6 +65,10 @@ TEST(OffloadCli, PagedRunsEqualTheResidentRunAndTheTraceCoversEveryChunk) {
   EXPECT_NE(nvme.err.find("offload: every layer pages (--resident-layers 0)"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("optimizer state homed on nvme"), std::string::npos) << nvme.err;
   EXPECT_NE(nvme.err.find("replayed 3x"), std::string::npos) << nvme.err;  // steps 2..4 follow step 1's trace
+  // No --cpu-mem: the read cache's auto leaves the machine's free memory alone, and says so.
+  EXPECT_NE(nvme.err.find("no read cache of the NVMe-homed weights (auto: no --cpu-mem budget given"),
+            std::string::npos)
+      << nvme.err;
   EXPECT_NE(nvme.err.find("| h2d "), std::string::npos) << nvme.err;
   // The run's swap directory is gone at exit.
   for (const auto& e : std::filesystem::directory_iterator(swap)) ADD_FAILURE() << "left behind: " << e.path();
@@ -119,9 +123,14 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const CliResult b = run(halves, {"--steps", "2", "--checkpoint-dir", dir});
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  const CliResult c = run(halves, {"--steps", "4", "--resume", dir});
+  // The second half keeps every chunk in a pinned read cache: the same bits.
+  const CliResult c = run(halves, {"--steps", "4", "--resume", dir, "--param-cache", "1GiB", "--resident-layers", "0"});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_NE(c.err.find("resumed from"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("a pinned read cache of " + std::to_string(kChunks) + " of the " + std::to_string(kChunks) +
+                       " paged chunks"),
+            std::string::npos)
+      << c.err;
   const std::vector<double> want = metric_losses(straight);
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(metric_losses(halves), want);

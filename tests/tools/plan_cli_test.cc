@@ -33,12 +33,13 @@ TEST(PlanCli, Llama70bFitsADescribedWorkstation) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("machine (described)"), std::string::npos) << r.out;
   // The budget the paged working set leaves holds 8 of the 80 layers (PlannerTest covers the fill).
-  EXPECT_NE(r.out.find("fits: weights nvme (8 layers resident), optimizer nvme, gradients nvme, activation "
-                       "checkpointing on"),
+  // What the pinned budget leaves holds a read cache of most of the weights.
+  EXPECT_NE(r.out.find("fits: weights nvme (8 layers resident, read cache "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("), optimizer nvme, gradients nvme, activation checkpointing on"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("strata train --offload-param nvme --offload-optimizer nvme --resident-layers 8 --param-cache "),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("strata train --offload-param nvme --offload-optimizer nvme --resident-layers 8 --offload-grad "
-                       "nvme --activation-checkpointing"),
+  EXPECT_NE(r.out.find(" --offload-grad nvme --activation-checkpointing"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("bottleneck: nvme"), std::string::npos) << r.out;
@@ -107,6 +108,32 @@ TEST(PlanCli, ASplitUpdateIsPlannedAndNamed) {
   EXPECT_GT(j.at("placement").at("resident_layers").get<int>(), 0);
   EXPECT_NE(j.at("placement").at("flags").get<std::string>().find("--optimizer-device split"), std::string::npos);
   EXPECT_GT(j.at("bytes").at("gpu").at("moments").get<uint64_t>(), 0u);  // the resident layers' moments
+}
+
+// NVMe-homed weights under a pinned budget: the read cache fills what the rest leaves, and the JSON,
+// the flags and the pinned figure say how much; a given --param-cache is kept.
+TEST(PlanCli, NvmeWeightsTakeAReadCacheFromThePinnedBudget) {
+  // 3 GiB leaves about 11 buffers of the 14 chunks beside the optimizer state and the sums.
+  const std::vector<std::string> base = {"plan",      "--preset",    "gpt2-124m", "--gpu-mem",       "1GiB",
+                                         "--cpu-mem", "3GiB",        "--nvme-mem", "100GB",          "--offload-param",
+                                         "nvme",      "--nvme-path", "/tmp",       "--activation-checkpointing",
+                                         "--resident-layers", "0", "--json"};
+  const CliResult r = run_cli(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const uint64_t cache = j.at("placement").at("param_cache").get<uint64_t>();
+  EXPECT_GT(cache, 0u);
+  EXPECT_LE(j.at("cpu_bytes").get<uint64_t>(), 3ull << 30);
+  EXPECT_NE(j.at("placement").at("flags").get<std::string>().find("--param-cache "), std::string::npos);
+  std::vector<std::string> given = base;
+  given.insert(given.end(), {"--param-cache", "0"});
+  const CliResult none = run_cli(given);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  const nlohmann::json n = nlohmann::json::parse(none.out);
+  EXPECT_EQ(n.at("placement").at("param_cache"), 0);
+  EXPECT_EQ(n.at("cpu_bytes").get<uint64_t>() + cache, j.at("cpu_bytes").get<uint64_t>());
+  EXPECT_GT(j.at("traffic").at("nvme_read").get<uint64_t>(), 0u);
+  EXPECT_LT(j.at("traffic").at("nvme_read").get<uint64_t>(), n.at("traffic").at("nvme_read").get<uint64_t>());
 }
 
 TEST(PlanCli, ItsVariablesAreReadByPlanAndIgnoredElsewhere) {

@@ -63,6 +63,7 @@ struct Case {
   uint64_t micro_batch = 2, seq = 32, grad_accum = 1;
   int64_t resident_layers = 0;  // paged weights: layers kept on the device
   bool split = false;            // a split update: those layers update on the device
+  int64_t param_cache = -1;      // NVMe-homed weights: the read cache's bytes (-1 auto: none here)
 };
 
 TrainOptions options_of(const Case& c) {
@@ -79,6 +80,7 @@ TrainOptions options_of(const Case& c) {
   o.grad_accum = c.grad_accum;
   o.resident_layers = c.resident_layers;
   o.split_update = c.split;
+  o.param_cache = c.param_cache;
   o.lr_schedule = LrScheduleOptions{.peak_lr = 1e-3, .decay = LrDecay::constant};
   return o;
 }
@@ -200,6 +202,8 @@ std::vector<Case> measured_cases() {
        .weights = Tier::nvme, .optimizer = Tier::nvme, .grads = Tier::nvme},
       {.name = "gpt2_fp32_nvme_weights_spilled_grads", .config = gpt2, .dtype = DType::f32, .weights = Tier::nvme,
        .grads = Tier::nvme, .micro_batch = 4, .seq = 16},
+      {.name = "llama_bf16_nvme_weights_read_cache", .config = llama, .checkpointing = true, .weights = Tier::nvme,
+       .param_cache = 3 << 20},
       {.name = "gpt2_tiny_preset_bf16", .config = model_preset("gpt2-tiny").value(), .checkpointing = true,
        .weights = Tier::cpu, .optimizer = Tier::nvme, .seq = 16},
   };
@@ -323,6 +327,48 @@ TEST(PlannerTest, PagedWeightsFillTheDeviceBudgetWithResidentLayers) {
   EXPECT_EQ(plan_traffic(p.chosen.model, none).h2d - plan_traffic(p.chosen.model, cpu_update).h2d, kept);
   EXPECT_NE(placement_summary(p.chosen.options).find(fmt::format("({} layers resident)", k)), std::string::npos);
   EXPECT_NE(placement_flags(p.chosen.options).find(fmt::format("--resident-layers {}", k)), std::string::npos);
+}
+
+// NVMe-homed weights fill what a given pinned budget leaves with their read cache (whole buffers of
+// the largest chunk, at most one per chunk), which cuts the planned NVMe reads; a budget that is
+// only the machine's free memory, or a size given, is left as it is.
+TEST(PlannerTest, ALeftoverPinnedBudgetBecomesTheReadCacheOfNvmeWeights) {
+  const ModelConfig config = small(Arch::llama, 256, 16);
+  TrainOptions o = options_of({.config = config, .checkpointing = true, .weights = Tier::nvme});
+  TrainOptions none = o;
+  none.param_cache = 0;
+  const TierManagerOptions wo = run_weight_options(build_param_layout(config, 2).value(), none, config.name);
+  const uint64_t buffer = tier_staging_buffer_bytes(wo);
+  ASSERT_GT(buffer, 0u);
+  Hardware h = workstation(24, 1, 100);
+  const uint64_t base = evaluate_placement(config, none, h).bytes.tier(Tier::cpu);
+  h.cpu_bytes = base + 5 * buffer + (base + 5 * buffer) / 60;  // room for 5 buffers beside the 1/64 reserve
+  const PlanCandidate c = evaluate_placement(config, o, h);
+  EXPECT_EQ(c.options.param_cache, int64_t(5 * buffer));
+  EXPECT_LE(c.bytes.tier(Tier::cpu), h.cpu_bytes);
+  EXPECT_EQ(c.bytes.tier(Tier::cpu), base + 5 * buffer);
+  EXPECT_TRUE(c.fits());
+  const PlanCandidate uncached = evaluate_placement(config, none, h);
+  EXPECT_LT(c.traffic.nvme_read, uncached.traffic.nvme_read);
+  EXPECT_EQ(c.traffic.nvme_write, uncached.traffic.nvme_write);
+  EXPECT_LE(c.time.step_s, uncached.time.step_s);
+  EXPECT_NE(placement_flags(c.options).find("--param-cache "), std::string::npos) << placement_flags(c.options);
+  EXPECT_NE(placement_summary(c.options).find("read cache"), std::string::npos);
+  // A budget with room for every chunk: one buffer each, and no weight read from NVMe.
+  h.cpu_bytes = 64ull << 30;
+  const PlanCandidate all = evaluate_placement(config, o, h);
+  EXPECT_EQ(all.options.param_cache, int64_t(wo.chunk_bytes.size() * buffer));
+  EXPECT_EQ(all.traffic.nvme_read, 0u);
+  // The machine's free memory is not a budget to fill; a given size is kept; not on NVMe, untouched.
+  h.cpu_bytes_given = false;
+  EXPECT_EQ(evaluate_placement(config, o, h).options.param_cache, 0);
+  h.cpu_bytes_given = true;
+  TrainOptions given = o;
+  given.param_cache = int64_t(buffer);
+  EXPECT_EQ(evaluate_placement(config, given, h).options.param_cache, int64_t(buffer));
+  TrainOptions cpu = o;
+  cpu.weight_home = Tier::cpu;
+  EXPECT_EQ(evaluate_placement(config, cpu, h).options.param_cache, -1);
 }
 
 // A run bound by the CPU update moves the update of the layers that fit beside the working set to

@@ -88,13 +88,15 @@ struct Placement {
   // A split update (model/train/split_optimizer.h): the resident layers update on the device, the
   // paged chunks on the CPU with their state where `optimizer` says.
   bool split = false;
+  uint32_t cache_chunks = 0;  // NVMe-homed weights: the pinned read cache (TierManagerOptions::cache_chunks)
 };
 std::string placement_name(Placement p) {
   return std::string("weights ") + home_name(p.weights) + ", optimizer " + opt_name(p.optimizer) +
          (p.grads_on_nvme ? ", gradients nvme" : "") + (p.overlap ? "" : ", no overlap") +
          (p.sub_group != 0 ? ", pieces of " + std::to_string(p.sub_group) : "") +
          (p.resident_layers != 0 ? ", " + std::to_string(p.resident_layers) + " layers resident" : "") +
-         (p.split ? ", split update" : "") + ", " +
+         (p.split ? ", split update" : "") +
+         (p.cache_chunks != 0 ? ", read cache of " + std::to_string(p.cache_chunks) : "") + ", " +
          std::string(step_schedule_name(p.schedule));
 }
 
@@ -210,9 +212,10 @@ Outcome train(const ModelConfig& config, DType dtype, uint64_t grad_accum, Place
   std::unique_ptr<ResidentWeights> resident;
   std::unique_ptr<SplitWeights> split;
   if (home != Tier::device) {
-    const TierManagerOptions to = paged_weight_options(layout, home == Tier::cpu ? Tier::cpu : Tier::nvme,
-                                                       /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
-                                                       config.name, kept);
+    TierManagerOptions to = paged_weight_options(layout, home == Tier::cpu ? Tier::cpu : Tier::nvme,
+                                                 /*layer_slots=*/2, /*prefetch_bytes=*/0, /*nvme_staging=*/2,
+                                                 config.name, kept);
+    to.cache_chunks = place.cache_chunks;
     tiers = expect_value(TierManager::create(*backend, *pinned, home == Tier::nvme ? store.get() : nullptr, nullptr, to));
     if (out.kept_bytes > 0) {
       const MaskedChunks chunks = masked_chunks(layout, kept);
@@ -347,7 +350,8 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
                                        {Tier::cpu, Tier::cpu},
                                        {Tier::cpu, Tier::nvme, false, true, 1000},
                                        {Tier::nvme, Tier::cpu},
-                                       {Tier::nvme, Tier::nvme, true},
+                                       {.weights = Tier::nvme, .optimizer = Tier::nvme, .grads_on_nvme = true,
+                                        .cache_chunks = 3},
                                        {Tier::nvme, Tier::cpu, false, true, 0, /*resident_layers=*/5}};
   // The optimizer on the device (its mirrors in pieces), and the split update: the resident layers
   // on the device, the rest on the CPU (state on NVMe in pieces, and the sums spilled, so the CPU
@@ -369,6 +373,9 @@ TEST_P(Transparency, EveryPlacementTrainsBitIdenticallyToResident) {
     EXPECT_EQ(run.tiers.sequences_recorded, 1u);
     EXPECT_EQ(run.tiers.sequences_replayed, uint64_t(kMatrixSteps - 1));
     EXPECT_GT(run.tiers.prefetches, 0u);
+    if (place.cache_chunks > 0) {
+      EXPECT_GT(run.tiers.cache_hits, 0u) << "the read cache served nothing";
+    }
   }
 }
 
@@ -626,6 +633,26 @@ TEST(LayerMajor, WeightsCrossNvmeAboutTwiceAStep) {
   EXPECT_GT(layer_major.prefetches, 0u);
   EXPECT_GT(micro_batch_major.h2d_bytes, 3 * layer_major.h2d_bytes);
   EXPECT_GT(micro_batch_major.nvme_read_bytes, layer_major.nvme_read_bytes);
+}
+
+// The pinned read cache of NVMe-homed weights: with a buffer for every chunk, no weight is read from
+// NVMe after the first step (the written and read copies stay in RAM), the writes stay once a step,
+// and the run trains the bits of the run without a cache.
+TEST(ReadCache, ACacheOfEveryChunkReadsNoWeightsFromNvmeAndTrainsTheSameBits) {
+  const ModelConfig config = tiny(Arch::llama);
+  const uint64_t weights = build_param_layout(config, dtype_size(DType::bf16)).value().total_bytes();
+  const RunControl three{.stop_after = 3};
+  Placement place{Tier::nvme, Tier::cpu};
+  const Outcome uncached = train(config, DType::bf16, 2, place, AdamStates::f32, {}, nullptr, three);
+  place.cache_chunks = uint32_t(build_param_layout(config, dtype_size(DType::bf16)).value().chunks.size());
+  const Outcome cached = train(config, DType::bf16, 2, place, AdamStates::f32, {}, nullptr, three);
+  expect_same_training(cached, uncached);
+  ASSERT_EQ(cached.step_tiers.size(), 3u);
+  const TierStats& first = cached.step_tiers[0];
+  const TierStats& last = cached.step_tiers[2];
+  EXPECT_EQ(last.nvme_read_bytes, first.nvme_read_bytes) << "weights were read from NVMe after the first step";
+  EXPECT_LE(double(last.nvme_write_bytes - first.nvme_write_bytes), 2.0 * double(weights));
+  EXPECT_GT(uncached.step_tiers[2].nvme_read_bytes, uncached.step_tiers[0].nvme_read_bytes);
 }
 
 std::string name_of(const Case& k) {

@@ -713,6 +713,23 @@ TEST(TrainOptionsTest, PagingKeysWithoutPagingAreAWarningNotAnError) {
   ASSERT_EQ(o.warnings.size(), 1u) << ::testing::PrintToString(o.warnings);
   EXPECT_TRUE(has_warning(o, "nvme_staging 3 (flag --nvme-staging) only applies to weights homed on NVMe and is "
                              "ignored with offload_param cpu (flag --offload-param)"));
+  o = expect_value(options_from({{"--offload-param", "cpu"}, {"--param-cache", "1GiB"}}));
+  ASSERT_EQ(o.warnings.size(), 1u) << ::testing::PrintToString(o.warnings);
+  EXPECT_TRUE(has_warning(o, "param_cache 1GiB (flag --param-cache) only applies to weights homed on NVMe"));
+}
+
+// --param-cache: a size, auto by default (-1: resolved on the budget by the planner), 0 none.
+TEST(TrainOptionsTest, TheReadCacheOfNvmeWeightsIsASizeOrAuto) {
+  EXPECT_EQ(expect_value(options_from({})).param_cache, -1);
+  auto with = [&](const char* v) {
+    return expect_value(options_from_file(R"({"zero_optimization": {"offload_param": {"device": "nvme",
+                                              "nvme_path": "/local_nvme"}}})",
+                                          {{"--param-cache", v}}));
+  };
+  EXPECT_EQ(with("2GiB").param_cache, int64_t(2) << 30);
+  EXPECT_EQ(with("0").param_cache, 0);
+  EXPECT_EQ(with("auto").param_cache, -1);
+  EXPECT_TRUE(with("2GiB").warnings.empty());
 }
 
 // DeepSpeed's offload_param section: device and buffer_count map onto strata keys, nvme_path is
@@ -727,8 +744,8 @@ TEST(TrainOptionsTest, DeepSpeedOffloadParamSectionMapsAndWarns) {
   ASSERT_EQ(o.warnings.size(), 3u) << ::testing::PrintToString(o.warnings);
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.buffer_size=100000000.0 has no effect: strata sizes "
                              "each staging buffer to the largest weight chunk"));
-  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.max_in_cpu=1000000000.0 has no effect: strata keeps "
-                             "no partial CPU cache of NVMe-homed weights"));
+  EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.max_in_cpu=1000000000.0 has no effect: strata sizes "
+                             "its pinned cache of NVMe-homed weights in bytes, not parameters: --param-cache SIZE"));
   EXPECT_TRUE(has_warning(o, "zero_optimization.offload_param.pin_memory=false has no effect: strata always pins"));
   // Flags override the file's section.
   o = expect_value(options_from_file(json, {{"--offload-param", "cpu"}, {"--nvme-staging", "2"}}));
