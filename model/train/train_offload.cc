@@ -106,7 +106,10 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
       spdlog::info("offload: a pinned read cache of {} of the {} paged chunks ({} in buffers of {}; --param-cache {}) "
                    "keeps weights read from or written to NVMe in RAM, beside the {} staging buffers",
                    to.cache_chunks, to.chunk_bytes.size(), format_size(to.cache_chunks * buffer), format_size(buffer),
-                   o.param_cache >= 0 ? format_size(uint64_t(o.param_cache)) : "auto", to.nvme_staging);
+                   config.get_size_or_auto("param_cache").has_value()
+                       ? format_size(uint64_t(o.param_cache))
+                       : fmt::format("auto: what --cpu-mem leaves, {}", format_size(uint64_t(o.param_cache))),
+                   to.nvme_staging);
     else
       spdlog::info("offload: no read cache of the NVMe-homed weights ({}): every chunk not in a staging buffer is "
                    "read from NVMe when it is needed; --param-cache SIZE (or --cpu-mem with auto) keeps chunks in RAM",

@@ -119,8 +119,10 @@ TEST(OffloadCli, ANvmeHomedRunResumesBitIdentically) {
     return run_cli(args);
   };
   const std::string straight = temp_path("strata_offload_straight.jsonl"), halves = temp_path("strata_offload_halves.jsonl");
-  const CliResult a = run(straight, {"--steps", "4"});
+  // The straight run has a pinned budget: the read cache's auto fills what it leaves.
+  const CliResult a = run(straight, {"--steps", "4", "--cpu-mem", "1GiB"});
   ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("auto: what --cpu-mem leaves"), std::string::npos) << a.err;
   const CliResult b = run(halves, {"--steps", "2", "--checkpoint-dir", dir});
   ASSERT_EQ(b.exit_code, 0) << b.err;
   // The second half keeps every chunk in a pinned read cache: the same bits.
