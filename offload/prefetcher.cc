@@ -81,6 +81,14 @@ uint64_t Prefetcher::next_use(size_t c) const {
   return kNever;
 }
 
+void Prefetcher::next_uses(size_t chunks, std::vector<uint64_t>& out) const {
+  out.assign(chunks, kNever);
+  if (!replaying()) return;
+  const std::vector<size_t>& t = *replay_;
+  for (size_t i = t.size(); i-- > pos_;)  // backwards: the first access after pos_ is written last
+    if (t[i] < chunks) out[t[i]] = i - pos_;
+}
+
 const std::vector<size_t>& Prefetcher::trace(std::string_view name) const {
   static const std::vector<size_t> kEmpty;
   auto it = traces_.find(name);

@@ -55,6 +55,9 @@ class Prefetcher {
   // 1 = the one after, ...; kNever when it is not used again or nothing is being replayed.
   // The current access itself does not count (a chunk in use now has the distance of its next use).
   uint64_t next_use(size_t c) const;
+  // next_use of every chunk 0..chunks-1 at once, into `out` (resized), in one pass over the trace
+  // (next_use scans it for one chunk): for choosing among many chunks.
+  void next_uses(size_t chunks, std::vector<uint64_t>& out) const;
 
   PrefetcherStats stats() const { return stats_; }
   // The recorded trace of `name` (chunk indices in access order), empty if none.

@@ -422,10 +422,10 @@ void TierManager::prefetch() {
 
 // ---- NVMe staging --------------------------------------------------------------------------------
 
-uint64_t TierManager::copy_use(size_t b) const {
+uint64_t TierManager::copy_use(size_t b, const std::vector<uint64_t>& uses) const {
   const int64_t c = staging_[b].holder;
   if (c < 0 || chunks_[c].slot >= 0) return Prefetcher::kNever;
-  return prefetcher_.next_use(static_cast<size_t>(c));
+  return uses[static_cast<size_t>(c)];
 }
 
 void TierManager::keep_copy(size_t c, int b, bool from_read) {
@@ -443,7 +443,6 @@ StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
   auto take = [&](int b) {
     staging_next_ = static_cast<uint32_t>((b + 1) % n);
     forget_copy(b);  // its bytes are about to change
-    staging_used_[b] = ++tick_;
     return b;
   };
   // A write that has completed frees its buffer without waiting (its copy stays).
@@ -452,13 +451,17 @@ StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
   // An idle buffer whose last H2D has completed: first one holding no copy, then the copy used
   // farthest ahead (one of a chunk on the device counts as never), ties least recently used. A read
   // ahead takes no copy needed before the chunk it reads (nor at once with it).
+  // The chunks' next uses in one pass over the trace, once a copy is weighed (a cache holds many).
   int best = -1;
   uint64_t best_use = 0;
+  bool weighed = false;
   for (size_t i = 0; i < n; i++) {
     const int b = at(i);
     if (!staging_idle(b) || !backend_.query(*staging_copied_[b])) continue;
     if (staging_[b].holder < 0) return take(b);
-    const uint64_t use = copy_use(b);
+    if (!weighed) prefetcher_.next_uses(chunks_.size(), next_uses_);
+    weighed = true;
+    const uint64_t use = copy_use(b, next_uses_);
     if (!may_block && needed_at != Prefetcher::kNever && use <= needed_at) continue;
     if (best < 0 || use > best_use || (use == best_use && staging_used_[b] < staging_used_[best])) {
       best = b;

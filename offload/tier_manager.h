@@ -191,8 +191,9 @@ class TierManager final : public WeightSource {
   // kept.
   StatusOr<int> take_staging(bool may_block, uint64_t needed_at = Prefetcher::kNever);
   // How much a buffer's bytes are still worth: kNever for no copy or a copy of a chunk on the
-  // device (served from its slot), else its chunk's next use. Larger is taken first.
-  uint64_t copy_use(size_t b) const;
+  // device (served from its slot), else its chunk's next use (`uses`: Prefetcher::next_uses).
+  // Larger is taken first.
+  uint64_t copy_use(size_t b, const std::vector<uint64_t>& uses) const;
   void keep_copy(size_t c, int b, bool from_read);  // staging b holds c's current bytes
   Status begin_chunk_read(size_t c, int b);
   Status finish_read(int b);         // finishes staging b's read; on error frees b and returns it with context
@@ -217,6 +218,7 @@ class TierManager final : public WeightSource {
   StagingRing staging_;              // nvme home; holder: the chunk whose committed bytes it holds
   std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
   std::vector<uint64_t> staging_used_;  // per buffer: tick_ of its bytes' last fill or use (LRU ties)
+  std::vector<uint64_t> next_uses_;     // take_staging's scratch: every chunk's next use
   uint64_t staging_bytes_ = 0;       // each buffer's bytes
   uint32_t staging_next_ = 0;        // round-robin start for staging choice
   Prefetcher prefetcher_;

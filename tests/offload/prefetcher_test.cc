@@ -162,6 +162,9 @@ TEST(Prefetcher, NextUseIsTheDistanceToTheNextAccess) {
   EXPECT_EQ(p.next_use(3), 0u);
   EXPECT_EQ(p.next_use(1), 2u);
   EXPECT_EQ(p.next_use(7), Prefetcher::kNever);  // not in the trace
+  std::vector<uint64_t> all;
+  p.next_uses(8, all);  // one pass: the same answers for every chunk
+  for (size_t c = 0; c < 8; c++) EXPECT_EQ(all[c], p.next_use(c)) << "chunk " << c;
   p.on_access(3);
   p.on_access(2);
   EXPECT_EQ(p.next_use(3), Prefetcher::kNever);  // not used again
