@@ -107,4 +107,10 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
   return crc32c_hw_supported() ? crc32c_hw(crc, data, n) : crc32c_scalar(crc, data, n);
 }
 
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  // Conditioned CRCs (pre- and post-inverted) combine like raw ones: A's CRC shifted over B's
+  // length, plus B's (zlib's crc32_combine).
+  return mult_mod_p(x_pow_8n(len_b), crc_a) ^ crc_b;
+}
+
 }  // namespace strata::kernels

@@ -145,23 +145,6 @@ Status write_all_at(int fd, const std::byte* p, uint64_t n, uint64_t offset, con
   return Status::ok();
 }
 
-Status read_all_at(int fd, std::byte* p, uint64_t n, uint64_t offset, const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = pread(fd, p, std::min<uint64_t>(n, 1ull << 30), static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno_status(errno, fmt::format("reading {} bytes at offset {} of {}", n, offset, path));
-    }
-    if (r == 0) {
-      return error(Code::io_error, "reading {} bytes at offset {} of {}: unexpected end of file", n, offset, path);
-    }
-    p += r;
-    n -= static_cast<uint64_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return Status::ok();
-}
-
 // The JSON header text, padded with spaces so the data section starts 8-byte aligned (as the
 // reference writer does). The same inputs give the same text: commit() relies on that to
 // rewrite the checksum entry in place.
@@ -184,6 +167,19 @@ std::string checksum_text(const std::vector<SafetensorsSpec>& specs, const std::
   nlohmann::json j = nlohmann::json::object();
   for (size_t i = 0; i < specs.size(); ++i) j[specs[i].name] = fmt::format("{:08x}", crcs[i]);
   return j.dump();
+}
+
+// The piece `bytes` bytes at `offset` of tensor `index` fits the declared tensors: out_of_range
+// naming the tensor otherwise.
+Status check_piece(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                   const std::vector<uint64_t>& sizes, size_t index, uint64_t bytes, uint64_t offset) {
+  if (index >= specs.size())
+    return error(Code::out_of_range, "tensor index {} for {} is past the {} declared tensors", index, path,
+                 specs.size());
+  if (offset > sizes[index] || bytes > sizes[index] - offset)
+    return error(Code::out_of_range, "writing {} bytes at offset {} of tensor '{}' runs past its {} bytes ({})",
+                 bytes, offset, specs[index].name, sizes[index], path);
+  return Status::ok();
 }
 
 Status fsync_directory_of(const std::string& path) {
@@ -339,8 +335,6 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
     header_metadata[checksum_key] = checksum_text(specs, std::vector<uint32_t>(specs.size(), 0));
     w->checksum_key_ = std::move(checksum_key);
     w->metadata_ = std::move(metadata);
-    w->crcs_.assign(specs.size(), 0);
-    w->in_order_.assign(specs.size(), true);
   }
   const std::string text = header_text(specs, w->begins_, w->sizes_, header_metadata);
 
@@ -350,7 +344,7 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
   if (w->fd_ < 0) return errno_status(errno, fmt::format("creating checkpoint file {}", w->temp_path_));
   w->data_start_ = 8 + text.size();
   w->specs_ = std::move(specs);
-  w->written_.assign(w->specs_.size(), 0);
+  w->fragments_.assign(w->specs_.size(), {});
   std::array<std::byte, 8> len{};
   const uint64_t header_len = text.size();
   std::memcpy(len.data(), &header_len, 8);
@@ -370,43 +364,30 @@ SafetensorsWriter::~SafetensorsWriter() {
 
 Status SafetensorsWriter::write(size_t index, std::span<const std::byte> bytes, uint64_t offset) {
   if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
-  if (index >= specs_.size()) {
-    return error(Code::out_of_range, "tensor index {} for {} is past the {} declared tensors", index, path_,
-                 specs_.size());
-  }
-  if (offset > sizes_[index] || bytes.size() > sizes_[index] - offset) {
-    return error(Code::out_of_range, "writing {} bytes at offset {} of tensor '{}' runs past its {} bytes ({})",
-                 bytes.size(), offset, specs_[index].name, sizes_[index], path_);
-  }
+  STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, index, bytes.size(), offset));
   STRATA_RETURN_IF_ERROR(
       write_all_at(fd_, bytes.data(), bytes.size(), data_start_ + begins_[index] + offset, temp_path_));
-  if (!checksum_key_.empty() && !bytes.empty()) {
-    if (in_order_[index] && offset == written_[index]) {
-      crcs_[index] = kernels::crc32c(crcs_[index], bytes.data(), bytes.size());
-    } else {
-      in_order_[index] = false;  // commit() reads this tensor back
-    }
-  }
-  written_[index] += bytes.size();
+  if (bytes.empty()) return Status::ok();
+  fragments_[index].push_back({.tensor = uint32_t(index),
+                               .crc = checksummed() ? kernels::crc32c(0, bytes.data(), bytes.size()) : 0,
+                               .offset = offset,
+                               .bytes = bytes.size()});
+  return Status::ok();
+}
+
+Status SafetensorsWriter::accept(const SafetensorsFragment& f) {
+  if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
+  STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, f.tensor, f.bytes, f.offset));
+  if (f.bytes > 0) fragments_[f.tensor].push_back(f);
   return Status::ok();
 }
 
 Status SafetensorsWriter::record_checksums() {
-  std::vector<std::byte> buffer;
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (in_order_[i]) continue;
-    if (buffer.empty()) buffer.resize(std::min<uint64_t>(sizes_[i], 4ull << 20));
-    uint32_t crc = 0;
-    for (uint64_t done = 0; done < sizes_[i];) {
-      const uint64_t n = std::min<uint64_t>(buffer.size(), sizes_[i] - done);
-      STRATA_RETURN_IF_ERROR(read_all_at(fd_, buffer.data(), n, data_start_ + begins_[i] + done, temp_path_));
-      crc = kernels::crc32c(crc, buffer.data(), n);
-      done += n;
-    }
-    crcs_[i] = crc;
-  }
+  std::vector<uint32_t> crcs(specs_.size(), 0);
+  for (size_t i = 0; i < specs_.size(); ++i)  // sorted and covering (commit() checked)
+    for (const SafetensorsFragment& f : fragments_[i]) crcs[i] = kernels::crc32c_combine(crcs[i], f.crc, f.bytes);
   std::map<std::string, std::string> metadata = metadata_;
-  metadata[checksum_key_] = checksum_text(specs_, crcs_);
+  metadata[checksum_key_] = checksum_text(specs_, crcs);
   const std::string text = header_text(specs_, begins_, sizes_, metadata);
   if (8 + text.size() != data_start_) {
     return error(Code::internal,
@@ -420,13 +401,28 @@ Status SafetensorsWriter::record_checksums() {
 Status SafetensorsWriter::commit() {
   if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
   for (size_t i = 0; i < specs_.size(); ++i) {
-    if (written_[i] != sizes_[i]) {
+    std::vector<SafetensorsFragment>& pieces = fragments_[i];
+    std::sort(pieces.begin(), pieces.end(),
+              [](const SafetensorsFragment& x, const SafetensorsFragment& y) { return x.offset < y.offset; });
+    // Sorted by offset, each piece must start where the ones before it end.
+    uint64_t total = 0, covered = 0;
+    std::string problem;
+    for (const SafetensorsFragment& f : pieces) {
+      total += f.bytes;
+      if (problem.empty() && f.offset != covered)
+        problem = f.offset > covered ? fmt::format("no piece starts at byte {}", covered)
+                                     : fmt::format("two pieces overlap at byte {}", f.offset);
+      covered = std::max(covered, f.offset + f.bytes);
+    }
+    if (problem.empty() && covered != sizes_[i]) problem = fmt::format("no piece starts at byte {}", covered);
+    if (!problem.empty()) {
       return error(Code::failed_precondition,
-                   "tensor '{}' of checkpoint {} got {} of its {} bytes; write every tensor before commit()",
-                   specs_[i].name, path_, written_[i], sizes_[i]);
+                   "tensor '{}' of checkpoint {} got {} of its {} bytes ({}); write every byte of every tensor once "
+                   "before commit()",
+                   specs_[i].name, path_, total, sizes_[i], problem);
     }
   }
-  if (!checksum_key_.empty()) STRATA_RETURN_IF_ERROR(record_checksums());
+  if (checksummed()) STRATA_RETURN_IF_ERROR(record_checksums());
   if (fsync(fd_) != 0) return errno_status(errno, fmt::format("fsync of {}", temp_path_));
   const int fd = fd_;
   fd_ = -1;
@@ -436,6 +432,57 @@ Status SafetensorsWriter::commit() {
   }
   committed_ = true;
   return fsync_directory_of(path_);
+}
+
+StatusOr<std::unique_ptr<SafetensorsPeerWriter>> SafetensorsPeerWriter::open(std::string temp_path,
+                                                                              const std::vector<SafetensorsSpec>& specs,
+                                                                              uint64_t data_start, bool checksummed) {
+  std::unique_ptr<SafetensorsPeerWriter> w(new SafetensorsPeerWriter());
+  uint64_t offset = 0;
+  for (const SafetensorsSpec& spec : specs) {
+    const std::optional<uint64_t> size = byte_size(spec.dtype, spec.shape);
+    if (!size || __builtin_add_overflow(offset, *size, &offset))
+      return error(Code::invalid_argument, "tensor '{}' for {} is too large", spec.name, temp_path);
+    w->begins_.push_back(offset - *size);
+    w->sizes_.push_back(*size);
+  }
+  w->fd_ = ::open(temp_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (w->fd_ < 0) return errno_status(errno, fmt::format("opening {} to write a shard into it", temp_path));
+  struct stat st{};
+  if (fstat(w->fd_, &st) != 0) return errno_status(errno, fmt::format("stat of {}", temp_path));
+  if (uint64_t(st.st_size) != data_start + offset)
+    return error(Code::invalid_argument, "{} is {} bytes, not the {} its tensors and header take: not the file "
+                 "its writer declared", temp_path, st.st_size, data_start + offset);
+  w->path_ = std::move(temp_path);
+  w->specs_ = specs;
+  w->data_start_ = data_start;
+  w->checksummed_ = checksummed;
+  return w;
+}
+
+SafetensorsPeerWriter::~SafetensorsPeerWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status SafetensorsPeerWriter::write(size_t index, std::span<const std::byte> bytes, uint64_t offset) {
+  if (fd_ < 0) return error(Code::failed_precondition, "the shard writer of {} is finished", path_);
+  STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, index, bytes.size(), offset));
+  STRATA_RETURN_IF_ERROR(write_all_at(fd_, bytes.data(), bytes.size(), data_start_ + begins_[index] + offset, path_));
+  if (bytes.empty()) return Status::ok();
+  fragments_.push_back({.tensor = uint32_t(index),
+                        .crc = checksummed_ ? kernels::crc32c(0, bytes.data(), bytes.size()) : 0,
+                        .offset = offset,
+                        .bytes = bytes.size()});
+  return Status::ok();
+}
+
+Status SafetensorsPeerWriter::finish() {
+  if (fd_ < 0) return Status::ok();
+  Status s;
+  if (fsync(fd_) != 0) s = errno_status(errno, fmt::format("fsync of {}", path_));
+  if (::close(fd_) != 0 && s.is_ok()) s = errno_status(errno, fmt::format("closing {}", path_));
+  fd_ = -1;
+  return s;
 }
 
 Status write_safetensors(const std::string& path, std::span<const SafetensorsBlob> tensors,

@@ -81,6 +81,15 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// One contiguous piece of a tensor as written: `bytes` bytes at byte `offset` within tensor
+// `tensor` (declaration order), whose CRC-32C is `crc` (0 when the writer records no checksums).
+struct SafetensorsFragment {
+  uint32_t tensor = 0;
+  uint32_t crc = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 // The declaration of one tensor to be written (its bytes come later, or at once below).
 struct SafetensorsSpec {
   std::string name;
@@ -99,11 +108,14 @@ struct SafetensorsSpec {
 // lowercase hex digits, the form model/ckpt/checkpoint.cc records under kCrcMetadataKey. create()
 // writes "00000000" for every tensor; commit() rewrites the header in place with the real values
 // before the fsync (same length, since every value is 8 characters; a length mismatch is
-// `internal` and the header is left alone). A tensor whose pieces arrive in increasing contiguous
-// order (each offset == the bytes written so far: the usual stream) is checksummed as it arrives
-// at no extra I/O; a tensor that gets any piece out of order is read back from the temporary file
-// at commit() and checksummed then (one extra read of that tensor). Either way the result is the
-// CRC of the bytes in the file.
+// `internal` and the header is left alone). Each piece is checksummed as it is written (its
+// SafetensorsFragment); commit() joins a tensor's fragments in offset order with
+// kernels::crc32c_combine, so pieces may come in any order at no extra I/O.
+//
+// Pieces written by other processes (the ranks of a scale-out checkpoint, through a
+// SafetensorsPeerWriter on temp_path()) are handed to accept() as their fragments: they count
+// toward the tensor's bytes and checksum as if written here. The writer's commit() is the only
+// one: the peers fsync their own writes before they report their fragments.
 class SafetensorsWriter {
  public:
   // invalid_argument for an empty or duplicate name, a name "__metadata__", a size overflow, or a
@@ -115,19 +127,25 @@ class SafetensorsWriter {
   ~SafetensorsWriter();
 
   // Writes `bytes` at `offset` within tensor `index` (declaration order). Pieces of one tensor must
-  // not overlap. out_of_range when the piece runs past the tensor; errno errors of pwrite.
+  // not overlap (commit() refuses them). out_of_range when the piece runs past the tensor; errno
+  // errors of pwrite.
   Status write(size_t index, std::span<const std::byte> bytes, uint64_t offset = 0);
-  // failed_precondition naming the first tensor whose bytes were not all written; with checksums,
-  // the read-back of out-of-order tensors (errno errors of pread) and the header rewrite (errno
-  // errors of pwrite, `internal` on a length mismatch); then fsync, rename over `path`, fsync the
-  // directory.
+  // A piece another process wrote into temp_path() (SafetensorsPeerWriter::fragments()), counted
+  // as if write() had written it. out_of_range when it runs past its tensor or names none.
+  Status accept(const SafetensorsFragment& fragment);
+  // failed_precondition naming the first tensor whose pieces do not cover its bytes exactly once
+  // (a gap or an overlap); with checksums, the header rewrite (errno errors of pwrite, `internal`
+  // on a length mismatch); then fsync, rename over `path`, fsync the directory.
   Status commit();
 
   const std::string& temp_path() const { return temp_path_; }
+  uint64_t data_start() const { return data_start_; }          // file offset of the data section
+  uint64_t file_bytes() const { return data_start_ + (begins_.empty() ? 0 : begins_.back() + sizes_.back()); }
+  bool checksummed() const { return !checksum_key_.empty(); }
 
  private:
   SafetensorsWriter() = default;
-  Status record_checksums();  // REQUIRES: checksummed and every tensor fully written
+  Status record_checksums();  // REQUIRES: checksummed and every tensor covered
 
   std::string path_;
   std::string temp_path_;
@@ -136,14 +154,41 @@ class SafetensorsWriter {
   std::vector<SafetensorsSpec> specs_;
   std::vector<uint64_t> begins_;
   std::vector<uint64_t> sizes_;
-  std::vector<uint64_t> written_;
+  std::vector<std::vector<SafetensorsFragment>> fragments_;  // per tensor, as written or accepted
   bool committed_ = false;
-  // Checksums: empty key when off. crcs_[i] is the running CRC of tensor i while in_order_[i];
-  // once a piece arrives out of order, in_order_[i] is false and commit() reads the tensor back.
-  std::string checksum_key_;
+  std::string checksum_key_;  // empty: no checksums
   std::map<std::string, std::string> metadata_;  // as given, without the checksum entry
-  std::vector<uint32_t> crcs_;
-  std::vector<bool> in_order_;
+};
+
+// The pieces one process writes into a file another process's SafetensorsWriter created (a rank of
+// a scale-out checkpoint writing its shard into rank 0's files): opens the writer's temp_path()
+// without creating or truncating it and writes each piece at its place, recording its fragment
+// (and, with `checksummed`, its CRC-32C); finish() fsyncs and closes, after which fragments() go to
+// the creating writer's accept(). Never renames or removes the file. One thread at a time.
+class SafetensorsPeerWriter {
+ public:
+  // `specs` must be the creating writer's (the same names, dtypes, shapes, in order) and
+  // `data_start` its data_start(). not_found (errno ENOENT) when the file is not there -- the
+  // directory is not shared with its creator; invalid_argument when its size is not
+  // data_start + the tensors' bytes.
+  static StatusOr<std::unique_ptr<SafetensorsPeerWriter>> open(std::string temp_path, const std::vector<SafetensorsSpec>& specs,
+                                                               uint64_t data_start, bool checksummed);
+  ~SafetensorsPeerWriter();
+  // As SafetensorsWriter::write.
+  Status write(size_t index, std::span<const std::byte> bytes, uint64_t offset = 0);
+  // fsync and close: the pieces are durable before the creator commits. Errno errors naming the file.
+  Status finish();
+  const std::vector<SafetensorsFragment>& fragments() const { return fragments_; }
+
+ private:
+  SafetensorsPeerWriter() = default;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  bool checksummed_ = false;
+  std::vector<SafetensorsSpec> specs_;
+  std::vector<uint64_t> begins_, sizes_;
+  std::vector<SafetensorsFragment> fragments_;
 };
 
 // One tensor held in memory, for write_safetensors.

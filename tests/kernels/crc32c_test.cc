@@ -57,5 +57,21 @@ TEST(Crc32c, ChainingEqualsOneShot) {
   EXPECT_NE(crc32c(0, data.data(), data.size()), whole);
 }
 
+TEST(Crc32c, CombineOfPiecesEqualsTheWhole) {
+  std::vector<uint8_t> data(70000);
+  std::mt19937 rng(5);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const uint32_t whole = crc32c(0, data.data(), data.size());
+  for (size_t cut : {size_t(0), size_t(1), size_t(7), size_t(4096), size_t(12345), size_t(69999), data.size()}) {
+    const uint32_t a = crc32c(0, data.data(), cut), b = crc32c(0, data.data() + cut, data.size() - cut);
+    EXPECT_EQ(crc32c_combine(a, b, data.size() - cut), whole) << "cut at " << cut;
+  }
+  // Three pieces, folded left to right as a file's fragments are.
+  const uint32_t p1 = crc32c(0, data.data(), 100), p2 = crc32c(0, data.data() + 100, 30000),
+                 p3 = crc32c(0, data.data() + 30100, data.size() - 30100);
+  EXPECT_EQ(crc32c_combine(crc32c_combine(p1, p2, 30000), p3, data.size() - 30100), whole);
+  EXPECT_NE(crc32c_combine(p2, p1, 100), whole);  // the order matters
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -195,7 +195,7 @@ TEST(SafetensorsTest, StreamedChecksumsMatchCrc32cOfEachTensor) {
   EXPECT_EQ(f->metadata().at("strata_crc32c"), want.dump());
 }
 
-TEST(SafetensorsTest, OutOfOrderPiecesAreChecksummedByReadingBack) {
+TEST(SafetensorsTest, OutOfOrderPiecesAreChecksummedByJoiningTheirCrcs) {
   TempDir dir;
   const std::string path = dir.file("ckpt.safetensors");
   std::vector<uint32_t> a(300), b(200), c(100);
@@ -218,6 +218,82 @@ TEST(SafetensorsTest, OutOfOrderPiecesAreChecksummedByReadingBack) {
   EXPECT_EQ(crcs.at("a"), crc_hex(ab));
   EXPECT_EQ(crcs.at("b"), crc_hex(bb));
   EXPECT_EQ(crcs.at("c"), crc_hex(cb));
+}
+
+TEST(SafetensorsTest, OverlappingOrMissingPiecesAreRefusedAtCommit) {
+  TempDir dir;
+  std::vector<uint32_t> a(100);
+  std::iota(a.begin(), a.end(), 1u);
+  const auto ab = as_bytes(a);
+  for (const bool overlap : {true, false}) {
+    const std::string path = dir.file(overlap ? "overlap" : "gap");
+    auto w = SafetensorsWriter::create(path, {{"a", SafeDType::u32, {100}}}, {}, "crc");
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_TRUE((*w)->write(0, ab.first(200)).is_ok());
+    // The overlap: bytes 196..400 again, 4 bytes counted twice and 396 bytes written in all, as
+    // a byte count alone would pass; the gap: bytes 200..204 never written.
+    if (overlap) ASSERT_TRUE((*w)->write(0, ab.subspan(196), 196).is_ok());
+    else ASSERT_TRUE((*w)->write(0, ab.subspan(204), 204).is_ok());
+    if (overlap) ASSERT_TRUE((*w)->accept({.tensor = 0, .crc = 0, .offset = 0, .bytes = 0}).is_ok());
+    const Status s = (*w)->commit();
+    EXPECT_EQ(s.code(), Code::failed_precondition) << s.to_string();
+    EXPECT_NE(s.message().find(overlap ? "got 404 of its 400 bytes (two pieces overlap at byte 196)"
+                                       : "got 396 of its 400 bytes (no piece starts at byte 200)"),
+              std::string::npos)
+        << s.to_string();
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+}
+
+// A rank of a scale-out checkpoint writes its share into the file another process created; the
+// creator accepts the peer's fragments and commits: the file is whole and its checksums are those
+// of the bytes, whichever process wrote them.
+TEST(SafetensorsTest, PeerWrittenPiecesCountAndAreChecksummed) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  std::vector<float> a(1000), b(10);
+  std::iota(a.begin(), a.end(), 0.5f);
+  std::iota(b.begin(), b.end(), -4.0f);
+  const std::vector<SafetensorsSpec> specs = {{"a", SafeDType::f32, {1000}}, {"b", SafeDType::f32, {10}}};
+  auto w = SafetensorsWriter::create(path, specs, {{"step", "7"}}, "crc");
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const auto ab = as_bytes(a), bb = as_bytes(b);
+  ASSERT_TRUE((*w)->write(0, ab.subspan(2000), 2000).is_ok());  // the creator: a's second half
+  {
+    auto peer = SafetensorsPeerWriter::open((*w)->temp_path(), specs, (*w)->data_start(), true);
+    ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
+    ASSERT_TRUE((*peer)->write(1, bb).is_ok());
+    ASSERT_TRUE((*peer)->write(0, ab.subspan(1000, 1000), 1000).is_ok());  // out of order
+    ASSERT_TRUE((*peer)->write(0, ab.first(1000)).is_ok());
+    const Status past = (*peer)->write(1, bb, 4);
+    EXPECT_EQ(past.code(), Code::out_of_range) << past.to_string();
+    ASSERT_TRUE((*peer)->finish().is_ok());
+    ASSERT_EQ((*peer)->fragments().size(), 3u);
+    for (const SafetensorsFragment& f : (*peer)->fragments()) ASSERT_TRUE((*w)->accept(f).is_ok());
+  }
+  EXPECT_EQ((*w)->accept({.tensor = 2, .crc = 0, .offset = 0, .bytes = 4}).code(), Code::out_of_range);
+  ASSERT_TRUE((*w)->commit().is_ok());
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(std::memcmp(f->data(*f->find("a")).data(), a.data(), ab.size()), 0);
+  EXPECT_EQ(std::memcmp(f->data(*f->find("b")).data(), b.data(), bb.size()), 0);
+  const nlohmann::json crcs = checksums_of(path, "crc");
+  EXPECT_EQ(crcs.at("a"), crc_hex(ab));
+  EXPECT_EQ(crcs.at("b"), crc_hex(bb));
+}
+
+TEST(SafetensorsTest, PeerWriterRefusesAMissingOrForeignFile) {
+  TempDir dir;
+  const std::vector<SafetensorsSpec> specs = {{"a", SafeDType::f32, {4}}};
+  auto missing = SafetensorsPeerWriter::open(dir.file("nowhere.tmp.1"), specs, 64, true);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), Code::not_found) << missing.status().to_string();
+  auto w = SafetensorsWriter::create(dir.file("x.safetensors"), specs, {}, "crc");
+  ASSERT_TRUE(w.is_ok());
+  const std::vector<SafetensorsSpec> other = {{"a", SafeDType::f32, {5}}};
+  auto foreign = SafetensorsPeerWriter::open((*w)->temp_path(), other, (*w)->data_start(), true);
+  ASSERT_FALSE(foreign.is_ok());
+  EXPECT_EQ(foreign.status().code(), Code::invalid_argument) << foreign.status().to_string();
 }
 
 TEST(SafetensorsTest, WholeFileWriterRecordsChecksumsOnRequest) {
