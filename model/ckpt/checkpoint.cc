@@ -14,11 +14,13 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/crc32c.h"
+#include "model/ckpt/checkpoint_ranks.h"
 #include "model/ckpt/optimizer_buffers.h"
 #include "model/hf/hf_config.h"
 #include "model/hf/hf_export.h"
 #include "model/hf/hf_weights.h"
 #include "model/hf/safetensors.h"
+#include "runtime/units.h"
 
 namespace strata::model {
 namespace {
@@ -123,6 +125,254 @@ Status verify_config_json(const std::string& dir, const HfWeights& weights, cons
   return Status::ok();
 }
 
+// The files of a checkpoint and where each tensor goes in them: the same on every rank, computed
+// from the model and the trainer (and the shard size rank 0 uses).
+struct CheckpointPlan {
+  std::vector<std::string> files;                   // the model's shards, then kCheckpointOptimizerFile
+  std::vector<std::vector<SafetensorsSpec>> specs;  // per file, in declaration order
+  std::vector<std::pair<size_t, size_t>> place;     // master param -> (file, tensor); a tile -> its tensor's
+  std::vector<size_t> first_buffer;                 // per chunk: its first optimizer tensor in the last file
+  std::vector<std::vector<size_t>> params_of;       // per chunk: its params
+  std::vector<bool> transposed_chunks;              // per chunk: holds a tensor the HF file stores transposed
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();  // the shards' index
+  uint64_t total = 0;                               // the weights' bytes
+  size_t optimizer_file() const { return files.size() - 1; }
+};
+
+CheckpointPlan plan_checkpoint(const Transformer& model, const Trainer& trainer, uint64_t shard_bytes) {
+  CheckpointPlan plan;
+  // Weights: the trainer's fp32 masters (exact for every working precision), in HF layouts. One
+  // model.safetensors, or shards with an index above shard_bytes (Hugging Face's layout).
+  const ParamLayout& layout = model.master_layout();
+  const std::vector<std::vector<size_t>> shards =
+      plan_hf_shards(layout, {.dtype = SafeDType::f32, .shard_bytes = shard_bytes});
+  plan.place.resize(layout.params.size());
+  for (size_t s = 0; s < shards.size(); ++s) {
+    plan.files.push_back(shards.size() == 1 ? std::string(kCheckpointModelFile)
+                                            : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()));
+    std::vector<SafetensorsSpec>& specs = plan.specs.emplace_back();
+    for (size_t i : shards[s]) {  // tensors (their first tiles)
+      const ParamSpec& p = layout.params[i];
+      std::vector<uint64_t> shape;
+      for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
+      plan.place[i] = {s, specs.size()};
+      specs.push_back({.name = p.name, .dtype = SafeDType::f32, .shape = shape});
+      plan.weight_map[p.name] = plan.files.back();
+      plan.total += p.tensor_elements() * sizeof(float);
+    }
+  }
+  // A tile (vocabulary or MLP) is written into its tensor, declared by the tensor's first tile.
+  for (size_t i = 0; i < layout.params.size(); ++i)
+    if (layout.params[i].row_begin > 0)
+      plan.place[i] = plan.place[size_t(layout.find(layout.params[i].name) - layout.params.data())];
+  plan.params_of.resize(trainer.state_chunks());
+  plan.transposed_chunks.assign(trainer.state_chunks(), false);
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    plan.params_of[size_t(layout.params[i].chunk)].push_back(i);
+    if (layout.params[i].hf_transposed) plan.transposed_chunks[size_t(layout.params[i].chunk)] = true;
+  }
+  plan.files.emplace_back(kCheckpointOptimizerFile);
+  std::vector<SafetensorsSpec>& specs = plan.specs.emplace_back();
+  for (size_t c = 0; c < trainer.state_chunks(); ++c) {
+    plan.first_buffer.push_back(specs.size());
+    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c)))
+      specs.push_back({.name = b.name, .dtype = b.dtype, .shape = {b.bytes / safe_dtype_size(b.dtype)}});
+  }
+  return plan;
+}
+
+// Bytes to a tensor of a file of the plan, wherever this rank writes them.
+using PutBytes = std::function<Status(size_t file, size_t tensor, std::span<const std::byte> bytes, uint64_t offset)>;
+
+// What a visit of the optimizer state writes: the masters of tensors stored as they are, of those
+// the HF file stores transposed, and the moments.
+struct WrittenParts {
+  bool plain_masters = true;
+  bool transposed_masters = true;
+  bool moments = true;
+};
+
+// Writes visited pieces of the optimizer state into the checkpoint's files: each piece's fp32
+// masters (in HF layouts) at their offsets in the model shards, its moments at theirs in the
+// optimizer file. A transposed tensor cut into optimizer pieces, or into MLP tiles (whose rows are
+// columns of the file's tensor), is gathered whole in strata's layout and written once its last
+// element has gone by. Its tiles' chunks follow one another and are visited in order, so one
+// tensor is gathered at a time: keyed by ordinal all the same, so no visiting order can mix two.
+class PieceWriter {
+ public:
+  PieceWriter(const CheckpointPlan& plan, const ParamLayout& layout, PutBytes put)
+      : plan_(plan), layout_(layout), put_(std::move(put)) {}
+
+  Status write(const StatePiece& piece, const OptimizerStateLayout& piece_layout, ChunkState& state,
+               WrittenParts parts) {
+    for (size_t i : plan_.params_of[piece.chunk]) {
+      const ParamSpec& p = layout_.params[i];
+      if (!(p.hf_transposed ? parts.transposed_masters : parts.plain_masters)) continue;
+      const uint64_t slot = p.offset / sizeof(float);
+      const uint64_t lo = std::max(slot, piece.element_begin), hi = std::min(slot + p.elements, piece.element_end);
+      if (lo >= hi) continue;
+      const float* values = state.master + (lo - piece.element_begin);
+      const auto [file, tensor] = plan_.place[i];
+      if (lo == slot && hi == slot + p.elements && p.whole()) {
+        STRATA_RETURN_IF_ERROR(put_(file, tensor, bytes_of(to_hf_layout(p, values)), 0));
+      } else if (!p.hf_transposed) {
+        STRATA_RETURN_IF_ERROR(
+            put_(file, tensor, bytes_of(std::span(values, hi - lo)), (p.tensor_offset() + lo - slot) * sizeof(float)));
+      } else {
+        Gathered& g = gathering_[p.tensor];
+        if (g.values.empty()) g.values.resize(p.tensor_elements());
+        std::copy(values, values + (hi - lo), g.values.begin() + int64_t(p.tensor_offset() + lo - slot));
+        g.received += hi - lo;
+        if (g.received == p.tensor_elements()) {
+          ParamSpec whole = p;  // to_hf_layout converts p.elements: the whole tensor's
+          whole.row_begin = 0;
+          whole.elements = p.tensor_elements();
+          STRATA_RETURN_IF_ERROR(put_(file, tensor, bytes_of(to_hf_layout(whole, g.values.data())), 0));
+          gathering_.erase(p.tensor);
+        }
+      }
+    }
+    if (!parts.moments) return Status::ok();
+    size_t at = plan_.first_buffer[piece.chunk];
+    for (const OptimizerBuffer& b : optimizer_buffers(piece, piece_layout, state.image.data()))
+      STRATA_RETURN_IF_ERROR(put_(plan_.optimizer_file(), at++, {b.data, b.bytes}, b.offset));
+    return Status::ok();
+  }
+
+  // internal when a transposed tensor was left partly gathered (the layout's tiles do not cover it).
+  Status finish(const std::string& dir) const {
+    if (gathering_.empty()) return Status::ok();
+    const ParamSpec& p = *std::find_if(layout_.params.begin(), layout_.params.end(),
+                                       [&](const ParamSpec& q) { return q.tensor == gathering_.begin()->first; });
+    return error(Code::internal, "checkpoint {}: tensor '{}' got {} of its {} elements from the optimizer state; "
+                 "the layout's tiles do not cover it (a bug: report it)", dir, p.name,
+                 gathering_.begin()->second.received, p.tensor_elements());
+  }
+
+ private:
+  struct Gathered {
+    std::vector<float> values;  // the whole tensor, strata's layout
+    uint64_t received = 0;      // elements copied in so far
+  };
+  const CheckpointPlan& plan_;
+  const ParamLayout& layout_;
+  PutBytes put_;
+  std::map<int, Gathered> gathering_;
+};
+
+// ---- across ranks ------------------------------------------------------------------------------
+// A partitioned state is written shard-wise: rank 0 creates the files and sends their list (the
+// manifest); every rank opens them (SafetensorsPeerWriter) and they agree that all could; each
+// writes the masters and moments of its own pieces at their offsets, and the masters of the chunks
+// holding transposed tensors (whose file layout interleaves the ranks' shards) are gathered to
+// rank 0, which writes them; every rank sends rank 0 its status and the fragments it wrote, whose
+// CRCs rank 0 joins into each tensor's; rank 0 commits. Where a rank cannot open the files (the
+// checkpoint directory is not shared with it), the whole state is gathered to rank 0 instead, as
+// before shard-wise writes. Every step is a collective on every rank, whatever failed before it.
+
+// A fragment on the wire: which file, then the SafetensorsFragment.
+struct WireFragment {
+  uint32_t file = 0;
+  uint32_t tensor = 0;
+  uint32_t crc = 0;
+  uint32_t unused = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+std::string encode_report(const Status& status, const std::vector<WireFragment>& fragments) {
+  std::string out = CheckpointRanks::encode_status(status);
+  const size_t at = out.size();
+  out.resize(at + fragments.size() * sizeof(WireFragment));
+  if (!fragments.empty()) std::memcpy(out.data() + at, fragments.data(), fragments.size() * sizeof(WireFragment));
+  return out;
+}
+
+// The manifest rank 0 sends: {"shard_bytes": n, "files": [{"name", "temp", "data_start", "bytes"},
+// ...]}, the files in the plan's order (or CheckpointRanks::send_failure's).
+
+// Rank 0's side of a partitioned save, after the files are created: the list out, the agreement,
+// the writes, the reports in, the fragments accepted. Returns the first error of any rank (its
+// files then uncommitted); every collective is run whatever failed.
+Status write_across_ranks(const std::string& dir, const CheckpointPlan& plan, const ParamLayout& layout,
+                          Trainer& trainer, CheckpointRanks& ranks,
+                          std::vector<std::unique_ptr<SafetensorsWriter>>& files, uint64_t shard_bytes) {
+  nlohmann::json manifest = {{"shard_bytes", shard_bytes}, {"files", nlohmann::json::array()}};
+  for (size_t f = 0; f < files.size(); ++f)
+    manifest["files"].push_back({{"name", plan.files[f]},
+                                 {"temp", std::filesystem::absolute(files[f]->temp_path()).string()},
+                                 {"data_start", files[f]->data_start()},
+                                 {"bytes", files[f]->file_bytes()}});
+  STRATA_RETURN_IF_ERROR(ranks.send_files(manifest.dump()).status());
+  Status opened;
+  STRATA_RETURN_IF_ERROR(ranks.agree(Status::ok(), opened));
+  if (!opened.is_ok())
+    spdlog::warn("checkpoint: {}; the whole state is gathered to rank 0, which writes it (give every rank the same "
+                 "--checkpoint-dir on a shared filesystem to have each write its own shard)",
+                 opened.message());
+  const bool shard_wise = opened.is_ok();
+  uint64_t own_bytes = 0;
+  PieceWriter writer(plan, layout, [&](size_t file, size_t tensor, std::span<const std::byte> bytes, uint64_t offset) {
+    own_bytes += bytes.size();
+    return files[file]->write(tensor, bytes, offset);
+  });
+  Status mine;
+  if (shard_wise) {
+    mine = trainer.visit_shards([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
+      return writer.write(p, l, st, {.plain_masters = true, .transposed_masters = false, .moments = true});
+    });
+    const Trainer::PieceVisit nothing = [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); };
+    // A collective, run whatever this rank's own writes did (the gathers' own failure leaves the
+    // communicator broken: the exchanges below then fail at once).
+    const Status gathered = trainer.visit_gathered_masters(
+        plan.transposed_chunks,
+        mine.is_ok() ? Trainer::PieceVisit([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
+          return writer.write(p, l, st, {.plain_masters = false, .transposed_masters = true, .moments = false});
+        })
+                     : nothing);
+    if (mine.is_ok()) mine = gathered;
+  } else {
+    mine = trainer.visit_state(/*write_back=*/false, [&](const StatePiece& p, const OptimizerStateLayout& l,
+                                                         ChunkState& st) { return writer.write(p, l, st, {}); });
+  }
+  if (mine.is_ok()) mine = writer.finish(dir);
+  // The reports: every rank's status and fragments.
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> reports, ranks.all_gather(encode_report(mine, {})));
+  uint64_t peer_bytes = 0;
+  for (size_t r = 1; r < reports.size() && mine.is_ok(); ++r) {
+    size_t at = 0;
+    Status theirs;
+    STRATA_RETURN_IF_ERROR(CheckpointRanks::decode_status(reports[r], at, theirs));
+    if (!theirs.is_ok()) {
+      mine = Status(theirs.code(), fmt::format("rank {}: {}", r, theirs.message()), theirs.sys_errno());
+      break;
+    }
+    if ((reports[r].size() - at) % sizeof(WireFragment) != 0)
+      return error(Code::internal, "rank {}'s report of its checkpoint writes is {} bytes, not whole fragments", r,
+                   reports[r].size() - at);
+    for (; at < reports[r].size(); at += sizeof(WireFragment)) {
+      WireFragment w;
+      std::memcpy(&w, reports[r].data() + at, sizeof(w));
+      if (w.file >= files.size())
+        return error(Code::internal, "rank {} reports a write to file {} of {}", r, w.file, files.size());
+      STRATA_RETURN_IF_ERROR(
+          files[w.file]->accept({.tensor = w.tensor, .crc = w.crc, .offset = w.offset, .bytes = w.bytes}));
+      peer_bytes += w.bytes;
+    }
+  }
+  STRATA_RETURN_IF_ERROR(mine);
+  if (shard_wise) {
+    const auto transposed = std::count(plan.transposed_chunks.begin(), plan.transposed_chunks.end(), true);
+    spdlog::info("checkpoint: the {} ranks wrote their own shards (rank 0 {}, the others {} in all){}", ranks.size(),
+                 format_size(own_bytes), format_size(peer_bytes),
+                 transposed == 0 ? std::string()
+                                 : fmt::format("; the masters of the {} chunks holding tensors the file stores "
+                                               "transposed were gathered to rank 0",
+                                               transposed));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 // Streams the checkpoint: every file's header is declared up front, then one walk through the
@@ -130,51 +380,36 @@ Status verify_config_json(const std::string& dir, const HfWeights& weights, cons
 // homed there) writes each piece's fp32 masters (in HF layouts) into its model shard and its
 // moments into optimizer.safetensors, each at its offset in its chunk's tensors; the writers record
 // each tensor's CRC-32C as its bytes go by. Memory: one tensor's HF-layout copy, never the model.
+// Across ranks with a partitioned state, the walk is every rank's over its own shard
+// (write_across_ranks).
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
-                       const CheckpointState& state, const CheckpointHook& hook, uint64_t shard_bytes) {
+                       const CheckpointState& state, const CheckpointHook& hook, uint64_t shard_bytes,
+                       CheckpointRanks* ranks) {
+  const bool across = ranks != nullptr && ranks->size() > 1 && trainer.state_partitioned();
+  // Across ranks the others wait for the file list: a failure before it is sent to them.
+  const auto failed = [&](const Status& s) -> Status {
+    if (across && !ranks->files_sent()) {
+      if (Status sent = ranks->send_failure(s); !sent.is_ok()) return sent;
+    }
+    return s;
+  };
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return errno_status(ec.value(), "creating checkpoint directory " + dir);
+  if (ec) return failed(errno_status(ec.value(), "creating checkpoint directory " + dir));
   const std::string step = std::to_string(trainer.steps_done());
-  STRATA_RETURN_IF_ERROR(trainer.sync_host_state());
+  if (Status s = trainer.sync_host_state(); !s.is_ok()) return failed(s);
 
-  // Weights: the trainer's fp32 masters (exact for every working precision), in HF layouts. One
-  // model.safetensors, or shards with an index above shard_bytes (Hugging Face's layout), each
-  // shard carrying the step and the checksums of its own tensors.
+  const CheckpointPlan plan = plan_checkpoint(model, trainer, shard_bytes);
   const ParamLayout& layout = model.master_layout();
-  const std::vector<std::vector<size_t>> shards =
-      plan_hf_shards(layout, {.dtype = SafeDType::f32, .shard_bytes = shard_bytes});
-  std::vector<std::pair<size_t, size_t>> place(layout.params.size());  // param -> (shard, index in it)
-  std::vector<std::unique_ptr<SafetensorsWriter>> model_files;
-  std::vector<std::string> shard_names;
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  uint64_t total = 0;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    shard_names.push_back(shards.size() == 1 ? std::string(kCheckpointModelFile)
-                                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()));
-    std::vector<SafetensorsSpec> specs;
-    for (size_t i : shards[s]) {  // tensors (their first tiles)
-      const ParamSpec& p = layout.params[i];
-      std::vector<uint64_t> shape;
-      for (int64_t d : p.hf_shape()) shape.push_back(uint64_t(d));
-      place[i] = {s, specs.size()};
-      specs.push_back({.name = p.name, .dtype = SafeDType::f32, .shape = shape});
-      weight_map[p.name] = shard_names.back();
-      total += p.tensor_elements() * sizeof(float);
-    }
-    STRATA_ASSIGN_OR_RETURN(
-        model_files.emplace_back(),
-        SafetensorsWriter::create(path_in(dir, shard_names.back()), std::move(specs),
+  std::vector<std::unique_ptr<SafetensorsWriter>> files;
+  for (size_t f = 0; f + 1 < plan.files.size(); ++f) {
+    // Each shard carries the step and the checksums of its own tensors.
+    StatusOr<std::unique_ptr<SafetensorsWriter>> w =
+        SafetensorsWriter::create(path_in(dir, plan.files[f]), plan.specs[f],
                                   {{"format", "pt"}, {"strata_step", step}, {"strata_preset", state.preset}},
-                                  std::string(kCrcMetadataKey)));
-  }
-
-  std::vector<SafetensorsSpec> specs;
-  std::vector<size_t> first_buffer;  // per chunk: index of its first optimizer tensor
-  for (size_t c = 0; c < trainer.state_chunks(); ++c) {
-    first_buffer.push_back(specs.size());
-    for (const OptimizerBuffer& b : optimizer_buffers(c, trainer.state_layout(c)))
-      specs.push_back({.name = b.name, .dtype = b.dtype, .shape = {b.bytes / safe_dtype_size(b.dtype)}});
+                                  std::string(kCrcMetadataKey));
+    if (!w.is_ok()) return failed(w.status());
+    files.push_back(std::move(*w));
   }
   std::map<std::string, std::string> metadata = {
       {"strata_step", step},
@@ -193,77 +428,94 @@ Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer
       {"mlp_tiles", std::to_string(mlp_tiles(model.config()))},   // and so are the MLP tiles (1: whole)
   };
   if (const LossScaler* scaler = trainer.loss_scaler()) metadata["loss_scaler"] = scaler->serialize();
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> optimizer_file,
-                          SafetensorsWriter::create(path_in(dir, kCheckpointOptimizerFile), std::move(specs),
-                                                    std::move(metadata), std::string(kCrcMetadataKey)));
-
-  // A tile (vocabulary or MLP) is written into its tensor, declared by the tensor's first tile.
-  for (size_t i = 0; i < layout.params.size(); ++i)
-    if (layout.params[i].row_begin > 0) place[i] = place[layout.find(layout.params[i].name) - layout.params.data()];
-  std::vector<std::vector<size_t>> params_of(trainer.state_chunks());
-  for (size_t i = 0; i < layout.params.size(); ++i) params_of[layout.params[i].chunk].push_back(i);
-  // A transposed tensor cut into optimizer pieces, or into MLP tiles (whose rows are columns of
-  // the file's tensor), is gathered whole in strata's layout and written once its last element has
-  // gone by. Its tiles' chunks follow one another and are visited in order, so one tensor is
-  // gathered at a time: keyed by ordinal all the same, so no visiting order can mix two.
-  struct Gathered {
-    std::vector<float> values;  // the whole tensor, strata's layout
-    uint64_t received = 0;      // elements copied in so far
-  };
-  std::map<int, Gathered> gathering;
-  const auto write_piece = [&](const StatePiece& piece, const OptimizerStateLayout& piece_layout,
-                               ChunkState& state) -> Status {
-    for (size_t i : params_of[piece.chunk]) {
-      const ParamSpec& p = layout.params[i];
-      const uint64_t slot = p.offset / sizeof(float);
-      const uint64_t lo = std::max(slot, piece.element_begin), hi = std::min(slot + p.elements, piece.element_end);
-      if (lo >= hi) continue;
-      const float* values = state.master + (lo - piece.element_begin);
-      SafetensorsWriter& file = *model_files[place[i].first];
-      if (lo == slot && hi == slot + p.elements && p.whole()) {
-        STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(p, values))));
-      } else if (!p.hf_transposed) {
-        STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(std::span(values, hi - lo)),
-                                          (p.tensor_offset() + lo - slot) * sizeof(float)));
-      } else {
-        Gathered& g = gathering[p.tensor];
-        if (g.values.empty()) g.values.resize(p.tensor_elements());
-        std::copy(values, values + (hi - lo), g.values.begin() + int64_t(p.tensor_offset() + lo - slot));
-        g.received += hi - lo;
-        if (g.received == p.tensor_elements()) {
-          ParamSpec whole = p;  // to_hf_layout converts p.elements: the whole tensor's
-          whole.row_begin = 0;
-          whole.elements = p.tensor_elements();
-          STRATA_RETURN_IF_ERROR(file.write(place[i].second, bytes_of(to_hf_layout(whole, g.values.data()))));
-          gathering.erase(p.tensor);
-        }
-      }
-    }
-    size_t at = first_buffer[piece.chunk];
-    for (const OptimizerBuffer& b : optimizer_buffers(piece, piece_layout, state.image.data()))
-      STRATA_RETURN_IF_ERROR(optimizer_file->write(at++, {b.data, b.bytes}, b.offset));
-    return Status::ok();
-  };
-  STRATA_RETURN_IF_ERROR(trainer.visit_state(/*write_back=*/false, write_piece));
-  if (!gathering.empty()) {
-    const ParamSpec& p = *std::find_if(layout.params.begin(), layout.params.end(),
-                                       [&](const ParamSpec& q) { return q.tensor == gathering.begin()->first; });
-    return error(Code::internal, "checkpoint {}: tensor '{}' got {} of its {} elements from the optimizer state; "
-                 "the layout's tiles do not cover it (a bug: report it)", dir, p.name,
-                 gathering.begin()->second.received, p.tensor_elements());
+  {
+    StatusOr<std::unique_ptr<SafetensorsWriter>> w =
+        SafetensorsWriter::create(path_in(dir, kCheckpointOptimizerFile), plan.specs.back(), std::move(metadata),
+                                  std::string(kCrcMetadataKey));
+    if (!w.is_ok()) return failed(w.status());
+    files.push_back(std::move(*w));
   }
 
-  for (std::unique_ptr<SafetensorsWriter>& f : model_files) STRATA_RETURN_IF_ERROR(f->commit());
-  if (shards.size() > 1) {
+  if (across) {
+    STRATA_RETURN_IF_ERROR(write_across_ranks(dir, plan, layout, trainer, *ranks, files, shard_bytes));
+  } else {
+    PieceWriter writer(plan, layout, [&](size_t file, size_t tensor, std::span<const std::byte> bytes,
+                                         uint64_t offset) { return files[file]->write(tensor, bytes, offset); });
+    STRATA_RETURN_IF_ERROR(trainer.visit_state(
+        /*write_back=*/false,
+        [&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) { return writer.write(p, l, st, {}); }));
+    STRATA_RETURN_IF_ERROR(writer.finish(dir));
+  }
+
+  for (size_t f = 0; f + 1 < files.size(); ++f) STRATA_RETURN_IF_ERROR(files[f]->commit());
+  if (plan.files.size() > 2) {
     nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total}};
-    index["weight_map"] = weight_map;
+    index["metadata"] = {{"total_size", plan.total}};
+    index["weight_map"] = plan.weight_map;
     STRATA_RETURN_IF_ERROR(write_text_atomically(path_in(dir, kHfIndexFile), index.dump(2) + "\n"));
   }
   // config.json beside the fp32 weights: transformers' from_pretrained(dir) loads the checkpoint.
   STRATA_RETURN_IF_ERROR(write_hf_config(path_in(dir, kHfConfigFile), model.config(), SafeDType::f32));
   if (hook) STRATA_RETURN_IF_ERROR(hook("model_written"));
-  return optimizer_file->commit();
+  return files.back()->commit();
+}
+
+Status save_checkpoint_shard(const Transformer& model, Trainer& trainer, CheckpointRanks& ranks,
+                             const CheckpointHook& hook) {
+  if (ranks.size() <= 1 || !trainer.state_partitioned()) return Status::ok();  // rank 0 writes it all
+  STRATA_RETURN_IF_ERROR(trainer.sync_host_state());
+  STRATA_ASSIGN_OR_RETURN(std::string text, ranks.send_files(""));
+  if (CheckpointRanks::failed_files(text)) return Status::ok();  // rank 0's save failed before it had files; it reports
+  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The files rank 0 created, opened here; the ranks agree that every one could.
+  const uint64_t shard_bytes = manifest.value("shard_bytes", uint64_t(0));
+  const CheckpointPlan plan = plan_checkpoint(model, trainer, shard_bytes);
+  std::vector<std::unique_ptr<SafetensorsPeerWriter>> files;
+  Status opened = hook ? hook("shard_open") : Status::ok();
+  const nlohmann::json& listed = manifest.value("files", nlohmann::json::array());
+  if (opened.is_ok() && listed.size() != plan.files.size())
+    opened = error(Code::internal, "rank 0 lists {} checkpoint files, this rank plans {}", listed.size(),
+                   plan.files.size());
+  for (size_t f = 0; opened.is_ok() && f < plan.files.size(); ++f) {
+    const nlohmann::json& entry = listed[f];
+    if (entry.value("name", std::string()) != plan.files[f]) {
+      opened = error(Code::internal, "rank 0's checkpoint file {} is '{}', this rank plans '{}'", f,
+                     entry.value("name", std::string()), plan.files[f]);
+      break;
+    }
+    StatusOr<std::unique_ptr<SafetensorsPeerWriter>> w = SafetensorsPeerWriter::open(
+        entry.value("temp", std::string()), plan.specs[f], entry.value("data_start", uint64_t(0)), /*checksummed=*/true);
+    if (!w.is_ok()) opened = w.status();
+    else files.push_back(std::move(*w));
+  }
+  Status agreed;
+  STRATA_RETURN_IF_ERROR(ranks.agree(opened, agreed));
+  const Trainer::PieceVisit nothing = [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); };
+  std::vector<WireFragment> fragments;
+  Status mine;
+  if (agreed.is_ok()) {
+    PieceWriter writer(plan, model.master_layout(),
+                       [&](size_t file, size_t tensor, std::span<const std::byte> bytes, uint64_t offset) {
+                         return files[file]->write(tensor, bytes, offset);
+                       });
+    mine = trainer.visit_shards([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
+      return writer.write(p, l, st, {.plain_masters = true, .transposed_masters = false, .moments = true});
+    });
+    const Status gathered = trainer.visit_gathered_masters(plan.transposed_chunks, nothing);  // rank 0 writes them
+    if (mine.is_ok()) mine = gathered;
+    if (mine.is_ok() && hook) mine = hook("shard_written");
+    for (size_t f = 0; f < files.size(); ++f) {
+      if (Status s = files[f]->finish(); mine.is_ok()) mine = s;
+      for (const SafetensorsFragment& x : files[f]->fragments())
+        fragments.push_back({.file = uint32_t(f), .tensor = x.tensor, .crc = x.crc, .offset = x.offset, .bytes = x.bytes});
+    }
+  } else {
+    files.clear();  // some rank cannot open them: rank 0 gathers the whole state and writes it
+    mine = trainer.visit_state(/*write_back=*/false, nothing);
+  }
+  if (!mine.is_ok()) fragments.clear();
+  STRATA_RETURN_IF_ERROR(ranks.all_gather(encode_report(mine, fragments)).status());
+  return mine;
 }
 
 StatusOr<CheckpointReport> verify_checkpoint(const std::string& dir) {

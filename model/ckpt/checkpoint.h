@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/ckpt/checkpoint_ranks.h"
 #include "model/train/trainer.h"
 #include "model/net/transformer.h"
 #include "model/data/window_sampler.h"
@@ -65,9 +66,32 @@ using CheckpointHook = std::function<Status(std::string_view point)>;
 // ENOSPC, with the temporary file removed).
 // The weights go to model.safetensors, or, above `shard_bytes`, to model-0000i-of-0000n.safetensors
 // shards with model.safetensors.index.json (Hugging Face's layout and default size).
+//
+// Across ranks (`ranks` of more than one, on rank 0) with a partitioned optimizer state (each rank
+// homing its shard of every chunk's masters and moments), the ranks write the files together:
+// rank 0 creates them and sends their list; every other rank, in save_checkpoint_shard, writes
+// its own shard's bytes at their offsets in them; the masters of the chunks that hold a tensor
+// the HF file stores transposed (GPT-2's Conv1D weights: a shard is scattered columns there) are
+// gathered to rank 0, which writes them; every rank reports the pieces it wrote with their
+// CRC-32Cs, which rank 0 joins into each tensor's (kernels::crc32c_combine), and rank 0 commits.
+// So no rank holds or receives the whole state (LLaMA: no rank gathers anything), and the files
+// are byte for byte those one rank writes. Every rank must see the directory at the same path (a
+// shared filesystem across nodes, as --resume across ranks needs too); where some rank cannot open
+// the files, the save says so and gathers the whole state to rank 0 instead. An error on any rank
+// fails the save on rank 0 (its temporary files removed), naming that rank; every exchange runs
+// whatever failed before it, so no rank is left waiting. Without a partitioned state rank 0 writes
+// everything and the others take no part.
 Status save_checkpoint(const std::string& dir, const Transformer& model, Trainer& trainer,
                        const CheckpointState& state, const CheckpointHook& hook = {},
-                       uint64_t shard_bytes = kCheckpointShardBytes);
+                       uint64_t shard_bytes = kCheckpointShardBytes, CheckpointRanks* ranks = nullptr);
+
+// The other ranks' side of save_checkpoint across ranks: called by every rank but 0 while rank 0
+// saves (with the same trainer configuration). Writes this rank's shard into rank 0's files as
+// described above and returns this rank's error (rank 0 reports every rank's). `hook`, the tests'
+// fault seam, is called at "shard_open" (an error there counts as the files not being visible)
+// and "shard_written". A no-op returning ok without a partitioned state or across one rank.
+Status save_checkpoint_shard(const Transformer& model, Trainer& trainer, CheckpointRanks& ranks,
+                             const CheckpointHook& hook = {});
 
 // What verify_checkpoint found: the state, the two files' metadata and, per tensor, its
 // name, dtype, shape and checksum (as recorded; verified when `checksummed`).

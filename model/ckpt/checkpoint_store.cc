@@ -205,7 +205,8 @@ Status CheckpointStore::rotate(uint64_t newest_step) {
   return fsync_directory(run_dir_);
 }
 
-StatusOr<std::string> CheckpointStore::save(const Transformer& model, Trainer& trainer, const CheckpointState& state) {
+StatusOr<std::string> CheckpointStore::save(const Transformer& model, Trainer& trainer, const CheckpointState& state,
+                                            CheckpointRanks* ranks) {
   STRATA_RETURN_IF_ERROR(at("begin"));
   const uint64_t step = trainer.steps_done();
   const std::string name = checkpoint_dir_name(step);
@@ -221,7 +222,8 @@ StatusOr<std::string> CheckpointStore::save(const Transformer& model, Trainer& t
                                         step, run_dir_, s.message()));
   };
   if (::mkdir(temp.c_str(), 0755) != 0) return fail(errno_status(errno, fmt::format("creating {}", temp)));
-  if (Status s = save_checkpoint(temp, model, trainer, state, options_.hook, options_.shard_bytes); !s.is_ok())
+  if (Status s = save_checkpoint(temp, model, trainer, state, options_.hook, options_.shard_bytes, ranks);
+      !s.is_ok())
     return fail(s);
   if (Status s = at("files_written"); !s.is_ok()) return fail(s);
   if (Status s = fsync_directory(temp); !s.is_ok()) return fail(s);

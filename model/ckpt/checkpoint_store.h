@@ -59,8 +59,10 @@ class CheckpointStore {
   // "dir_synced", "renamed", "latest_written" and "rotated"; an error it returns fails the save
   // there. On an error before "renamed" (ENOSPC is no_space) the temporary directory is removed
   // and the previous checkpoints and `latest` are untouched; after it, the new checkpoint is
-  // complete and resolve_checkpoint() finds it even without `latest`.
-  StatusOr<std::string> save(const Transformer& model, Trainer& trainer, const CheckpointState& state);
+  // complete and resolve_checkpoint() finds it even without `latest`. Across ranks (rank 0's
+  // store; the others call save_checkpoint_shard meanwhile), `ranks` is save_checkpoint's.
+  StatusOr<std::string> save(const Transformer& model, Trainer& trainer, const CheckpointState& state,
+                             CheckpointRanks* ranks = nullptr);
 
   const std::string& run_dir() const { return run_dir_; }
   const std::vector<std::string>& removed() const { return removed_; }

@@ -125,34 +125,45 @@ RunOutcome TrainingRun::diverged(const StepMetrics& m) const {
 }
 
 // Writes the checkpoint of the steps done so far (once per step).
-// Across ranks every rank calls it: each homes a shard of the optimizer state, which they gather
-// (collectives) before rank 0 writes the files.
+// Across ranks every rank calls it: with a partitioned optimizer state each writes its shard into
+// rank 0's files (save_checkpoint_shard), and every rank ends with the same outcome: the save's
+// error on any rank fails it on all, named.
 Status TrainingRun::save() {
   const uint64_t step = trainer_->steps_done();
   if (o_.checkpoint_dir.empty() || saved_step_ == step) return Status::ok();
   if (comm_) STRATA_RETURN_IF_ERROR(trainer_->sync_host_state());
-  if (!store_) {  // not rank 0
-    if (trainer_->state_partitioned())  // its shards of the state go into rank 0's files: a collective
-      STRATA_RETURN_IF_ERROR(trainer_->visit_state(
-          /*write_back=*/false, [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); }));
-    saved_step_ = step;
-    return Status::ok();
+  Status saved;
+  std::string dir;
+  if (launch_.rank != 0) {
+    saved = save_checkpoint_shard(*net_, *trainer_, *checkpoint_ranks_, hooks_.checkpoint_hook);
+  } else {
+    StatusOr<LoaderPosition> loader = rank_batches_ ? rank_batches_->step_position() : train_loader_->position();
+    const CheckpointState state{.step = step,
+                                .loader = loader.is_ok() ? *loader : LoaderPosition{},
+                                .seed = seed_,
+                                .preset = mc_.name,
+                                .micro_batch = o_.micro_batch,
+                                .seq = o_.seq,
+                                .grad_accum = o_.grad_accum,
+                                .dtype = std::string(dtype_name(o_.dtype))};
+    if (checkpoint_ranks_) checkpoint_ranks_->begin_save();
+    StatusOr<std::string> written =
+        loader.is_ok() ? store_->save(*net_, *trainer_, state, checkpoint_ranks_ ? &*checkpoint_ranks_ : nullptr)
+                       : StatusOr<std::string>(loader.status());
+    saved = written.status();
+    if (written.is_ok()) dir = *written;
+    // A save that failed before its files existed: the ranks waiting for their list learn it.
+    if (checkpoint_ranks_ && trainer_->state_partitioned() && !checkpoint_ranks_->files_sent())
+      STRATA_RETURN_IF_ERROR(checkpoint_ranks_->send_failure(saved));
   }
-  LoaderPosition loader = train_loader_->position();
-  if (rank_batches_) {
-    STRATA_ASSIGN_OR_RETURN(loader, rank_batches_->step_position());
+  if (checkpoint_ranks_) {  // every rank leaves with the same outcome
+    Status agreed;
+    STRATA_RETURN_IF_ERROR(checkpoint_ranks_->agree(saved, agreed));
+    saved = agreed;
   }
-  const CheckpointState state{.step = step,
-                              .loader = loader,
-                              .seed = seed_,
-                              .preset = mc_.name,
-                              .micro_batch = o_.micro_batch,
-                              .seq = o_.seq,
-                              .grad_accum = o_.grad_accum,
-                              .dtype = std::string(dtype_name(o_.dtype))};
-  STRATA_ASSIGN_OR_RETURN(std::string dir, store_->save(*net_, *trainer_, state));
+  STRATA_RETURN_IF_ERROR(saved);
   saved_step_ = step;
-  spdlog::info("checkpoint: step {} written to {}", step, dir);
+  if (launch_.rank == 0) spdlog::info("checkpoint: step {} written to {}", step, dir);
   return Status::ok();
 }
 

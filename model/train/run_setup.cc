@@ -164,7 +164,7 @@ RunOutcome TrainingRun::place_rank() {
 }
 
 RunOutcome TrainingRun::open_checkpoint_dir() {
-  if (o_.checkpoint_dir.empty() || launch_.rank != 0) return {};  // across ranks rank 0 writes them
+  if (o_.checkpoint_dir.empty() || launch_.rank != 0) return {};  // across ranks rank 0 creates and commits them
   StatusOr<std::optional<DirLock>> lock = lock_checkpoint_dir(o_.checkpoint_dir);
   if (!lock.is_ok()) return lock_outcome(lock.status());
   checkpoint_lock_ = std::move(*lock);
@@ -293,7 +293,9 @@ RunOutcome TrainingRun::join_world() {
     o_.trace_path.clear();
     o_.bench = false;
   }
-  // The other ranks wait in the next collective while rank 0 writes a checkpoint: the default
+  // The other ranks wait in the next collective while rank 0 writes a checkpoint (all of it with
+  // the optimizer on the device; with it on the CPU each rank writes its shard, but rank 0 still
+  // writes the gathered masters of GPT-2's transposed tensors and commits): the default
   // timeout grows to twice its write at a slow disk's rate, so a large model's save is not taken
   // for a dead rank (a rank that dies is still found at once: mpirun ends the job).
   comm_timeout_ = config_.get_real("comm_timeout");
@@ -307,12 +309,14 @@ RunOutcome TrainingRun::join_world() {
                  config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
   }
   spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
-               "gradient sum and optimizer state {} ({}); rank 0 writes checkpoints and logs",
+               "gradient sum and optimizer state {} ({}); {}",
                n, launcher_name(launch_.launcher), n,
                o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU",
                o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered when "
                                     "the model needs it"
-                                  : "summed in rank order, the updated weights all-gathered");
+                                  : "summed in rank order, the updated weights all-gathered",
+               o_.optimizer_home == Tier::device ? "rank 0 writes checkpoints and logs"
+                                                 : "each rank writes its shard of a checkpoint, rank 0 commits it and logs");
   return {};
 }
 
@@ -362,6 +366,12 @@ RunOutcome TrainingRun::build() {
     StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");
     if (!flags.is_ok()) return outcome_of(flags.status());
     stop_flags_ = static_cast<int32_t*>(*flags);
+    if (!o_.checkpoint_dir.empty()) {  // the ranks write each checkpoint together (model/ckpt/checkpoint.h)
+      StatusOr<std::unique_ptr<ShardGather>> gather = ShardGather::create(*backend_, *comm_, 256 << 10, "checkpoint");
+      if (!gather.is_ok()) return outcome_of(gather.status());
+      checkpoint_gather_ = std::move(*gather);
+      checkpoint_ranks_.emplace(*checkpoint_gather_, launch_.rank, launch_.size);
+    }
   }
   StatusOr<ScheduleChoice> schedule =
       choose_step_schedule(mc_, o_, launch_.size, backend_->memory().capacity);

@@ -214,16 +214,17 @@ Status Trainer::sync_host_state() {
 Status Trainer::visit_state(bool write_back, const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
   OptimizerState& state = *parts_.state;
-  if (state.partitioned() && !write_back) return visit_gathered(visit);
+  if (state.partitioned() && !write_back) return visit_gathered(visit, nullptr, /*masters_only=*/false);
   return state.pipeline().for_each_chunk(
       state.order(),
       [&](size_t i, ChunkState& image) { return visit(state.pieces()[i], state.pipeline().layout(i), image); },
       write_back);
 }
 
-// Chunk by chunk: this rank's pieces copied into a whole image of the chunk, each array's shards
-// (every rank's master range of it) all-gathered into place, the image visited.
-Status Trainer::visit_gathered(const PieceVisit& visit) {
+// Chunk by chunk (those `chunks` marks; all when null): this rank's pieces copied into a whole image
+// of the chunk, each array's shards (every rank's master range of it; the masters alone with
+// `masters_only`) all-gathered into place, the image visited.
+Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>* chunks, bool masters_only) {
   OptimizerState& state = *parts_.state;
   if (parts_.gather == nullptr)
     return error(Code::internal, "a partitioned optimizer state without its gather (make_optimizer builds both)");
@@ -231,15 +232,17 @@ Status Trainer::visit_gathered(const PieceVisit& visit) {
   std::vector<std::byte> image, all;
   Status visited;  // the first visit's error: later chunks are gathered, not visited
   for (size_t c = 0; c < state.chunk_count(); ++c) {
+    if (chunks != nullptr && !(*chunks)[c]) continue;
     const OptimizerStateLayout& layout = state.chunk_layout(c);
     image.assign(layout.padded, std::byte{0});
-    const std::vector<StateRegion> regions = {layout.master, layout.m, layout.v};
+    std::vector<StateRegion> regions = {layout.master, layout.m, layout.v};
+    if (masters_only) regions.resize(1);
     STRATA_RETURN_IF_ERROR(state.pipeline().for_each_chunk(
         state.pieces_of(c),
         [&](size_t i, ChunkState& piece) {
           const StatePiece& p = state.pieces()[i];
           const float* from[] = {piece.master, piece.m, piece.v};
-          for (size_t k = 0; k < regions.size(); ++k)
+          for (size_t k = 0; k < regions.size(); ++k)  // the first `regions.size()` of master, m, v
             std::memcpy(image.data() + regions[k].offset + p.element_begin * sizeof(float), from[k],
                         p.elements() * sizeof(float));
           return Status::ok();
@@ -266,12 +269,31 @@ Status Trainer::visit_gathered(const PieceVisit& visit) {
     ChunkState whole{.chunk = c,
                      .fp32_elements = layout.fp32_elements,
                      .master = reinterpret_cast<float*>(image.data() + layout.master.offset),
-                     .m = reinterpret_cast<float*>(image.data() + layout.m.offset),
-                     .v = reinterpret_cast<float*>(image.data() + layout.v.offset),
+                     .m = masters_only ? nullptr : reinterpret_cast<float*>(image.data() + layout.m.offset),
+                     .v = masters_only ? nullptr : reinterpret_cast<float*>(image.data() + layout.v.offset),
                      .image = std::span(image.data(), layout.bytes)};
     visited = visit(StatePiece{.chunk = c, .element_begin = 0, .element_end = layout.fp32_elements}, layout, whole);
   }
   return visited;
+}
+
+Status Trainer::visit_shards(const PieceVisit& visit) {
+  STRATA_RETURN_IF_ERROR(finish_update());
+  OptimizerState& state = *parts_.state;
+  return state.pipeline().for_each_chunk(
+      state.order(),
+      [&](size_t i, ChunkState& image) { return visit(state.pieces()[i], state.pipeline().layout(i), image); },
+      /*write_back=*/false);
+}
+
+Status Trainer::visit_gathered_masters(const std::vector<bool>& chunks, const PieceVisit& visit) {
+  STRATA_RETURN_IF_ERROR(finish_update());
+  if (!parts_.state->partitioned())
+    return error(Code::failed_precondition, "visit_gathered_masters: the optimizer state is not partitioned");
+  if (chunks.size() != parts_.state->chunk_count())
+    return error(Code::invalid_argument, "visit_gathered_masters: {} chunk flags for {} chunks", chunks.size(),
+                 parts_.state->chunk_count());
+  return visit_gathered(visit, &chunks, /*masters_only=*/true);
 }
 
 StatusOr<std::vector<float>> Trainer::master(const ParamSpec& spec) {

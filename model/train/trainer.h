@@ -164,6 +164,14 @@ class Trainer {
       std::function<Status(const StatePiece& piece, const OptimizerStateLayout& layout, ChunkState& state)>;
   Status sync_host_state();
   Status visit_state(bool write_back, const PieceVisit& visit);
+  // A checkpoint written shard-wise across ranks (model/ckpt/checkpoint.h): visit_shards reads this
+  // rank's own pieces, as visit_state does on one rank (not a collective; on one rank, every
+  // piece). visit_gathered_masters (a collective; failed_precondition unless state_partitioned())
+  // gathers the fp32 masters of each chunk `chunks` marks (one flag per chunk) as visit_state's
+  // read does and visits them whole, as one piece whose `m` and `v` are null (the image's other
+  // bytes are zeros); a visit's error stops the visits, not the gathers.
+  Status visit_shards(const PieceVisit& visit);
+  Status visit_gathered_masters(const std::vector<bool>& chunks, const PieceVisit& visit);
   StatusOr<std::vector<float>> master(const ParamSpec& spec);
   // Chunk c's state as if it were one image: the sizes of its checkpoint buffers.
   const OptimizerStateLayout& state_layout(size_t chunk) const { return parts_.state->chunk_layout(chunk); }
@@ -199,7 +207,9 @@ class Trainer {
   Trainer(Backend& backend, Transformer& model, const TrainOptions& options, LrSchedule schedule, OptimizerParts parts);
   Status allocate(PinnedPool& pinned);
   Status init_masters();
-  Status visit_gathered(const PieceVisit& visit);  // visit_state's read of a partitioned state
+  // visit_state's read of a partitioned state (every chunk when `chunks` is null), or of its
+  // masters alone (visit_gathered_masters).
+  Status visit_gathered(const PieceVisit& visit, const std::vector<bool>* chunks, bool masters_only);
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
   // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
   // Returns its counted targets.

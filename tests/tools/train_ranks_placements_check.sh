@@ -8,7 +8,10 @@
 # the reference's losses, gradient norms and validation losses to the last digit (clipping on), and
 # its final checkpoint the same bytes. Then a checkpoint written by NP ranks with the state on NVMe
 # resumes on one rank with the optimizer on the CPU, and one written by one rank resumes on NP
-# ranks with paged weights and with partitioned weights: all end on the reference's bytes.
+# ranks with paged weights and with partitioned weights: all end on the reference's bytes. The
+# checkpoints of the CPU optimizer's runs are written shard-wise (each rank its own shard into rank
+# 0's files: the log says so); where a rank cannot open the files rank 0 gathers the state (same
+# bytes); a rank's failed write fails the save on every rank, naming it, the previous checkpoint kept.
 # Usage: train_ranks_placements_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 preset=$2 dtype=$3 strata=$4
@@ -49,6 +52,8 @@ check() {  # check NAME FLAGS...: NP ranks with FLAGS against the reference
     fail "$name: the run did not say each rank's CPU updates its shard: $(grep "world:" log | tail -1)"
   diff <(figures ref.jsonl) <(figures "$name.jsonl") || fail "$np ranks with $* differ from the optimizer on the device"
   same_checkpoint ref/step-000004 "$name/step-000004" "$*"
+  grep "checkpoint:" log | grep -q "the $np ranks wrote their own shards" ||
+    fail "$name: the ranks did not write their shards of the checkpoint: $(grep "checkpoint:" log | tail -2)"
 }
 check pinned "${pinned[@]}"
 check on_nvme "${on_nvme[@]}"
@@ -71,6 +76,25 @@ same_checkpoint ref/step-000004 b/step-000004 "resumed on $np ranks, weights pag
 ranks "${zero3_paged[@]}" --steps 4 --resume c --checkpoint-dir c
 same_checkpoint ref/step-000004 c/step-000004 "resumed on $np ranks, weights partitioned"
 
+# A checkpoint across ranks when the ranks cannot all open rank 0's files (a directory that is not
+# shared; injected at "shard_open"): the whole state is gathered to rank 0, which writes it, the
+# same bytes. Then a rank whose shard write fails (an injected ENOSPC after its writes, at the
+# second save): every rank exits non-zero naming rank 1, and the first checkpoint is intact, the
+# second absent, nothing temporary left.
+: >log
+STRATA_TEST_KILL_AT=shard_open:enospc ranks "${pinned[@]}" --steps 4 --checkpoint-dir unshared
+grep -q "rank 1: injected at 'shard_open'.*the whole state is gathered to rank 0" log ||
+  fail "a rank that cannot open the files: no warning of the gathered save: $(grep -i "checkpoint" log | tail -2)"
+same_checkpoint ref/step-000004 unshared/step-000004 "gathered to rank 0"
+STRATA_TEST_KILL_AT=shard_written:enospc:2 timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" \
+  "${pinned[@]}" --steps 4 --checkpoint-every 1 --checkpoint-dir failing >failed 2>&1 &&
+  fail "a rank's failed checkpoint write: the run exited 0"
+[ "$(grep -c "rank 1: injected at 'shard_written'" failed)" -ge "$np" ] ||
+  fail "a rank's failed checkpoint write: not every rank named rank 1: $(grep -i "error" failed | head -4)"
+[ -f failing/step-000001/optimizer.safetensors ] || fail "the checkpoint before the failed save is gone"
+[ "$(ls failing)" = "$(printf 'latest\nlock\nstep-000001')" ] ||
+  fail "a failed save across ranks left files behind: $(ls -a failing)"
+
 # ZeRO-3 beside the optimizer on the device is refused, naming the flag.
 timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${device[@]}" --zero-stage 3 --steps 1 \
   >refusal 2>&1 && fail "--zero-stage 3 with the optimizer on the device trained (exit 0)"
@@ -79,4 +103,4 @@ grep -q -- "pass --optimizer-device cpu" refusal || fail "--zero-stage 3: no err
 timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${pinned[@]}" --optimizer-type adamw8bit --steps 1 \
   >refusal 2>&1 && fail "8-bit moments across ranks trained (exit 0)"
 grep -q -- "--optimizer-type adamw" refusal || fail "8-bit moments: no error naming --optimizer-type: $(tail -2 refusal)"
-echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe, ZeRO-3 x3) == on the device: $(figures ref.jsonl | tail -1); resumes byte-identical"
+echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe, ZeRO-3 x3) == on the device: $(figures ref.jsonl | tail -1); checkpoints written shard-wise (or gathered where a rank cannot see the files), a rank's failed write fails every rank; resumes byte-identical"
