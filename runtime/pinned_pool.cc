@@ -1,4 +1,4 @@
-// PinnedPool: slabs of page-locked host memory (cudaHostAlloc, else mmap + mlock, else pageable
+// PinnedPool: slabs of page-locked host memory (mmap + cudaHostRegister, else mmap + mlock, else pageable
 // mmap with one warning), carved from their tails and reused by exact size (contract in
 // pinned_pool.h). Nothing is returned to the OS before the pool dies. Not a general allocator:
 // freed blocks are not split or merged.
@@ -97,9 +97,10 @@ void free_slab_memory(std::byte* base, uint64_t size, PinnedKind kind) {
   switch (kind) {
     case PinnedKind::cuda_host: {
 #ifdef STRATA_HAVE_CUDA
-      Status s = cuda_host_free(base);
-      if (!s.is_ok()) spdlog::warn("freeing a pinned-pool slab: {}", s.message());
+      Status s = cuda_host_unregister(base);
+      if (!s.is_ok()) spdlog::warn("unregistering a pinned-pool slab: {}", s.message());
 #endif
+      munmap(base, size);
       return;
     }
     case PinnedKind::mlock:
@@ -204,7 +205,7 @@ StatusOr<PinnedBuffer> PinnedPool::acquire(uint64_t bytes, PinnedFill fill) {
       }
       if (tail == tail_free_.end()) {
         STRATA_ASSIGN_OR_RETURN(std::span<std::byte> slab, reserve_slab_locked(size));
-        tail = tail_free_.emplace(slab.data(), Tail{slab.size(), slabs_.back().kind != PinnedKind::cuda_host}).first;
+        tail = tail_free_.emplace(slab.data(), Tail{slab.size(), /*zero=*/true}).first;  // fresh pages: zero
       }
       data = tail->first;
       zero = tail->second.zero;
@@ -239,26 +240,23 @@ StatusOr<std::span<std::byte>> PinnedPool::reserve_slab_locked(uint64_t bytes) {
     slab_bytes = std::min(slab_bytes, left / kPinnedAlignment * kPinnedAlignment);
   }
   const auto start = std::chrono::steady_clock::now();
-  std::byte* base = nullptr;
   PinnedKind kind = kind_.load();
+  // Mapped here and faulted in on every core (every page of the slab is used: pay for them now),
+  // then locked: by the CUDA driver's registration, else by mlock. cudaHostAlloc would fault in
+  // and pin every page on this one thread.
+  STRATA_ASSIGN_OR_RETURN(std::byte* base, map_pages(slab_bytes, options_.huge_pages));
+  fault_in(base, slab_bytes);
 #ifdef STRATA_HAVE_CUDA
   if (kind == PinnedKind::cuda_host) {
-    StatusOr<void*> pinned = cuda_host_alloc(slab_bytes);
-    if (pinned.is_ok()) {
-      base = static_cast<std::byte*>(*pinned);
-    } else {
-      warn_once("pinned-pool-cuda", fmt::format("{}; falling back to mlock'd host memory", pinned.status().message()));
+    if (Status registered = cuda_host_register(base, slab_bytes); !registered.is_ok()) {
+      warn_once("pinned-pool-cuda", fmt::format("{}; falling back to mlock'd host memory", registered.message()));
       kind = PinnedKind::mlock;
     }
   }
 #endif
-  if (base == nullptr) {
-    STRATA_ASSIGN_OR_RETURN(base, map_pages(slab_bytes, options_.huge_pages));
-    fault_in(base, slab_bytes);  // every page of the slab is used: pay for them now, on every core
-    if (kind == PinnedKind::mlock && mlock(base, slab_bytes) != 0) {
-      warn_pageable(errno_status(errno, fmt::format("mlock of a {} slab", format_size(slab_bytes))));
-      kind = PinnedKind::pageable;
-    }
+  if (kind == PinnedKind::mlock && mlock(base, slab_bytes) != 0) {
+    warn_pageable(errno_status(errno, fmt::format("mlock of a {} slab", format_size(slab_bytes))));
+    kind = PinnedKind::pageable;
   }
   kind_.store(kind);
   stats_.kind = kind;

@@ -1,9 +1,9 @@
 // PinnedPool: page-locked host memory for fast, asynchronous device copies and io_uring fixed
-// buffers. Memory comes from cudaHostAlloc when the CUDA backend is built and a device is visible,
-// else from page-aligned mmap + mlock, else (mlock refused) from pageable memory with one
-// warning. It is reserved in slabs that are never returned to the OS before the pool dies, and
-// freed blocks are reused by size, so a training step allocates nothing from the OS. A new mmap'd
-// slab's pages are faulted in by every core at once (oneTBB) before they are locked, and the pool
+// buffers. Memory comes from page-aligned mmap, locked by the CUDA driver (cudaHostRegister) when
+// the CUDA backend is built and a device is visible, else by mlock, else (mlock refused) left
+// pageable with one warning. It is reserved in slabs that are never returned to the OS before the
+// pool dies, and freed blocks are reused by size, so a training step allocates nothing from the
+// OS. A new slab's pages are faulted in by every core at once (oneTBB) before they are locked, and the pool
 // knows which bytes are still as the OS gave them (zero), so a block asked for zeroed is written
 // only when it was used before (PinnedFill::zero).
 // Thread-safety: all methods are safe to call concurrently. Lifetime: blocks must be released (or
@@ -31,7 +31,7 @@ std::string_view pinned_kind_name(PinnedKind kind);
 struct PinnedPoolOptions {
   uint64_t capacity = 0;            // hard limit on reserved bytes; 0 = no limit
   uint64_t slab_bytes = 64ull << 20;  // granularity of reservations (a bigger request gets its own slab)
-  bool allow_cuda = true;            // try cudaHostAlloc first
+  bool allow_cuda = true;            // try the CUDA driver's registration first
   bool allow_mlock = true;           // then mmap + mlock; else pageable
   bool huge_pages = true;            // mmap'd slabs: 2 MiB-aligned and advised MADV_HUGEPAGE (fewer
                                      // segments per O_DIRECT transfer); false: plain 4 KiB pages
@@ -41,7 +41,7 @@ struct PinnedPoolOptions {
 enum class PinnedFill : uint8_t {
   any,   // whatever was there (a reused block keeps its last user's bytes)
   zero,  // zeros: memory the OS gave zeroed and nobody used is not written again; a reused block
-         // (or a CUDA host slab, whose contents the driver does not promise) is zeroed on every core
+         // is zeroed on every core
 };
 
 struct PinnedPoolStats {

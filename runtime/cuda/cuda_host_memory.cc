@@ -1,4 +1,4 @@
-// cudaHostAlloc / cudaFreeHost behind Status (contract in cuda_host_memory.h).
+// cudaHostRegister / cudaHostUnregister behind Status (contract in cuda_host_memory.h).
 #include "runtime/cuda/cuda_host_memory.h"
 
 #include "runtime/cuda/cuda_check.h"
@@ -6,13 +6,12 @@
 
 namespace strata {
 
-StatusOr<void*> cuda_host_alloc(uint64_t bytes) {
-  void* p = nullptr;
-  Status s = STRATA_CUDA_STATUS(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
-  if (!s.is_ok()) return s.with_context(fmt::format("pinning {} of host memory", format_size(bytes)));
-  return p;
+Status cuda_host_register(void* p, uint64_t bytes) {
+  Status s = STRATA_CUDA_STATUS(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+  if (!s.is_ok()) return s.with_context(fmt::format("registering {} of host memory with the driver", format_size(bytes)));
+  return s;
 }
 
-Status cuda_host_free(void* p) { return STRATA_CUDA_STATUS(cudaFreeHost(p)); }
+Status cuda_host_unregister(void* p) { return STRATA_CUDA_STATUS(cudaHostUnregister(p)); }
 
 }  // namespace strata

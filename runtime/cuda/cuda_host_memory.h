@@ -1,5 +1,7 @@
-// Page-locked host memory from the CUDA runtime (cudaHostAlloc, portable across devices), for the
-// PinnedPool. Not a pool: each call is one driver allocation, made rarely (one per slab).
+// Page-locked host memory for the PinnedPool: the registration with the CUDA driver (portable
+// across devices) of memory the caller mapped and faulted in itself, on every core --
+// cudaHostAlloc would map, fault in and pin every page inside the driver on the calling thread.
+// Not a pool: each call is one driver call, made rarely (one per slab).
 // CUDA build only; callers check cuda_available() first.
 #pragma once
 
@@ -9,9 +11,11 @@
 
 namespace strata {
 
-// `bytes` of pinned, portable host memory. out_of_memory when the driver refuses.
-StatusOr<void*> cuda_host_alloc(uint64_t bytes);
-// Frees memory from cuda_host_alloc.
-Status cuda_host_free(void* p);
+// Page-locks [p, p + bytes) (page-aligned memory the caller owns, e.g. mmap'd) for the driver's
+// copies, portable across devices (cudaHostRegisterPortable). The memory stays the caller's:
+// unregister it before unmapping. The driver's error (out_of_memory, invalid_argument) naming the
+// size otherwise.
+Status cuda_host_register(void* p, uint64_t bytes);
+Status cuda_host_unregister(void* p);
 
 }  // namespace strata

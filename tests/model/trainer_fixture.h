@@ -58,7 +58,7 @@ struct TrainRun {
   std::unique_ptr<Trainer> trainer;
 };
 
-// A model on the backend `backend` asks for (pinned memory from cudaHostAlloc on CUDA), with the
+// A model on the backend `backend` asks for (pinned memory registered with the CUDA driver on CUDA), with the
 // golden weights (seed 0) or init(seed); then a trainer.
 inline TrainRun make_run(const std::string& preset, const Golden& g, TrainOptions options, uint64_t seed = 0,
                          const BackendOptions& backend = test_backend(BackendKind::cpu)) {

@@ -1,5 +1,5 @@
 // CUDA backend on a real GPU (CTest label `gpu`): a 64 MiB round trip through the three streams
-// ordered by events, the budget's out-of-memory error, cudaHostAlloc'd pinned memory, fp32 GEMM
+// ordered by events, the budget's out-of-memory error, pinned memory registered with the driver, fp32 GEMM
 // precision with BackendOptions::tf32 on and off against float64, fp16 activations through
 // Backend::ops(), and the refusal of integer activations. Each test skips with the reason when no
 // CUDA device is visible.
@@ -160,9 +160,26 @@ TEST(CudaBackend, PinnedPoolUsesCudaHostMemory) {
   options.slab_bytes = 4 * kMiB;
   auto pool = std::move(PinnedPool::create(options)).value();
   EXPECT_EQ(pool->kind(), PinnedKind::cuda_host);
-  PinnedBuffer b = std::move(pool->acquire(kMiB)).value();
-  std::memset(b.data(), 1, b.size());
-  EXPECT_EQ(pool->stats().kind, PinnedKind::cuda_host);
+  // The slab is mapped here, faulted in on every core and registered with the driver: a block of
+  // fresh pages is zero without being written, and the driver's copies take it.
+  PinnedBuffer b = std::move(pool->acquire(kMiB, PinnedFill::zero)).value();
+  EXPECT_EQ(pool->stats().kind, PinnedKind::cuda_host) << "the driver did not register the slab (see the warning)";
+  EXPECT_EQ(pool->stats().zeroed_bytes, 0u);
+  EXPECT_TRUE(std::all_of(b.data(), b.data() + b.size(), [](std::byte x) { return x == std::byte{0}; }));
+  for (uint64_t i = 0; i < b.size(); ++i) b.data()[i] = std::byte(i * 7 + 3);
+  BackendOptions bo;
+  bo.kind = BackendKind::cuda;
+  bo.memory_budget = 64 * kMiB;
+  auto backend = make_backend(bo);
+  ASSERT_TRUE(backend.is_ok()) << backend.status().to_string();
+  void* device = std::move((*backend)->allocate(kMiB, "pinned round trip")).value();
+  PinnedBuffer back = std::move(pool->acquire(kMiB)).value();
+  ASSERT_TRUE((*backend)->copy_to_device(device, b.data(), kMiB, Stream::h2d).is_ok());
+  ASSERT_TRUE((*backend)->synchronize(Stream::h2d).is_ok());
+  ASSERT_TRUE((*backend)->copy_to_host(back.data(), device, kMiB, Stream::d2h).is_ok());
+  ASSERT_TRUE((*backend)->synchronize(Stream::d2h).is_ok());
+  EXPECT_EQ(std::memcmp(back.data(), b.data(), kMiB), 0);
+  ASSERT_TRUE((*backend)->release(device).is_ok());
 }
 
 TEST(CudaBackend, DevicesAndVersionsAreListed) {
