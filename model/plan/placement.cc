@@ -413,6 +413,8 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
                                             kArenaAlign);
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states);
+    // Across ranks, the gather of a checkpoint's partitioned state (make_optimizer).
+    if (o.ranks > 1) d.optimizer += aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));
   } else if (const std::vector<bool> split = device_update_mask(layout, o);
              std::find(split.begin(), split.end(), true) != split.end()) {
     // A split update: the resident layers' DeviceGrads (one release each) and DeviceOptimizer state,

@@ -125,9 +125,9 @@ void add_pinned(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
     if (!w.resident_chunks.empty())
       b.at(Tier::cpu, PlanState::staging) += resident_weights_pinned_bytes(w.resident_chunks);
   }
-  // The gradient sums and a CPU optimizer's state are partitioned by ZeRO-3's world and by a
-  // training run's ZeRO-2 ranks (o.ranks) alike; a device optimizer's pinned mirrors only by the first.
-  const uint32_t state_ranks = o.cpu_optimizer() ? std::max<uint32_t>(ranks, uint32_t(std::max(o.ranks, 1))) : ranks;
+  // The gradient sums and the optimizer's state (a device optimizer's pinned mirrors too) are
+  // partitioned by ZeRO-3's world and by a training run's ZeRO-2 ranks (o.ranks) alike.
+  const uint32_t state_ranks = std::max<uint32_t>(ranks, uint32_t(std::max(o.ranks, 1)));
   if (o.cpu_optimizer()) {
     // The offloader's D2H staging buffer alone is what an nvme home with no spill buffers takes.
     const GradientOffloaderOptions go = sharded(gradient_options(layout, o, config.name), state_ranks);

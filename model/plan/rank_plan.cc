@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/grad_accumulate.h"
 #include "model/train/device_optimizer.h"
+#include "model/train/optimizer_factory.h"
 #include "model/train/step_schedule.h"
 #include "offload/gradient_offloader.h"
 #include "offload/optimizer_pipeline.h"
@@ -39,8 +40,10 @@ DeviceBytes rank_device_bytes(const ModelConfig& config, const TrainOptions& o, 
   if (o.optimizer_home == Tier::device) {
     d.gradients += sums + arena_block(partials * sizeof(double));
     // The device optimizer's shards as it allocates them (its segments of each chunk's shard, and
-    // the buffers it gathers a chunk's weights and state through).
+    // the buffer it gathers a chunk's updated weights through), and the gather of a checkpoint's
+    // partitioned state (make_optimizer).
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, int(ranks), 256);
+    if (ranks > 1) d.optimizer += arena_block(uint64_t(ranks) * weight_gather_round(layout, int(ranks)));
   }
   return d;
 }

@@ -52,7 +52,7 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
                                        const std::vector<bool>& updates, AdamStates states) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   const uint64_t eb = layout.element_bytes;
-  uint64_t largest = 0, widest_state = 0, widest_stride = 0, scales = 0;
+  uint64_t largest = 0, widest_stride = 0, scales = 0;
   for (int r = 0; r < ranks; ++r) {
     uint64_t total = 0, chunk_length = 0;
     for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -65,7 +65,6 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
       if (begin < end && r == 0) scales += kernels::adam8bit_blocks(end - begin);  // 8-bit: one rank
       if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's last
         total += chunk_length;
-        widest_state = std::max(widest_state, chunk_length);
         chunk_length = 0;
       }
     }
@@ -75,8 +74,7 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
   if (states == AdamStates::q8)  // m and v codes, their block scales
     return masters + 2 * aligned(largest) + 2 * aligned(scales * sizeof(float));
   uint64_t bytes = masters + 2 * aligned(largest * sizeof(float));  // m, v
-  if (ranks > 1)
-    bytes += aligned(uint64_t(ranks) * widest_stride * eb) + aligned(uint64_t(ranks) * widest_state * sizeof(float));
+  if (ranks > 1) bytes += aligned(uint64_t(ranks) * widest_stride * eb);  // the updated weights' gather
   return bytes;
 }
 
@@ -101,6 +99,11 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
   if (!updates.empty() && grads.partitioned())
     return error(Code::invalid_argument, "a split update (some chunks on the device, the rest on the CPU) runs on one "
                  "rank; across ranks pass --optimizer-device cpu or device");
+  const int grad_ranks = grads.partitioned() ? grads.communicator()->size() : 1;
+  if (state.ranks() != grad_ranks)
+    return error(Code::invalid_argument, "the device optimizer's host mirrors are partitioned over {} ranks but its "
+                 "gradients over {}: each rank mirrors its own shard (make_optimizer builds them alike)",
+                 state.ranks(), grad_ranks);
   std::unique_ptr<DeviceOptimizer> o(
       new DeviceOptimizer(backend, weights, grads, state, layout, masters, options, std::move(route)));
   std::vector<bool> mine(chunks);
@@ -123,11 +126,6 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
     o->scale_at_.push_back(o->scale_at_.back() +
                            (made.empty() ? 0 : made.back().scale + kernels::adam8bit_blocks(made.back().n)));
     o->state_at_.push_back(o->state_at_.back() + length);
-    for (int r = 0; r < o->ranks(); ++r) {
-      uint64_t theirs = 0;
-      (void)segments(layout, c, o->ranks(), r, &theirs);
-      o->widest_state_ = std::max(o->widest_state_, theirs);
-    }
     widest_stride = std::max(widest_stride, grads.shard(o->local(c)).stride);
   }
   const uint64_t total = o->state_at_.back() * sizeof(float);
@@ -156,9 +154,6 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
     STRATA_ASSIGN_OR_RETURN(void* block, backend.allocate(uint64_t(o->ranks()) * widest_stride * layout.element_bytes,
                                                           "optimizer: the ranks' updated weights of one chunk"));
     o->gathered_weights_ = static_cast<std::byte*>(block);
-    STRATA_ASSIGN_OR_RETURN(block, backend.allocate(uint64_t(o->ranks()) * o->widest_state_ * sizeof(float),
-                                                    "optimizer: the ranks' state of one chunk, for checkpoints"));
-    o->gathered_state_ = static_cast<float*>(block);
   }
   o->computed_ = backend.create_event();
   o->copied_ = backend.create_event();
@@ -170,7 +165,7 @@ DeviceOptimizer::~DeviceOptimizer() {
   for (void* p : {static_cast<void*>(device_masters_), static_cast<void*>(device_m_), static_cast<void*>(device_v_),
                   static_cast<void*>(device_m_code_), static_cast<void*>(device_v_code_),
                   static_cast<void*>(device_m_scale_), static_cast<void*>(device_v_scale_),
-                  static_cast<void*>(gathered_weights_), static_cast<void*>(gathered_state_)})
+                  static_cast<void*>(gathered_weights_)})
     if (p != nullptr) (void)backend_.release(p);
 }
 
@@ -244,19 +239,6 @@ Status DeviceOptimizer::gather_weights(size_t c) {
   return backend_.copy_on_device(weights_.device_chunk(local(c)), gathered_weights_, bytes);
 }
 
-// Across ranks, for a checkpoint: every rank's state of chunk c in `array` (masters, m or v;
-// `length` floats a rank) into gathered_state_ on the compute stream, then synchronized (the
-// copies down read it next).
-Status DeviceOptimizer::gather_state(size_t c, const float* array, uint64_t length) {
-  const std::vector<Segment>& segs = segments_[c];
-  float* block = gathered_state_ + uint64_t(rank()) * length;
-  if (!segs.empty())
-    STRATA_RETURN_IF_ERROR(backend_.copy_on_device(block, array + state_at_[c],
-                                                   (segs.back().at + segs.back().n) * sizeof(float)));
-  STRATA_RETURN_IF_ERROR(comm_->all_gather(block, gathered_state_, length * sizeof(float), Stream::compute));
-  return comm_->synchronize(Stream::compute);
-}
-
 // 8-bit moments, one rank: piece i's codes and block scales, tensor by tensor (each piece's share
 // of a tensor starts on one of its 256-element blocks), between its host image and the segment
 // holding that tensor's elements.
@@ -286,47 +268,31 @@ Status DeviceOptimizer::copy_codes(size_t i, ChunkState& host, bool to_device, S
 }
 
 // Between the state's host images (pieces in the master layout) and the device arrays (segments),
-// segment by segment where the two overlap. To the host across ranks, each array of the piece's
-// chunk is gathered from every rank in turn and every rank's segments copied down from it.
+// segment by segment where the two overlap. Across ranks both are this rank's shard: the mirrors
+// are partitioned as the device state is, so nothing crosses between ranks.
 Status DeviceOptimizer::copy_state(bool to_device) {
   const Stream stream = to_device ? Stream::h2d : Stream::d2h;
   STRATA_RETURN_IF_ERROR(backend_.record(*computed_, Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.wait(stream, *computed_));
-  const bool gather = !to_device && comm_ != nullptr;
   const bool nvme = state_.pipeline().options().home == Tier::nvme;
   const auto copy = [&](size_t i, ChunkState& host) -> Status {
     const StatePiece& piece = state_.pieces()[i];
     const size_t c = piece.chunk;
-    // The ranks whose segments are copied, and each one's (this rank's alone unless gathering).
-    std::vector<std::vector<Segment>> theirs;
-    uint64_t length = 0;  // floats a rank in gathered_state_
-    for (int r = gather ? 0 : rank(); r < (gather ? ranks() : rank() + 1); ++r) {
-      uint64_t l = 0;
-      theirs.push_back(gather ? segments(layout_, c, ranks(), r, &l) : segments_[c]);
-      length = std::max(length, l);
-    }
     float* const host_of[3] = {host.master, host.m, host.v};
     float* const device_of[3] = {device_masters_, device_m_, device_v_};
     for (int k = 0; k < 3; ++k) {
       if (device_of[k] == nullptr) continue;
-      if (gather) STRATA_RETURN_IF_ERROR(gather_state(c, device_of[k], length));
-      for (size_t t = 0; t < theirs.size(); ++t) {
-        for (const Segment& s : theirs[t]) {
-          // The segment's fp32 elements in the master layout's chunk, cut to the piece.
-          const uint64_t m0 = masters_.params[s.param].offset / sizeof(float) + s.first;
-          const uint64_t from = std::max(m0, piece.element_begin), to = std::min(m0 + s.n, piece.element_end);
-          if (from >= to) continue;
-          const uint64_t bytes = (to - from) * sizeof(float), at = s.at + (from - m0);
-          float* h = host_of[k] + (from - piece.element_begin);
-          if (to_device) {
-            STRATA_RETURN_IF_ERROR(backend_.copy_to_device(device_of[k] + state_at_[c] + at, h, bytes, stream));
-          } else {
-            const float* d = gather ? gathered_state_ + t * length + at : device_of[k] + state_at_[c] + at;
-            STRATA_RETURN_IF_ERROR(backend_.copy_to_host(h, d, bytes, stream));
-          }
-        }
+      for (const Segment& s : segments_[c]) {
+        // The segment's fp32 elements in the master layout's chunk, cut to the piece.
+        const uint64_t m0 = masters_.params[s.param].offset / sizeof(float) + s.first;
+        const uint64_t from = std::max(m0, piece.element_begin), to = std::min(m0 + s.n, piece.element_end);
+        if (from >= to) continue;
+        const uint64_t bytes = (to - from) * sizeof(float), at = s.at + (from - m0);
+        float* h = host_of[k] + (from - piece.element_begin);
+        float* d = device_of[k] + state_at_[c] + at;
+        STRATA_RETURN_IF_ERROR(to_device ? backend_.copy_to_device(d, h, bytes, stream)
+                                         : backend_.copy_to_host(h, d, bytes, stream));
       }
-      if (gather) STRATA_RETURN_IF_ERROR(backend_.synchronize(stream));  // the next gather reuses the buffer
     }
     if (device_m_code_ != nullptr) STRATA_RETURN_IF_ERROR(copy_codes(i, host, to_device, stream));
     // An NVMe-homed image (a split update's mirrors) is a staging buffer: its write begins, or the
@@ -341,11 +307,12 @@ Status DeviceOptimizer::copy_state(bool to_device) {
     STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, *copied_));  // the next step reads them
   } else {
     STRATA_RETURN_IF_ERROR(backend_.synchronize(*copied_));
-    // fp32: the masters are the resident weights (whole on every rank).
+    // fp32: the masters are the resident weights (whole on every rank; across ranks each keeps
+    // its shard's).
     if (device_masters_ == nullptr)
       STRATA_RETURN_IF_ERROR(state_.fill_masters(
           [&](size_t c, float* out) { return weights_.read(local(c), reinterpret_cast<std::byte*>(out)); },
-          /*write_back=*/true, &pieces_));
+          /*write_back=*/true, state_.partitioned() ? nullptr : &pieces_));
   }
   host_current_ = true;
   return Status::ok();

@@ -18,9 +18,11 @@
 // shard of each chunk (offload/chunk_shard.h), 1/N of the model's; it updates its shard from its
 // shard of the gradient sum, then the ranks all-gather the chunk's new working weights, so every
 // rank holds the whole updated chunk (AdamW is elementwise: the same bits as one rank's update).
-// state_to_host all-gathers the shards, one chunk's array at a time through a buffer of its own,
-// into every rank's host images (a collective: every rank calls it, in the same order); state_from_host takes each rank's shard from them, so a
-// checkpoint is the same files whatever the world size and resumes at any other.
+// The host mirrors (`state`) are partitioned alike (OptimizerState over the same ranks: each rank
+// mirrors its own shard, 1/N of the model's), so state_to_host and state_from_host copy this rank's
+// shard between its device and its host and nothing crosses between ranks; a checkpoint is written
+// from the ranks' shards together (model/ckpt/checkpoint.h), the same files whatever the world
+// size, and resumes at any other.
 #pragma once
 
 #include <cstddef>
@@ -95,7 +97,6 @@ class DeviceOptimizer final : public Optimizer {
   int ranks() const;
   int rank() const;
   Status gather_weights(size_t c);
-  Status gather_state(size_t c, const float* array, uint64_t length);
   Status copy_state(bool to_device);
   Status copy_codes(size_t piece, ChunkState& host, bool to_device, Stream stream);
 
@@ -112,7 +113,6 @@ class DeviceOptimizer final : public Optimizer {
   std::vector<size_t> pieces_;            // the state's pieces of the chunks updated here: the mirrors' walks
   std::vector<std::vector<Segment>> segments_;  // per chunk: this rank's
   std::vector<uint64_t> state_at_;        // per chunk: float offset of its state; the total last
-  uint64_t widest_state_ = 0;             // floats: the largest chunk state of any rank (across ranks)
   float* device_masters_ = nullptr;       // (state_at_.back() floats) 16-bit training only
   float* device_m_ = nullptr;             // same size (fp32 moments)
   float* device_v_ = nullptr;             // same size (fp32 moments)
@@ -123,7 +123,6 @@ class DeviceOptimizer final : public Optimizer {
   float* device_v_scale_ = nullptr;       // same size
   std::vector<uint64_t> scale_at_;        // 8-bit: per chunk, its first block scale; the total last
   std::byte* gathered_weights_ = nullptr; // across ranks: ranks x the largest stride of working weights
-  float* gathered_state_ = nullptr;       // across ranks: ranks x widest_state_, one array of one chunk
   bool host_current_ = false;             // the host images hold the state
   std::unique_ptr<Event> computed_, copied_;
 };

@@ -120,7 +120,15 @@ StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, Pi
     if (model.device_grads() == nullptr)
       return error(Code::invalid_argument, "the optimizer on the device needs the model's device gradients (create "
                    "the model with device_grads = true)");
-    STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, masters, options, pinned, store, trace));
+    // Across ranks each rank mirrors only its shard of the state (the one its device updates); the
+    // gather serves checkpoints (visit_state's reads, the transposed tensors' masters).
+    Communicator* ranks = model.device_grads()->partitioned() ? model.device_grads()->communicator() : nullptr;
+    STRATA_ASSIGN_OR_RETURN(parts.state, OptimizerState::create(layout, masters, options, pinned, store, trace,
+                                                                ranks ? ranks->size() : 1, ranks ? ranks->rank() : 0));
+    if (ranks != nullptr) {
+      STRATA_ASSIGN_OR_RETURN(parts.gather, ShardGather::create(backend, *ranks, weight_gather_round(layout, ranks->size()),
+                                                                model.config().name + " state"));
+    }
     STRATA_ASSIGN_OR_RETURN(parts.optimizer, DeviceOptimizer::create(backend, *resident, *model.device_grads(),
                                                                      *parts.state, layout, masters, options));
     return parts;

@@ -293,9 +293,9 @@ RunOutcome TrainingRun::join_world() {
     o_.trace_path.clear();
     o_.bench = false;
   }
-  // The other ranks wait in the next collective while rank 0 writes a checkpoint (all of it with
-  // the optimizer on the device; with it on the CPU each rank writes its shard, but rank 0 still
-  // writes the gathered masters of GPT-2's transposed tensors and commits): the default
+  // The other ranks wait in the next collective while rank 0 writes a checkpoint (each rank writes
+  // its shard, but rank 0 still writes the gathered masters of GPT-2's transposed tensors and
+  // commits, and all of it where the ranks do not share the directory): the default
   // timeout grows to twice its write at a slow disk's rate, so a large model's save is not taken
   // for a dead rank (a rank that dies is still found at once: mpirun ends the job).
   comm_timeout_ = config_.get_real("comm_timeout");
@@ -315,8 +315,7 @@ RunOutcome TrainingRun::join_world() {
                o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered when "
                                     "the model needs it"
                                   : "summed in rank order, the updated weights all-gathered",
-               o_.optimizer_home == Tier::device ? "rank 0 writes checkpoints and logs"
-                                                 : "each rank writes its shard of a checkpoint, rank 0 commits it and logs");
+               "each rank writes its shard of a checkpoint, rank 0 commits it and logs");
   return {};
 }
 

@@ -14,6 +14,7 @@
 #include "model/plan/planner.h"
 #include "model/plan/world.h"
 #include "model/train/device_optimizer.h"
+#include "model/train/optimizer_factory.h"
 #include "offload/nvme_store.h"
 #include "runtime/align.h"
 #include "tests/model/tiled_training.h"
@@ -98,12 +99,21 @@ TEST(WorldPlanTest, WeightsOnTheDeviceAreShardsThereBesideWholeGatherSlots) {
   for (uint64_t b : chunk_sizes(c, 2)) shards += round_up(round_up((b + 7) / 8, 2), 256);
   EXPECT_EQ(eight.at(Tier::device, PlanState::weights), estimate_device_bytes(c, paged).weights + shards);
   // AdamW on the device: its masters and moments are a rank's shards as DeviceOptimizer allocates
-  // them (an eighth, and the buffers a chunk is gathered through), far under one rank's.
+  // them (an eighth, and the buffer a chunk's updated weights are gathered through), beside the
+  // gather of a checkpoint's partitioned state (make_optimizer), far under one rank's.
   const PlanBytes one = plan_bytes(c, rank_options(o, world(8, 2)));
   const uint64_t whole = one.at(Tier::device, PlanState::masters) + one.at(Tier::device, PlanState::moments);
   const uint64_t rank = eight.at(Tier::device, PlanState::masters) + eight.at(Tier::device, PlanState::moments);
-  EXPECT_EQ(rank, DeviceOptimizer::device_bytes(build_param_layout(c, dtype_size(o.dtype)).value(), o.dtype, 8, 256));
+  const ParamLayout layout = build_param_layout(c, dtype_size(o.dtype)).value();
+  EXPECT_EQ(rank, DeviceOptimizer::device_bytes(layout, o.dtype, 8, 256) +
+                      round_up(8 * weight_gather_round(layout, 8), 256));
   EXPECT_LT(rank, whole / 2);
+  // Its pinned mirrors (for checkpoints) are the rank's shard too.
+  const auto mirror = [](const PlanBytes& b) {
+    return b.at(Tier::cpu, PlanState::masters) + b.at(Tier::cpu, PlanState::moments);
+  };
+  EXPECT_GT(mirror(one), 0u);
+  EXPECT_LT(mirror(eight), mirror(one) / 4);
 }
 
 TEST(WorldPlanTest, TrafficIsTheGathersAndReduceScattersWorkedOutByHand) {
