@@ -33,7 +33,8 @@ namespace strata::cli {
 namespace {
 
 // The test seam of the kill tests: STRATA_TEST_KILL_AT="<point>[:<n>]" sends this process SIGKILL
-// the n-th time (default 1st) a checkpoint save reaches <point> (CheckpointStore::save's names);
+// the n-th time (default 1st) a checkpoint save reaches <point> (CheckpointStore::save's names, and
+// across ranks save_checkpoint_shard's "shard_open" and "shard_written" on the ranks but 0);
 // "<point>:enospc[:<n>]" fails the save there with an injected ENOSPC instead. Unset: no hook.
 model::CheckpointHook test_checkpoint_hook() {
   const char* env = std::getenv("STRATA_TEST_KILL_AT");
