@@ -11,7 +11,8 @@
 # ranks with paged weights and with partitioned weights: all end on the reference's bytes. The
 # checkpoints of the CPU optimizer's runs are written shard-wise (each rank its own shard into rank
 # 0's files: the log says so); where a rank cannot open the files rank 0 gathers the state (same
-# bytes); a rank's failed write fails the save on every rank, naming it, the previous checkpoint kept.
+# bytes); a rank's failed write fails the save on every rank, naming it, the previous checkpoint kept,
+# and rank 0's failing before the files exist reaches the others at once.
 # Usage: train_ranks_placements_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 preset=$2 dtype=$3 strata=$4
@@ -94,6 +95,15 @@ STRATA_TEST_KILL_AT=shard_written:enospc:2 timeout 120 "${mpirun[@]}" -np "$np" 
 [ -f failing/step-000001/optimizer.safetensors ] || fail "the checkpoint before the failed save is gone"
 [ "$(ls failing)" = "$(printf 'latest\nlock\nstep-000001')" ] ||
   fail "a failed save across ranks left files behind: $(ls -a failing)"
+# Rank 0's save failing before it has files to share (an injected ENOSPC at its store's "begin"):
+# the other ranks learn it at once instead of waiting out --comm-timeout for the file list.
+start=$(date +%s)
+STRATA_TEST_KILL_AT=begin:enospc:2 timeout 120 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${pinned[@]}" \
+  --steps 4 --checkpoint-every 1 --checkpoint-dir early --comm-timeout 60 >failed 2>&1 &&
+  fail "rank 0's failed save: the run exited 0"
+[ "$(grep -c "rank 0: injected at 'begin'" failed)" -ge "$np" ] ||
+  fail "rank 0's failed save: not every rank named it: $(grep -i "error" failed | head -4)"
+[ $(($(date +%s) - start)) -lt 45 ] || fail "rank 0's failed save: the ranks waited for the comm timeout"
 
 # ZeRO-3 beside the optimizer on the device is refused, naming the flag.
 timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${device[@]}" --zero-stage 3 --steps 1 \
