@@ -288,12 +288,11 @@ std::string encode_report(const Status& status, const std::vector<WireFragment>&
   return out;
 }
 
-// The manifest rank 0 sends: {"shard_bytes": n, "files": [{"name", "temp", "data_start", "bytes"},
-// ...]}, the files in the plan's order (or CheckpointRanks::send_failure's).
-
-// Rank 0's side of a partitioned save, after the files are created: the list out, the agreement,
-// the writes, the reports in, the fragments accepted. Returns the first error of any rank (its
-// files then uncommitted); every collective is run whatever failed.
+// Rank 0's side of a partitioned save, after the files are created: the list out (the manifest,
+// {"shard_bytes": n, "files": [{"name", "temp", "data_start"}, ...]} in the plan's order, where
+// "temp" is the absolute path of the file being written), the agreement, the writes, the reports
+// in, the fragments accepted. Returns the first error of any rank (its files then uncommitted);
+// every collective is run whatever failed.
 Status write_across_ranks(const std::string& dir, const CheckpointPlan& plan, const ParamLayout& layout,
                           Trainer& trainer, CheckpointRanks& ranks,
                           std::vector<std::unique_ptr<SafetensorsWriter>>& files, uint64_t shard_bytes) {
@@ -301,8 +300,7 @@ Status write_across_ranks(const std::string& dir, const CheckpointPlan& plan, co
   for (size_t f = 0; f < files.size(); ++f)
     manifest["files"].push_back({{"name", plan.files[f]},
                                  {"temp", std::filesystem::absolute(files[f]->temp_path()).string()},
-                                 {"data_start", files[f]->data_start()},
-                                 {"bytes", files[f]->file_bytes()}});
+                                 {"data_start", files[f]->data_start()}});
   STRATA_RETURN_IF_ERROR(ranks.send_files(manifest.dump()).status());
   Status opened;
   STRATA_RETURN_IF_ERROR(ranks.agree(Status::ok(), opened));

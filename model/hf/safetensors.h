@@ -140,7 +140,6 @@ class SafetensorsWriter {
 
   const std::string& temp_path() const { return temp_path_; }
   uint64_t data_start() const { return data_start_; }          // file offset of the data section
-  uint64_t file_bytes() const { return data_start_ + (begins_.empty() ? 0 : begins_.back() + sizes_.back()); }
   bool checksummed() const { return !checksum_key_.empty(); }
 
  private:
