@@ -12,7 +12,8 @@
 # checkpoints of the CPU optimizer's runs are written shard-wise (each rank its own shard into rank
 # 0's files: the log says so); where a rank cannot open the files rank 0 gathers the state (same
 # bytes); a rank's failed write fails the save on every rank, naming it, the previous checkpoint kept,
-# and rank 0's failing before the files exist reaches the others at once.
+# and rank 0's failing before the files exist reaches the others at once. Tiled layouts across ranks
+# equal one rank tiled alike.
 # Usage: train_ranks_placements_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 preset=$2 dtype=$3 strata=$4
@@ -76,6 +77,15 @@ ranks "${paged[@]}" --steps 4 --resume b --checkpoint-dir b
 same_checkpoint ref/step-000004 b/step-000004 "resumed on $np ranks, weights paged"
 ranks "${zero3_paged[@]}" --steps 4 --resume c --checkpoint-dir c
 same_checkpoint ref/step-000004 c/step-000004 "resumed on $np ranks, weights partitioned"
+
+# Tiled layouts (vocabulary tiles, MLP tiles: GPT-2's MLP tiles are columns of the file's
+# transposed tensors, gathered whole across their chunks) across ranks against one rank tiled alike
+# (tiling regroups the MLP's sums, so not against the untiled reference).
+tiles=(--vocab-tile 1024 --mlp-tiles 2)
+one "${pinned[@]}" "${tiles[@]}" --steps 2 --metrics tiled1.jsonl --checkpoint-dir tiled1
+ranks "${pinned[@]}" "${tiles[@]}" --steps 2 --metrics tiled.jsonl --checkpoint-dir tiled
+diff <(figures tiled1.jsonl) <(figures tiled.jsonl) || fail "$np ranks tiled differ from 1 rank tiled"
+same_checkpoint tiled1/step-000002 tiled/step-000002 "tiled"
 
 # A checkpoint across ranks when the ranks cannot all open rank 0's files (a directory that is not
 # shared; injected at "shard_open"): the whole state is gathered to rank 0, which writes it, the
