@@ -288,6 +288,30 @@ std::string encode_report(const Status& status, const std::vector<WireFragment>&
   return out;
 }
 
+// Every rank's walk of a partitioned save, the same collectives on each. Shard-wise: its own
+// pieces' plain masters and moments through `writer` (no collective), then the masters of the
+// chunks holding transposed tensors gathered, which only rank 0 (`rank0`) writes. Otherwise the
+// whole state is gathered and only rank 0 writes it. A write's error stops the writes, not the
+// gathers (the gathers' own failure leaves the communicator broken: the exchanges after this
+// then fail at once).
+Status walk_partitioned_state(Trainer& trainer, const CheckpointPlan& plan, PieceWriter& writer, bool shard_wise,
+                              bool rank0) {
+  const auto writes = [&](WrittenParts parts) -> Trainer::PieceVisit {
+    return [&writer, parts](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
+      return writer.write(p, l, st, parts);
+    };
+  };
+  const Trainer::PieceVisit nothing = [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) {
+    return Status::ok();
+  };
+  if (!shard_wise) return trainer.visit_state(/*write_back=*/false, rank0 ? writes({}) : nothing);
+  Status mine = trainer.visit_shards(writes({.plain_masters = true, .transposed_masters = false, .moments = true}));
+  const Status gathered = trainer.visit_gathered_masters(
+      plan.transposed_chunks,
+      rank0 && mine.is_ok() ? writes({.plain_masters = false, .transposed_masters = true, .moments = false}) : nothing);
+  return mine.is_ok() ? gathered : mine;
+}
+
 // Rank 0's side of a partitioned save, after the files are created: the list out (the manifest,
 // {"shard_bytes": n, "files": [{"name", "temp", "data_start"}, ...]} in the plan's order, where
 // "temp" is the absolute path of the file being written), the agreement, the writes, the reports
@@ -314,25 +338,7 @@ Status write_across_ranks(const std::string& dir, const CheckpointPlan& plan, co
     own_bytes += bytes.size();
     return files[file]->write(tensor, bytes, offset);
   });
-  Status mine;
-  if (shard_wise) {
-    mine = trainer.visit_shards([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
-      return writer.write(p, l, st, {.plain_masters = true, .transposed_masters = false, .moments = true});
-    });
-    const Trainer::PieceVisit nothing = [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); };
-    // A collective, run whatever this rank's own writes did (the gathers' own failure leaves the
-    // communicator broken: the exchanges below then fail at once).
-    const Status gathered = trainer.visit_gathered_masters(
-        plan.transposed_chunks,
-        mine.is_ok() ? Trainer::PieceVisit([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
-          return writer.write(p, l, st, {.plain_masters = false, .transposed_masters = true, .moments = false});
-        })
-                     : nothing);
-    if (mine.is_ok()) mine = gathered;
-  } else {
-    mine = trainer.visit_state(/*write_back=*/false, [&](const StatePiece& p, const OptimizerStateLayout& l,
-                                                         ChunkState& st) { return writer.write(p, l, st, {}); });
-  }
+  Status mine = walk_partitioned_state(trainer, plan, writer, shard_wise, /*rank0=*/true);
   if (mine.is_ok()) mine = writer.finish(dir);
   // The reports: every rank's status and fragments.
   STRATA_ASSIGN_OR_RETURN(std::vector<std::string> reports, ranks.all_gather(encode_report(mine, {})));
@@ -488,28 +494,19 @@ Status save_checkpoint_shard(const Transformer& model, Trainer& trainer, Checkpo
   }
   Status agreed;
   STRATA_RETURN_IF_ERROR(ranks.agree(opened, agreed));
-  const Trainer::PieceVisit nothing = [](const StatePiece&, const OptimizerStateLayout&, ChunkState&) { return Status::ok(); };
+  // Where some rank cannot open them, rank 0 gathers the whole state and writes it.
+  if (!agreed.is_ok()) files.clear();
+  PieceWriter writer(plan, model.master_layout(),
+                     [&](size_t file, size_t tensor, std::span<const std::byte> bytes, uint64_t offset) {
+                       return files[file]->write(tensor, bytes, offset);
+                     });
+  Status mine = walk_partitioned_state(trainer, plan, writer, /*shard_wise=*/agreed.is_ok(), /*rank0=*/false);
+  if (mine.is_ok() && agreed.is_ok() && hook) mine = hook("shard_written");
   std::vector<WireFragment> fragments;
-  Status mine;
-  if (agreed.is_ok()) {
-    PieceWriter writer(plan, model.master_layout(),
-                       [&](size_t file, size_t tensor, std::span<const std::byte> bytes, uint64_t offset) {
-                         return files[file]->write(tensor, bytes, offset);
-                       });
-    mine = trainer.visit_shards([&](const StatePiece& p, const OptimizerStateLayout& l, ChunkState& st) {
-      return writer.write(p, l, st, {.plain_masters = true, .transposed_masters = false, .moments = true});
-    });
-    const Status gathered = trainer.visit_gathered_masters(plan.transposed_chunks, nothing);  // rank 0 writes them
-    if (mine.is_ok()) mine = gathered;
-    if (mine.is_ok() && hook) mine = hook("shard_written");
-    for (size_t f = 0; f < files.size(); ++f) {
-      if (Status s = files[f]->finish(); mine.is_ok()) mine = s;
-      for (const SafetensorsFragment& x : files[f]->fragments())
-        fragments.push_back({.file = uint32_t(f), .tensor = x.tensor, .crc = x.crc, .offset = x.offset, .bytes = x.bytes});
-    }
-  } else {
-    files.clear();  // some rank cannot open them: rank 0 gathers the whole state and writes it
-    mine = trainer.visit_state(/*write_back=*/false, nothing);
+  for (size_t f = 0; f < files.size(); ++f) {
+    if (Status s = files[f]->finish(); mine.is_ok()) mine = s;
+    for (const SafetensorsFragment& x : files[f]->fragments())
+      fragments.push_back({.file = uint32_t(f), .tensor = x.tensor, .crc = x.crc, .offset = x.offset, .bytes = x.bytes});
   }
   if (!mine.is_ok()) fragments.clear();
   STRATA_RETURN_IF_ERROR(ranks.all_gather(encode_report(mine, fragments)).status());

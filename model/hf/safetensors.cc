@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -182,6 +183,40 @@ Status check_piece(const std::string& path, const std::vector<SafetensorsSpec>& 
   return Status::ok();
 }
 
+// Each tensor's place in the data section, in declaration order with no padding: begins and sizes
+// appended; returns the section's bytes. invalid_argument naming the tensor whose size overflows.
+StatusOr<uint64_t> place_tensors(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                 std::vector<uint64_t>& begins, std::vector<uint64_t>& sizes) {
+  uint64_t offset = 0;
+  for (const SafetensorsSpec& spec : specs) {
+    const std::optional<uint64_t> size = byte_size(spec.dtype, spec.shape);
+    if (!size || __builtin_add_overflow(offset, *size, &offset)) {
+      return error(Code::invalid_argument, "tensor '{}' {} {} for {} is too large", spec.name,
+                   safe_dtype_name(spec.dtype), shape_text(spec.shape), path);
+    }
+    begins.push_back(offset - *size);
+    sizes.push_back(*size);
+  }
+  return offset;
+}
+
+// A piece of tensor `index` checked (check_piece) and written into `fd` at its place in the data
+// section from `data_start`; its fragment (with its CRC-32C when `checksummed`) appended to `out`
+// unless it is empty.
+Status write_piece(int fd, const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                   const std::vector<uint64_t>& begins, const std::vector<uint64_t>& sizes, uint64_t data_start,
+                   bool checksummed, size_t index, std::span<const std::byte> bytes, uint64_t offset,
+                   std::vector<SafetensorsFragment>& out) {
+  STRATA_RETURN_IF_ERROR(check_piece(path, specs, sizes, index, bytes.size(), offset));
+  STRATA_RETURN_IF_ERROR(write_all_at(fd, bytes.data(), bytes.size(), data_start + begins[index] + offset, path));
+  if (bytes.empty()) return Status::ok();
+  out.push_back({.tensor = uint32_t(index),
+                 .crc = checksummed ? kernels::crc32c(0, bytes.data(), bytes.size()) : 0,
+                 .offset = offset,
+                 .bytes = bytes.size()});
+  return Status::ok();
+}
+
 Status fsync_directory_of(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();
@@ -314,20 +349,13 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
                  checksum_key);
   }
   std::set<std::string_view> names;
-  uint64_t offset = 0;
   for (const SafetensorsSpec& spec : specs) {
     if (spec.name.empty() || spec.name == kMetadataKey || !names.insert(spec.name).second) {
       return error(Code::invalid_argument, "tensor name '{}' for {} is empty, reserved or given twice", spec.name,
                    path);
     }
-    std::optional<uint64_t> size = byte_size(spec.dtype, spec.shape);
-    if (!size || __builtin_add_overflow(offset, *size, &offset)) {
-      return error(Code::invalid_argument, "tensor '{}' {} {} for {} is too large", spec.name,
-                   safe_dtype_name(spec.dtype), shape_text(spec.shape), path);
-    }
-    w->begins_.push_back(offset - *size);
-    w->sizes_.push_back(*size);
   }
+  STRATA_ASSIGN_OR_RETURN(const uint64_t offset, place_tensors(path, specs, w->begins_, w->sizes_));
   std::map<std::string, std::string> header_metadata = metadata;
   if (!checksum_key.empty()) {
     // "00000000" for each tensor: the header's length is fixed now, and commit() rewrites these
@@ -344,7 +372,6 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(std::stri
   if (w->fd_ < 0) return errno_status(errno, fmt::format("creating checkpoint file {}", w->temp_path_));
   w->data_start_ = 8 + text.size();
   w->specs_ = std::move(specs);
-  w->fragments_.assign(w->specs_.size(), {});
   std::array<std::byte, 8> len{};
   const uint64_t header_len = text.size();
   std::memcpy(len.data(), &header_len, 8);
@@ -364,28 +391,18 @@ SafetensorsWriter::~SafetensorsWriter() {
 
 Status SafetensorsWriter::write(size_t index, std::span<const std::byte> bytes, uint64_t offset) {
   if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
-  STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, index, bytes.size(), offset));
-  STRATA_RETURN_IF_ERROR(
-      write_all_at(fd_, bytes.data(), bytes.size(), data_start_ + begins_[index] + offset, temp_path_));
-  if (bytes.empty()) return Status::ok();
-  fragments_[index].push_back({.tensor = uint32_t(index),
-                               .crc = checksummed() ? kernels::crc32c(0, bytes.data(), bytes.size()) : 0,
-                               .offset = offset,
-                               .bytes = bytes.size()});
-  return Status::ok();
+  return write_piece(fd_, temp_path_, specs_, begins_, sizes_, data_start_, checksummed(), index, bytes, offset,
+                     fragments_);
 }
 
 Status SafetensorsWriter::accept(const SafetensorsFragment& f) {
   if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
   STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, f.tensor, f.bytes, f.offset));
-  if (f.bytes > 0) fragments_[f.tensor].push_back(f);
+  if (f.bytes > 0) fragments_.push_back(f);
   return Status::ok();
 }
 
-Status SafetensorsWriter::record_checksums() {
-  std::vector<uint32_t> crcs(specs_.size(), 0);
-  for (size_t i = 0; i < specs_.size(); ++i)  // sorted and covering (commit() checked)
-    for (const SafetensorsFragment& f : fragments_[i]) crcs[i] = kernels::crc32c_combine(crcs[i], f.crc, f.bytes);
+Status SafetensorsWriter::record_checksums(const std::vector<uint32_t>& crcs) {
   std::map<std::string, std::string> metadata = metadata_;
   metadata[checksum_key_] = checksum_text(specs_, crcs);
   const std::string text = header_text(specs_, begins_, sizes_, metadata);
@@ -400,19 +417,24 @@ Status SafetensorsWriter::record_checksums() {
 
 Status SafetensorsWriter::commit() {
   if (committed_ || fd_ < 0) return error(Code::failed_precondition, "checkpoint {} is already committed", path_);
+  // Tensor by tensor in offset order, each piece must start where the ones before it end; the
+  // tensor's CRC is its pieces' joined in that order.
+  std::sort(fragments_.begin(), fragments_.end(), [](const SafetensorsFragment& x, const SafetensorsFragment& y) {
+    return std::tie(x.tensor, x.offset) < std::tie(y.tensor, y.offset);
+  });
+  std::vector<uint32_t> crcs(specs_.size(), 0);
+  size_t next = 0;
   for (size_t i = 0; i < specs_.size(); ++i) {
-    std::vector<SafetensorsFragment>& pieces = fragments_[i];
-    std::sort(pieces.begin(), pieces.end(),
-              [](const SafetensorsFragment& x, const SafetensorsFragment& y) { return x.offset < y.offset; });
-    // Sorted by offset, each piece must start where the ones before it end.
     uint64_t total = 0, covered = 0;
     std::string problem;
-    for (const SafetensorsFragment& f : pieces) {
+    for (; next < fragments_.size() && fragments_[next].tensor == i; ++next) {
+      const SafetensorsFragment& f = fragments_[next];
       total += f.bytes;
       if (problem.empty() && f.offset != covered)
         problem = f.offset > covered ? fmt::format("no piece starts at byte {}", covered)
                                      : fmt::format("two pieces overlap at byte {}", f.offset);
       covered = std::max(covered, f.offset + f.bytes);
+      crcs[i] = kernels::crc32c_combine(crcs[i], f.crc, f.bytes);
     }
     if (problem.empty() && covered != sizes_[i]) problem = fmt::format("no piece starts at byte {}", covered);
     if (!problem.empty()) {
@@ -422,7 +444,7 @@ Status SafetensorsWriter::commit() {
                    specs_[i].name, path_, total, sizes_[i], problem);
     }
   }
-  if (checksummed()) STRATA_RETURN_IF_ERROR(record_checksums());
+  if (checksummed()) STRATA_RETURN_IF_ERROR(record_checksums(crcs));
   if (fsync(fd_) != 0) return errno_status(errno, fmt::format("fsync of {}", temp_path_));
   const int fd = fd_;
   fd_ = -1;
@@ -438,14 +460,7 @@ StatusOr<std::unique_ptr<SafetensorsPeerWriter>> SafetensorsPeerWriter::open(std
                                                                               const std::vector<SafetensorsSpec>& specs,
                                                                               uint64_t data_start, bool checksummed) {
   std::unique_ptr<SafetensorsPeerWriter> w(new SafetensorsPeerWriter());
-  uint64_t offset = 0;
-  for (const SafetensorsSpec& spec : specs) {
-    const std::optional<uint64_t> size = byte_size(spec.dtype, spec.shape);
-    if (!size || __builtin_add_overflow(offset, *size, &offset))
-      return error(Code::invalid_argument, "tensor '{}' for {} is too large", spec.name, temp_path);
-    w->begins_.push_back(offset - *size);
-    w->sizes_.push_back(*size);
-  }
+  STRATA_ASSIGN_OR_RETURN(const uint64_t offset, place_tensors(temp_path, specs, w->begins_, w->sizes_));
   w->fd_ = ::open(temp_path.c_str(), O_WRONLY | O_CLOEXEC);
   if (w->fd_ < 0) return errno_status(errno, fmt::format("opening {} to write a shard into it", temp_path));
   struct stat st{};
@@ -466,14 +481,8 @@ SafetensorsPeerWriter::~SafetensorsPeerWriter() {
 
 Status SafetensorsPeerWriter::write(size_t index, std::span<const std::byte> bytes, uint64_t offset) {
   if (fd_ < 0) return error(Code::failed_precondition, "the shard writer of {} is finished", path_);
-  STRATA_RETURN_IF_ERROR(check_piece(path_, specs_, sizes_, index, bytes.size(), offset));
-  STRATA_RETURN_IF_ERROR(write_all_at(fd_, bytes.data(), bytes.size(), data_start_ + begins_[index] + offset, path_));
-  if (bytes.empty()) return Status::ok();
-  fragments_.push_back({.tensor = uint32_t(index),
-                        .crc = checksummed_ ? kernels::crc32c(0, bytes.data(), bytes.size()) : 0,
-                        .offset = offset,
-                        .bytes = bytes.size()});
-  return Status::ok();
+  return write_piece(fd_, path_, specs_, begins_, sizes_, data_start_, checksummed_, index, bytes, offset,
+                     fragments_);
 }
 
 Status SafetensorsPeerWriter::finish() {

@@ -144,7 +144,7 @@ class SafetensorsWriter {
 
  private:
   SafetensorsWriter() = default;
-  Status record_checksums();  // REQUIRES: checksummed and every tensor covered
+  Status record_checksums(const std::vector<uint32_t>& crcs);  // the header rewritten with them
 
   std::string path_;
   std::string temp_path_;
@@ -153,7 +153,7 @@ class SafetensorsWriter {
   std::vector<SafetensorsSpec> specs_;
   std::vector<uint64_t> begins_;
   std::vector<uint64_t> sizes_;
-  std::vector<std::vector<SafetensorsFragment>> fragments_;  // per tensor, as written or accepted
+  std::vector<SafetensorsFragment> fragments_;  // as written or accepted (commit() sorts them)
   bool committed_ = false;
   std::string checksum_key_;  // empty: no checksums
   std::map<std::string, std::string> metadata_;  // as given, without the checksum entry

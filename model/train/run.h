@@ -173,8 +173,6 @@ class TrainingRun {
   std::unique_ptr<Communicator> comm_;       // across ranks (world size > 1), else null
   int32_t* stop_flags_ = nullptr;            // across ranks: each rank's stop signal (device, world size int32)
   double comm_timeout_ = 0;                  // across ranks: seconds (join_world sizes the default)
-  std::unique_ptr<ShardGather> checkpoint_gather_;  // across ranks with --checkpoint-dir: the save's messages
-  std::optional<CheckpointRanks> checkpoint_ranks_;  // over checkpoint_gather_
   std::unique_ptr<PinnedPool> pinned_;
   std::unique_ptr<TrainOffload> offload_;    // the weight offload stack (and the trace, the NVMe store)
   std::unique_ptr<StepObserver> observer_;   // --bench
@@ -184,6 +182,7 @@ class TrainingRun {
   std::unique_ptr<BatchLoader> val_loader_;  // null without evaluation
   std::unique_ptr<Transformer> net_;
   std::unique_ptr<Trainer> trainer_;
+  std::optional<CheckpointRanks> checkpoint_ranks_;  // across ranks with --checkpoint-dir: over the trainer's gather
   std::optional<MetricsLog> metrics_;        // --metrics; closed before the end-of-run lines follow it
   std::optional<TensorBoardWriter> tensorboard_;
   std::optional<TrainDeviceRates> rates_;

@@ -365,12 +365,6 @@ RunOutcome TrainingRun::build() {
     StatusOr<void*> flags = backend_->allocate(sizeof(int32_t) * uint64_t(launch_.size), "run stop flags");
     if (!flags.is_ok()) return outcome_of(flags.status());
     stop_flags_ = static_cast<int32_t*>(*flags);
-    if (!o_.checkpoint_dir.empty()) {  // the ranks write each checkpoint together (model/ckpt/checkpoint.h)
-      StatusOr<std::unique_ptr<ShardGather>> gather = ShardGather::create(*backend_, *comm_, 256 << 10, "checkpoint");
-      if (!gather.is_ok()) return outcome_of(gather.status());
-      checkpoint_gather_ = std::move(*gather);
-      checkpoint_ranks_.emplace(*checkpoint_gather_, launch_.rank, launch_.size);
-    }
   }
   StatusOr<ScheduleChoice> schedule =
       choose_step_schedule(mc_, o_, launch_.size, backend_->memory().capacity);
@@ -472,6 +466,11 @@ RunOutcome TrainingRun::build_model() {
                        .resident_part = offload_->resident_layers()});
   if (!trainer.is_ok()) return outcome_of(trainer.status());
   trainer_ = std::move(*trainer);
+  if (comm_ && !o_.checkpoint_dir.empty()) {  // the ranks write each checkpoint together (model/ckpt/checkpoint.h)
+    if (trainer_->shard_gather() == nullptr)
+      return outcome_of(error(Code::internal, "a trainer across {} ranks without its shard gather", launch_.size));
+    checkpoint_ranks_.emplace(*trainer_->shard_gather(), launch_.rank, launch_.size);
+  }
   if (Status s = net_->finish_init(); !s.is_ok()) return outcome_of(s);  // what the masters' fill did not write
   if (RunOutcome out = stopped_in_setup("writing the optimizer state"); !out.ok()) return out;
   if (resumed_) {

@@ -215,6 +215,11 @@ Status Trainer::visit_state(bool write_back, const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
   OptimizerState& state = *parts_.state;
   if (state.partitioned() && !write_back) return visit_gathered(visit, nullptr, /*masters_only=*/false);
+  return visit_pieces(write_back, visit);
+}
+
+Status Trainer::visit_pieces(bool write_back, const PieceVisit& visit) {
+  OptimizerState& state = *parts_.state;
   return state.pipeline().for_each_chunk(
       state.order(),
       [&](size_t i, ChunkState& image) { return visit(state.pieces()[i], state.pipeline().layout(i), image); },
@@ -279,11 +284,7 @@ Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>*
 
 Status Trainer::visit_shards(const PieceVisit& visit) {
   STRATA_RETURN_IF_ERROR(finish_update());
-  OptimizerState& state = *parts_.state;
-  return state.pipeline().for_each_chunk(
-      state.order(),
-      [&](size_t i, ChunkState& image) { return visit(state.pieces()[i], state.pipeline().layout(i), image); },
-      /*write_back=*/false);
+  return visit_pieces(/*write_back=*/false, visit);
 }
 
 Status Trainer::visit_gathered_masters(const std::vector<bool>& chunks, const PieceVisit& visit) {

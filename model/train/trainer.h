@@ -178,6 +178,10 @@ class Trainer {
   size_t state_chunks() const { return parts_.state->chunk_count(); }
   const std::vector<StatePiece>& state_pieces() const { return parts_.state->pieces(); }
   bool state_partitioned() const { return parts_.state->partitioned(); }
+  // Across ranks (a partitioned state), the all-gather of host bytes the checkpoint's reads use, also
+  // lent to the messages of a save written by the ranks together (model/ckpt/checkpoint_ranks.h);
+  // else null.
+  ShardGather* shard_gather() const { return parts_.gather.get(); }
   const OptimizerStateLayout& piece_layout(size_t index) const { return parts_.state->pipeline().layout(index); }
   OptimizerPipelineStats state_stats() const { return parts_.state->pipeline().stats(); }
   Status restore_progress(uint64_t steps_done, uint64_t updates_done, std::optional<std::string_view> loss_scaler_json);
@@ -210,6 +214,8 @@ class Trainer {
   // visit_state's read of a partitioned state (every chunk when `chunks` is null), or of its
   // masters alone (visit_gathered_masters).
   Status visit_gathered(const PieceVisit& visit, const std::vector<bool>* chunks, bool masters_only);
+  // This rank's pieces in order (every piece on one rank), read or with write_back.
+  Status visit_pieces(bool write_back, const PieceVisit& visit);
   // Copies one micro-batch to the device inputs/targets, ordered before the next compute work;
   // invalid_argument, before reading it, when the batch's (B, T) exceeds the model's buffers.
   // Returns its counted targets.
