@@ -71,6 +71,11 @@ Status DeviceGrads::allocate_sums() {
                                                    fmt::format("{} gradients: a release by destination rank", name_)));
     exchange_ = static_cast<float*>(buffer);
   }
+  if (ranks > 1 && micro_batches_ > 1) {
+    STRATA_ASSIGN_OR_RETURN(void* buffer, allocate(exchange * sizeof(float),
+                                                   fmt::format("{} gradients: a later round's shards", name_)));
+    received_ = static_cast<float*>(buffer);
+  }
   rank_partials_ = partial_at_.back();
   STRATA_ASSIGN_OR_RETURN(void* partials, allocate(uint64_t(ranks) * rank_partials_ * sizeof(double),
                                                    fmt::format("{} norm partials", name_)));
@@ -80,7 +85,8 @@ Status DeviceGrads::allocate_sums() {
 }
 
 uint64_t DeviceGrads::device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
-                                   const std::vector<uint32_t>& releases, int ranks, uint64_t align) {
+                                   const std::vector<uint32_t>& releases, int ranks, uint64_t align,
+                                   uint64_t micro_batches) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   constexpr uint64_t kBlock = kernels::kSumSquaresBlock;
   uint64_t bytes = 0, partials = 0, exchange = 0;
@@ -98,7 +104,7 @@ uint64_t DeviceGrads::device_bytes(DType dtype, const std::vector<uint64_t>& chu
     exchange = std::max(exchange, uint64_t(ranks) * stride);
     if (releases.at(c) > 1) bytes += aligned(uint64_t(releases[c]) * uint64_t(ranks) * stride * sizeof(float));
   }
-  if (ranks > 1) bytes += aligned(exchange * sizeof(float));
+  if (ranks > 1) bytes += (micro_batches > 1 ? 2 : 1) * aligned(exchange * sizeof(float));
   return bytes + aligned(uint64_t(ranks) * partials * sizeof(double));
 }
 
@@ -121,10 +127,12 @@ Status DeviceGrads::begin_step() {
   STRATA_RETURN_IF_ERROR(allocate_sums());
   held_.assign(work_.size(), Held::none);
   released_.assign(work_.size(), 0);
+  rounds_.assign(work_.size(), 0);
   return Status::ok();
 }
 
-Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases) {
+Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases,
+                                      uint64_t micro_batches) {
   if (comm_ != nullptr) return error(Code::failed_precondition, "device gradients: already spread over ranks");
   if (!acc_.empty())
     return error(Code::failed_precondition, "device gradients: spread over ranks after a step (before the first)");
@@ -135,10 +143,14 @@ Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint
                  work_.size());
   for (size_t c = 0; c < work_.size(); ++c)
     if (releases[c] == 0)
-      return error(Code::invalid_argument, "device gradients: chunk {} gets no release per step", c);
+      return error(Code::invalid_argument, "device gradients: chunk {} gets no release per backward", c);
+  if (micro_batches == 0)
+    return error(Code::invalid_argument, "device gradients: 0 micro-batches a rank per step");
   for (size_t c = 0; c < work_.size(); ++c) shards_[c] = chunk_shard(elements(c), comm.size(), comm.rank());
   releases_ = releases;
   released_.assign(work_.size(), 0);
+  rounds_.assign(work_.size(), 0);
+  micro_batches_ = micro_batches;
   comm_ = &comm;
   return Status::ok();
 }
@@ -160,8 +172,8 @@ Status DeviceGrads::release(size_t c, bool /*last*/) {
   if (comm_ != nullptr) {  // widened into the exchange buffer; the last release sends the shards
     const uint32_t j = released_[c]++;
     if (j >= releases_[c])
-      return error(Code::failed_precondition, "device gradients: release {} of chunk {} in one step, but across ranks "
-                   "each rank runs one micro-batch per step ({} release(s) of this chunk)", j + 1, c, releases_[c]);
+      return error(Code::failed_precondition, "device gradients: release {} of chunk {} in one backward, which "
+                   "releases it {} time(s)", j + 1, c, releases_[c]);
     STRATA_RETURN_IF_ERROR(widen_for_ranks(c));
     held_[c] = Held::in_acc;
     return exchange(c, j);
@@ -210,18 +222,31 @@ Status DeviceGrads::widen_for_ranks(size_t c) {
 }
 
 // Release j of chunk c (in the exchange buffer) to the shards' owners, queued on the compute stream:
-// one release is reduce-scattered into acc(c); of several, each is sent all-to-all into the chunk's
-// stack ([release][rank][stride]) and the last adds them, rank-major, release-minor, into acc(c).
+// one release of the step's first round is reduce-scattered into acc(c) (the ranks' sum in rank
+// order, from the first); of a later round, sent all-to-all into the receive buffer and added to
+// acc(c) rank by rank; of several releases, each is sent all-to-all into the chunk's stack
+// ([release][rank][stride]) and the last adds them, rank-major, release-minor, into acc(c). The
+// backward's last release ends the chunk's round.
 Status DeviceGrads::exchange(size_t c, uint32_t j) {
   const uint64_t stride = shards_[c].stride, ranks = uint64_t(comm_->size()), R = releases_[c];
-  if (stacks_[c] == nullptr) return comm_->reduce_scatter(exchange_, acc_[c], stride, Stream::compute);
-  STRATA_RETURN_IF_ERROR(
-      comm_->all_to_all(exchange_, stacks_[c] + j * ranks * stride, stride * sizeof(float), Stream::compute));
+  const bool first_round = rounds_[c] == 0;
+  if (j + 1 == R) {
+    released_[c] = 0;
+    ++rounds_[c];
+  }
+  if (stacks_[c] == nullptr && first_round) return comm_->reduce_scatter(exchange_, acc_[c], stride, Stream::compute);
+  float* to = stacks_[c] != nullptr ? stacks_[c] + j * ranks * stride : received_;
+  if (to == nullptr)
+    return error(Code::failed_precondition, "device gradients: chunk {} released in backward {} of a step, but "
+                 "spread_over_ranks was told of {} micro-batch(es) a rank", c, rounds_[c], micro_batches_);
+  STRATA_RETURN_IF_ERROR(comm_->all_to_all(exchange_, to, stride * sizeof(float), Stream::compute));
   if (j + 1 < R) return Status::ok();
+  const float* from = stacks_[c] != nullptr ? stacks_[c] : received_;
   for (uint64_t r = 0; r < ranks; ++r)
     for (uint64_t k = 0; k < R; ++k)
-      STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], stacks_[c] + (k * ranks + r) * stride,
-                                                               DType::f32, int64_t(stride), /*first=*/r == 0 && k == 0));
+      STRATA_RETURN_IF_ERROR(backend_.ops().accumulate_widened(acc_[c], from + (k * ranks + r) * stride, DType::f32,
+                                                               int64_t(stride),
+                                                               /*first=*/first_round && r == 0 && k == 0));
   return Status::ok();
 }
 
@@ -231,10 +256,10 @@ StatusOr<double> DeviceGrads::norm_over_ranks() {
   const int ranks = comm_->size();
   double* mine = partials_ + uint64_t(comm_->rank()) * rank_partials_;
   for (size_t c = 0; c < work_.size(); ++c) {
-    if (released_[c] != 0 && released_[c] != releases_[c])
-      return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases this step", c,
-                   released_[c], releases_[c]);
-    if (released_[c] == 0) {  // no contribution on this rank (nor, the same model, on any): zeros exchanged
+    if (released_[c] != 0)
+      return error(Code::failed_precondition, "device gradients: chunk {} got {} of its {} releases in the last "
+                   "backward", c, released_[c], releases_[c]);
+    if (rounds_[c] == 0) {  // no contribution on this rank (nor, the same model, on any): zeros exchanged
       STRATA_RETURN_IF_ERROR(backend_.fill_zero(exchange_, uint64_t(ranks) * shards_[c].stride * sizeof(float)));
       for (uint32_t j = 0; j < releases_[c]; ++j) STRATA_RETURN_IF_ERROR(exchange(c, j));
       held_[c] = Held::in_acc;

@@ -13,8 +13,8 @@
 // Device memory per chunk: its working-precision buffer (from create), its fp32 accumulator and one
 // double per 4096 floats for the norm's block partials (from the first begin_step or acquire, so a
 // spread over ranks before it allocates shards only); device_bytes says how much in all.
-// Across ranks (spread_over_ranks, a scale-out run): each rank runs one micro-batch of the step and
-// keeps its shard of the gradient, the sum of every rank's contributions in (rank, release) order,
+// Across ranks (spread_over_ranks, a scale-out run): each rank runs its micro-batches of the step and
+// keeps its shard of the gradient, the sum of every rank's contributions in (round, rank, release) order,
 // the bits of one rank accumulating the same micro-batches in that order (ZeRO's partitioned
 // gradient: a rank's fp32 sums are 1/N of the model's).
 // Thread-safety: one driving thread. Lifetime: the backend (and the communicator given to
@@ -81,29 +81,32 @@ class DeviceGrads final : public GradSink {
   // ---- across ranks: the gradient partitioned (ZeRO) -------------------------------------------
   // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1) and
   // each rank keeps only ITS SHARD of every chunk's sum (offload/chunk_shard.h: chunk_shard(
-  // elements, size(), rank())), each rank running ONE micro-batch per step (micro-batch r of the
-  // step on rank r): chunk c gets exactly `releases[c]` releases per step on every rank (its
-  // releases per backward: 2 for a tied embedding's tiles, the head's then the embedding's; else 1;
+  // elements, size(), rank())), each rank running `micro_batches` micro-batches per step, all
+  // ranks the same number, in rounds (round j: micro-batch j x size() + r of the step on rank r,
+  // model/data/rank_batches.h): chunk c gets exactly `releases[c]` releases per backward on every
+  // rank (2 for a tied embedding's tiles, the head's then the embedding's; else 1;
   // Transformer::gradient_releases). Each release is widened into an fp32 exchange buffer laid out
   // by destination rank and its shards go to their owners at once, in the backward (a chunk of one
-  // release: comm.reduce_scatter; of several: all_to_all into the chunk's stack, summed at its last
-  // release); the owner sums them
-  //   x(0,0); += x(0,1); ...; += x(1,0); ...   (rank r's j-th release x(r,j), rank-major)
+  // release in round 0: comm.reduce_scatter; in a later round, all_to_all into a receive buffer; of
+  // several releases: all_to_all into the chunk's stack, summed at its last release); the owner
+  // adds them round by round,
+  //   x(0,0,0); += x(0,0,1); ...; += x(0,1,0); ...; += x(1,0,0); ...   (round j, rank r's i-th
+  //   release x(j,r,i): round-major, then rank-major)
   // -- the order in which one rank accumulating the same micro-batches adds them, so the shard
   // holds exactly the bits one rank's sum holds there. finish_step combines the ranks' block
   // partials (all-gathered) in block order: the one-rank norm, bit for bit.
   // Device memory then: per chunk its working-precision buffer and its shard's fp32 sum (the whole
   // sums are never allocated: call it before the first step); one exchange buffer of size() x the largest
-  // stride (fp32), shared by every chunk; for a chunk of R > 1 releases, a stack of R x size() x
-  // its stride; size() x the norm's partials.
-  // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0),
-  // failed_precondition when called twice or after the first step; the arena's out_of_memory comes
-  // at the first step. A release
-  // beyond releases[c] in a step, or finish_step with a chunk released fewer times, is
-  // failed_precondition (the model ran more than one micro-batch per rank, or another backward).
-  // Every rank must release the chunks in the same order (the same model): the exchanges are
-  // collectives.
-  Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases);
+  // stride (fp32), shared by every chunk, and with more than one micro-batch a rank a receive buffer
+  // as large; for a chunk of R > 1 releases, a stack of R x size() x its stride; size() x the
+  // norm's partials.
+  // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0, 0
+  // micro-batches), failed_precondition when called twice or after the first step; the arena's
+  // out_of_memory comes at the first step. A release beyond releases[c] in a backward, or
+  // finish_step with a chunk released fewer times in the last one, is failed_precondition (another
+  // backward than the model's). Every rank must run as many backwards and release the chunks in
+  // the same order (the same model): the exchanges are collectives.
+  Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases, uint64_t micro_batches = 1);
   // Whether spread_over_ranks partitioned the gradient; then gradient(c) is the rank's shard of
   // the sum (element i = chunk element shard(c).begin + i, fp32) and widened() refuses.
   bool partitioned() const { return comm_ != nullptr; }
@@ -114,7 +117,8 @@ class DeviceGrads final : public GradSink {
   // The device bytes create and then spread_over_ranks (ranks > 1) allocate, each block aligned to
   // `align` (the arena's): the planner's figure, to the byte.
   static uint64_t device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
-                               const std::vector<uint32_t>& releases, int ranks, uint64_t align);
+                               const std::vector<uint32_t>& releases, int ranks, uint64_t align,
+                               uint64_t micro_batches = 1);
 
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }
@@ -158,8 +162,11 @@ class DeviceGrads final : public GradSink {
   std::vector<uint32_t> releases_;      // per chunk: its releases per step
   std::vector<float*> stacks_;          // per chunk of R > 1 releases: the shards received, [release][rank][stride]
   float* exchange_ = nullptr;           // size() x the largest stride: a release by destination rank
+  float* received_ = nullptr;           // as large, with micro_batches_ > 1: a later round's shards
+  uint64_t micro_batches_ = 1;          // a rank's per step (its backwards: rounds)
   uint64_t rank_partials_ = 0;
-  std::vector<uint32_t> released_;      // per chunk: releases so far this step
+  std::vector<uint32_t> released_;      // per chunk: releases so far this backward (0 after its last)
+  std::vector<uint32_t> rounds_;        // per chunk: backwards (rounds) that released it this step
 };
 
 }  // namespace strata

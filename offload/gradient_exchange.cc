@@ -163,8 +163,8 @@ Status GradientExchange::release(size_t c, bool last) {
   slots_.put(c);
   const uint32_t j = released_[c]++;
   if (j >= options_.releases[c])
-    return error(Code::failed_precondition, "{} exchange: release {} of chunk {} in one backward, but each rank runs "
-                 "one micro-batch per step ({} release(s) of this chunk)", name, j + 1, c, options_.releases[c]);
+    return error(Code::failed_precondition, "{} exchange: release {} of chunk {} in one backward, which releases it "
+                 "{} time(s)", name, j + 1, c, options_.releases[c]);
   const uint64_t block = shards_[c].stride * element_bytes_;
   std::byte* to = stacks_[c] != nullptr ? stacks_[c] + uint64_t(j) * uint64_t(comm_.size()) * block : received_;
   STRATA_RETURN_IF_ERROR(comm_.all_to_all(slot, to, block, Stream::compute));
@@ -174,6 +174,7 @@ Status GradientExchange::release(size_t c, bool last) {
                    "release per backward", name, c);
     return Status::ok();
   }
+  released_[c] = 0;  // the next backward (round) starts over
   return hand_over(c, j + 1);
 }
 
@@ -198,9 +199,9 @@ StatusOr<double> GradientExchange::finish_step() {
   if (const int64_t c = slots_.first_held(); c >= 0)
     return error(Code::failed_precondition, "{} exchange: finish_step while chunk {} is held", name, c);
   for (size_t c = 0; c < released_.size(); ++c) {
-    if (released_[c] != 0 && released_[c] != options_.releases[c])
-      return error(Code::failed_precondition, "{} exchange: chunk {} got {} of its {} releases this step", name, c,
-                   released_[c], options_.releases[c]);
+    if (released_[c] != 0)
+      return error(Code::failed_precondition, "{} exchange: chunk {} got {} of its {} releases in the last backward",
+                   name, c, released_[c], options_.releases[c]);
   }
   in_step_ = false;
   STRATA_RETURN_IF_ERROR(inner_.finish_step().status());

@@ -18,7 +18,10 @@
 // The norm: `inner` keeps its shards' block partials (kernels::sum_squares's blocks); finish_step
 // all-gathers them and sums them per chunk in block order and over chunks in chunk order from
 // +0.0: the one-rank definition (GradSink::finish_step), so N ranks give one rank's bits.
-// Every rank runs one micro-batch per step (the trainer checks grad_accum == ranks).
+// Each rank may run several micro-batches a step, all ranks the same number: each backward is one
+// round (round j: micro-batch j x N + r on rank r, model/data/rank_batches.h), its blocks handed
+// over as above at each chunk's last release of the backward, so `inner` adds the step's
+// micro-batches in the one-rank order: round by round, rank by rank.
 //
 // Thread-safety: one driving thread. Lifetime: the backend, the communicator and `inner` outlive
 // the exchange; the destructor waits for the compute stream before returning its blocks.
@@ -75,8 +78,9 @@ class GradientExchange final : public GradSink {
   // Queues the all-to-all of c's slot; at `last`, hands the received blocks to `inner` (above).
   // failed_precondition for more releases of c than options.releases[c] in one backward.
   Status release(size_t c, bool last) override;
-  // Each rank runs one micro-batch of the step: the inner offloader's step is always its last.
-  void set_last_micro_batch(bool) override {}
+  // Whether this rank's backward that follows is its last of the step (the last round): passed to
+  // `inner`, whose last round of hand-overs then finishes each chunk's sum and norm partials.
+  void set_last_micro_batch(bool last) override { inner_.set_last_micro_batch(last); }
   // inner.finish_step(), then the global squared norm from every rank's block partials (above):
   // the same bits on every rank. A collective: every rank calls it. The communicator's sticky
   // error (a dead rank, a timeout) is returned.
@@ -100,7 +104,7 @@ class GradientExchange final : public GradSink {
   SlotRing slots_;                    // per group: ranks x stride elements of its largest chunk a slot
   std::byte* received_ = nullptr;     // ranks x stride elements of the largest chunk released once
   std::vector<std::byte*> stacks_;    // per chunk released more than once: releases x ranks x stride
-  std::vector<uint32_t> released_;    // per chunk: releases this backward
+  std::vector<uint32_t> released_;    // per chunk: releases this backward (0 again after its last)
   // The norm: every chunk's stride / kSumSquaresBlock block partials of this rank, then all ranks'.
   double* partials_ = nullptr;        // ranks x blocks_
   uint64_t blocks_ = 0;               // per rank: sum over chunks of stride / kSumSquaresBlock

@@ -7,7 +7,7 @@ StatusOr<RankBatches> RankBatches::create(BatchLoader& loader, int rank, int ran
   if (ranks < 1 || rank < 0 || rank >= ranks)
     return error(Code::invalid_argument, "rank batches: rank {} of {}", rank, ranks);
   if (per_rank == 0) return error(Code::invalid_argument, "rank batches: 0 micro-batches per rank");
-  return RankBatches(loader, uint64_t(rank) * per_rank, uint64_t(ranks) * per_rank, per_rank);
+  return RankBatches(loader, uint64_t(rank), uint64_t(ranks), per_rank);
 }
 
 Status RankBatches::pass_over(uint64_t batches) {
@@ -21,7 +21,7 @@ StatusOr<BatchView> RankBatches::next() {
     STRATA_RETURN_IF_ERROR(pass_over(group_ - read_));
     read_ = taken_ = 0;
   }
-  STRATA_RETURN_IF_ERROR(pass_over(first_ + taken_ - read_));
+  STRATA_RETURN_IF_ERROR(pass_over(first_ + taken_ * ranks_ - read_));
   STRATA_ASSIGN_OR_RETURN(BatchView batch, loader_->next());
   ++read_;
   ++taken_;

@@ -1,9 +1,10 @@
 // RankBatches: one rank's share of the training batches in a scale-out run. The loader's batches
 // come in groups of one step (ranks x per_rank micro-batches, the order one rank with that many
-// micro-batches per step reads them); rank r takes micro-batches [r * per_rank, (r + 1) * per_rank)
-// of each group and passes over the others, so N ranks see, between them, exactly the batches of
-// one rank, and rank r's are that rank's r-th. Deterministic: a pure function of the loader's
-// order. Not a loader (it reads through a BatchLoader) and not a sampler.
+// micro-batches per step reads them); rank r takes micro-batches r, r + ranks, r + 2 x ranks, ...
+// of each group (round j of the step runs micro-batches [j x ranks, (j + 1) x ranks), one a rank:
+// the order in which the gradient exchange adds them up) and passes over the others, so N ranks
+// see, between them, exactly the batches of one rank. Deterministic: a pure function of the
+// loader's order. Not a loader (it reads through a BatchLoader) and not a sampler.
 // Thread-safety: as the BatchLoader's consumer (one thread). Lifetime: the loader outlives it.
 #pragma once
 
@@ -28,12 +29,13 @@ class RankBatches {
   StatusOr<LoaderPosition> step_position();
 
  private:
-  RankBatches(BatchLoader& loader, uint64_t first, uint64_t group, uint64_t per_rank)
-      : loader_(&loader), first_(first), group_(group), per_rank_(per_rank) {}
+  RankBatches(BatchLoader& loader, uint64_t first, uint64_t ranks, uint64_t per_rank)
+      : loader_(&loader), first_(first), ranks_(ranks), group_(ranks * per_rank), per_rank_(per_rank) {}
   Status pass_over(uint64_t batches);
 
   BatchLoader* loader_;
-  uint64_t first_;     // this rank's first micro-batch within a group
+  uint64_t first_;     // this rank's first micro-batch within a group (its rank)
+  uint64_t ranks_;     // between two of this rank's micro-batches: every rank's one of a round
   uint64_t group_;     // micro-batches per step, every rank's
   uint64_t per_rank_;  // this rank's micro-batches per step
   uint64_t read_ = 0;  // batches of the current group read from the loader so far (taken or passed)

@@ -409,9 +409,10 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
     // buffers) and the norm's block partials; the DeviceOptimizer's state (this rank's shards).
     std::vector<uint64_t> chunk_bytes;
     for (const ChunkSpec& c : layout.chunks) chunk_bytes.push_back(c.bytes);
+    // (with several micro-batches a rank, a receive buffer for the later rounds).
     d.gradients = DeviceGrads::device_bytes(o.dtype, chunk_bytes,
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
-                                            kArenaAlign);
+                                            kArenaAlign, o.ranks > 1 ? std::max<uint64_t>(o.grad_accum / o.ranks, 1) : 1);
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states);
     // Across ranks, the gather of a checkpoint's partitioned state (make_optimizer).
     if (o.ranks > 1) d.optimizer += aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));

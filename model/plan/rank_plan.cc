@@ -39,6 +39,8 @@ DeviceBytes rank_device_bytes(const ModelConfig& config, const TrainOptions& o, 
   d.gradients += 2 * arena_block(largest_f32);
   if (o.optimizer_home == Tier::device) {
     d.gradients += sums + arena_block(partials * sizeof(double));
+    // Several micro-batches a rank: the later rounds' receive buffer (DeviceGrads::spread_over_ranks).
+    if (ranks > 1 && o.grad_accum / ranks > 1) d.gradients += arena_block(largest_f32);
     // The device optimizer's shards as it allocates them (its segments of each chunk's shard, and
     // the buffer it gathers a chunk's updated weights through), and the gather of a checkpoint's
     // partitioned state (make_optimizer).

@@ -36,9 +36,8 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
   const uint64_t up = (grad_accum + w.ranks - 1) / w.ranks * w.ranks;
   return error(Code::invalid_argument,
                "--grad-accum {} is the step's micro-batches over all ranks (micro-batch i runs on rank i) and must be "
-               "a multiple of --ranks {}; pass --grad-accum {} ({} per rank){}",
-               grad_accum, w.ranks, up, up / w.ranks,
-               up == w.ranks ? ", one per rank as strata train runs across ranks today" : "");
+               "a multiple of --ranks {}; pass --grad-accum {} ({} per rank)",
+               grad_accum, w.ranks, up, up / w.ranks);
 }
 
 // ===== What `strata train` runs across ranks today: update HERE as training grows. =====

@@ -10,9 +10,9 @@
 // --metrics, TensorBoard and --trace files, and prints nothing else itself; an observer's
 // (--bench) report goes where the observer puts it.
 // Across ranks (launched by mpirun, runtime/communicator.h's detect_launch): every rank runs the
-// same run on its own backend, micro-batch r of each step on rank r (RankBatches; --grad-accum is
-// the step's micro-batches over all ranks and must equal the world size), the gradient summed
-// across ranks in rank order into each rank's shard, the optimizer state partitioned (ZeRO: each
+// same run on its own backend, micro-batch j x N + r of each step on rank r (RankBatches; --grad-accum
+// is the step's micro-batches over all ranks and must be a multiple of the world size N), the
+// gradient summed across ranks round by round, in rank order, into each rank's shard, the optimizer state partitioned (ZeRO: each
 // rank updates its shard, the weights are all-gathered; Trainer's TrainerIo::comm), so the run is
 // the bits of one rank with grad-accum N. Rank 0 alone writes checkpoints, --metrics,
 // TensorBoard and --trace (one set of files whatever the world size); a stop signal is agreed by

@@ -268,10 +268,21 @@ RunOutcome TrainingRun::place() {
 RunOutcome TrainingRun::join_world() {
   if (launch_.size == 1) return {};
   const int n = launch_.size;
-  if (o_.grad_accum != uint64_t(n))
-    return refuse("under {} with {} ranks each rank runs one micro-batch of every step, so --grad-accum (the step's "
-                  "micro-batches over all ranks) must be {}, not {} (more micro-batches per rank are not built)",
-                  launcher_name(launch_.launcher), n, n, o_.grad_accum);
+  // DeepSpeed's gradient_accumulation_steps counts a GPU's micro-batches; strata's grad_accum the
+  // step's over all ranks (so N ranks give one rank's bits at the same value): a config file's
+  // value is kept, and the log says what it means here and what gives DeepSpeed's batch.
+  if (config_.source("grad_accum") == ConfigSource::file)
+    spdlog::warn("grad_accum {} ({}) is the step's micro-batches over all {} ranks, {} a rank; DeepSpeed's "
+                 "gradient_accumulation_steps counts them per GPU: for its batch of the same file pass --grad-accum {}",
+                 o_.grad_accum, config_.describe_source("grad_accum"), n, o_.grad_accum / uint64_t(n),
+                 o_.grad_accum * uint64_t(n));
+  if (o_.grad_accum % uint64_t(n) != 0) {
+    const uint64_t up = (o_.grad_accum + uint64_t(n) - 1) / uint64_t(n) * uint64_t(n);
+    return refuse("under {} with {} ranks each rank runs the same number of every step's micro-batches, so "
+                  "--grad-accum (the step's micro-batches over all ranks, not per rank) must be a multiple of {}, "
+                  "not {}; pass --grad-accum {} ({} per rank)",
+                  launcher_name(launch_.launcher), n, n, o_.grad_accum, up, up / uint64_t(n));
+  }
   if (o_.adam_states == AdamStates::q8)
     return refuse("8-bit Adam moments are not partitioned across ranks (a rank's shard would cut their blocks); pass "
                   "--optimizer-type adamw");
@@ -308,9 +319,14 @@ RunOutcome TrainingRun::join_world() {
                  "100 MB/s, while the other ranks wait; pass --comm-timeout to set it)", comm_timeout_,
                  config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
   }
-  spdlog::info("world: {} ranks ({}); micro-batch r of each step runs on rank r; each rank homes 1/{} of every chunk's "
-               "gradient sum and optimizer state {} ({}); {}",
-               n, launcher_name(launch_.launcher), n,
+  const uint64_t per_rank = o_.grad_accum / uint64_t(n);
+  spdlog::info("world: {} ranks ({}); {}; each rank homes 1/{} of every chunk's gradient sum and optimizer state {} "
+               "({}); {}",
+               n, launcher_name(launch_.launcher),
+               per_rank == 1 ? std::string("micro-batch r of each step runs on rank r")
+                             : fmt::format("{} micro-batches of each step run on each rank, in {} rounds of {} (round j: "
+                                           "micro-batch j x {} + r on rank r)", per_rank, per_rank, n, n),
+               n,
                o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU",
                o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered when "
                                     "the model needs it"

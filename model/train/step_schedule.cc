@@ -15,10 +15,13 @@ StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const T
   const auto mbm = [](std::string why) { return ScheduleChoice{StepSchedule::micro_batch_major, std::move(why)}; };
   if (world_size > 1) {
     if (asked == StepSchedule::layer_major)
-      return error(Code::invalid_argument, "--step-schedule layer-major groups a rank's micro-batches, but across {} "
-                   "ranks each rank runs one micro-batch of a step; pass --step-schedule auto or micro-batch-major",
-                   world_size);
-    return mbm(fmt::format("one micro-batch per rank per step ({} ranks): nothing to group", world_size));
+      return error(Code::invalid_argument, "--step-schedule layer-major across ranks is not built (each rank's "
+                   "backward is one round of the gradient exchange); across {} ranks pass --step-schedule auto or "
+                   "micro-batch-major", world_size);
+    return mbm(K / uint64_t(world_size) > 1
+                   ? fmt::format("across {} ranks each backward is one round of the gradient exchange (layer-major "
+                                 "across ranks is not built)", world_size)
+                   : fmt::format("one micro-batch per rank per step ({} ranks): nothing to group", world_size));
   }
   if (K < 2) return mbm("one micro-batch per step (--grad-accum 1): both schedules are the same work");
   if (asked == StepSchedule::micro_batch_major) return mbm("as asked (--step-schedule micro-batch-major)");

@@ -24,7 +24,7 @@ struct ScheduleChoice {
 // `device_budget`; else micro-batch-major, saying which condition failed and what would change it.
 // An explicit choice is kept (layer-major with one micro-batch per step is micro-batch-major: the
 // same work). Errors, saying what to pass instead: layer-major across ranks (`world_size` > 1:
-// each rank runs one micro-batch of a step, there is nothing to group), invalid_argument; an
+// each rank's backward is one round of the gradient exchange; not built), invalid_argument; an
 // explicit layer-major over `device_budget`, out_of_memory.
 StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const TrainOptions& options, int world_size,
                                               uint64_t device_budget);

@@ -101,17 +101,17 @@ void add_train_config_keys(ConfigSchema& schema) {
   schema.add({.name = "grad_accum",
               .type = ValueType::integer,
               .default_text = "1",
-              .help = "Micro-batches whose gradients are summed into one optimizer step (tokens per step = B x T x "
-                      "this)",
+              .help = "Micro-batches whose gradients are summed into one optimizer step, over all ranks (tokens per "
+                      "step = B x T x this; under mpirun a multiple of the ranks, each running this / ranks)",
               .min = 1,
               .max = kMaxGradAccum,
               .file_aliases = {"gradient_accumulation_steps"}});
-  // DeepSpeed's global batch; one GPU here, so world size 1.
+  // DeepSpeed's global batch: B x its per-GPU accumulation x world size = B x grad_accum.
   schema.add({.name = "train_batch_size",
               .type = ValueType::integer,
               .default_text = "auto",
               .help = "Sequences per optimizer step, DeepSpeed's train_batch_size: must equal micro_batch x grad_accum "
-                      "(one GPU); when one of those two is not given it is derived from the other (auto: B x K)",
+                      "(over all ranks); when one of those two is not given it is derived from the other (auto: B x K)",
               .min = 1,
               .max = 1LL << 32,
               .allow_auto = true});

@@ -46,9 +46,10 @@ StatusOr<uint64_t> derive_from_train_batch(const Config& config, uint64_t train_
   return value;
 }
 
-// micro_batch and grad_accum, reconciled with DeepSpeed's train_batch_size (= B x K x world size,
-// and the world is one GPU here): the one of B and K that is not given is derived, and when both
-// are given the three must agree.
+// micro_batch and grad_accum, reconciled with DeepSpeed's train_batch_size (= B x its per-GPU
+// accumulation x world size, which is B x K with strata's K, the step's micro-batches over all
+// ranks): the one of B and K that is not given is derived, and when both are given the three must
+// agree.
 Status read_batch(const Config& config, TrainOptions& o) {
   o.micro_batch = get_count(config, "micro_batch");
   o.grad_accum = get_count(config, "grad_accum");
@@ -61,9 +62,9 @@ Status read_batch(const Config& config, TrainOptions& o) {
     STRATA_ASSIGN_OR_RETURN(o.micro_batch, derive_from_train_batch(config, train_batch, "grad_accum", "micro_batch"));
   } else if (o.micro_batch * o.grad_accum != train_batch) {
     return error(Code::invalid_argument,
-                 "{} is not {} x {} x 1 GPU = {}: DeepSpeed's train_batch_size must equal "
-                 "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size; fix one of the three "
-                 "or drop train_batch_size",
+                 "{} is not {} x {} = {}: train_batch_size (sequences per step) must equal micro_batch x "
+                 "grad_accum, the step's micro-batches over all ranks (DeepSpeed's train_micro_batch_size_per_gpu "
+                 "x gradient_accumulation_steps x world size); fix one of the three or drop train_batch_size",
                  describe(config, "train_batch_size"), describe(config, "micro_batch"), describe(config, "grad_accum"),
                  o.micro_batch * o.grad_accum);
   }

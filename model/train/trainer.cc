@@ -49,11 +49,11 @@ bool runs_layer_major(const Transformer& model, const TrainOptions& options) {
 // Across ranks the gradient is partitioned before the optimizer is made, which then holds only
 // this rank's shard of the state (DeviceGrads::spread_over_ranks, DeviceOptimizer).
 Status partition_gradients(Transformer& model, const TrainOptions& options, Communicator& comm) {
-  const int n = comm.size();
-  if (options.grad_accum != uint64_t(n))
-    return error(Code::invalid_argument, "across {} ranks each runs one micro-batch of a step, so --grad-accum (the "
-                 "step's micro-batches over all ranks) must be {}, not {}; more micro-batches per rank are not built",
-                 n, n, options.grad_accum);
+  const uint64_t n = uint64_t(comm.size());
+  if (options.grad_accum % n != 0)
+    return error(Code::invalid_argument, "across {} ranks each runs the same number of a step's micro-batches, so "
+                 "--grad-accum (the step's micro-batches over all ranks) must be a multiple of {}, not {}", n, n,
+                 options.grad_accum);
   if (options.adam_states == AdamStates::q8)
     return error(Code::invalid_argument, "8-bit Adam moments are not partitioned across ranks (a shard would cut their "
                  "blocks); pass --optimizer-type adamw");
@@ -61,7 +61,7 @@ Status partition_gradients(Transformer& model, const TrainOptions& options, Comm
   if (model.device_grads() == nullptr || model.grad_sink() != model.device_grads())
     return error(Code::invalid_argument, "across ranks the optimizer on the device needs the model's device "
                  "gradients (create the model with device_grads = true)");
-  return model.device_grads()->spread_over_ranks(comm, model.gradient_releases());
+  return model.device_grads()->spread_over_ranks(comm, model.gradient_releases(), options.grad_accum / n);
 }
 
 }  // namespace
@@ -119,31 +119,35 @@ Status Trainer::join_ranks(Communicator& comm) {
   if (!device && !cpu)
     return error(Code::failed_precondition, "across ranks the gradient is partitioned before the optimizer is made "
                  "(Trainer::create with TrainerIo::comm does both)");
-  STRATA_ASSIGN_OR_RETURN(void* losses, backend_.allocate(2 * sizeof(double) * uint64_t(n), "trainer rank losses"));
+  const uint64_t per_rank = options_.grad_accum / uint64_t(n) + 1;  // its micro-batches' losses, its tokens
+  STRATA_ASSIGN_OR_RETURN(void* losses,
+                          backend_.allocate(per_rank * sizeof(double) * uint64_t(n), "trainer rank losses"));
   rank_losses_ = static_cast<double*>(losses);
   comm_ = &comm;
   return Status::ok();
 }
 
-// Every rank's (mean loss, counted tokens) gathered into rank order on the compute stream, then
-// summed as one rank sums its micro-batches: loss += mean_k / K for k = 0, 1, ... (K = the ranks).
+// Every rank's (mean loss of each of its m micro-batches, counted tokens) gathered into rank order
+// on the compute stream, then summed as one rank sums the step's K micro-batches: loss += mean_k /
+// K for k = 0, 1, ..., micro-batch k = j x ranks + r being rank r's j-th (model/data/rank_batches.h).
 Status Trainer::gather_losses(StepResult& r, uint64_t counted) {
-  const int n = comm_->size();
-  const double mine[2] = {double(losses_.as<kernels::CrossEntropyResult>()[0].mean_loss), double(counted)};
-  std::vector<double> all(2 * size_t(n));
-  double* slot = rank_losses_ + 2 * comm_->rank();
+  const uint64_t n = uint64_t(comm_->size()), m = options_.grad_accum / n, row = m + 1;
+  std::vector<double> mine(row);
+  for (uint64_t j = 0; j < m; ++j) mine[j] = double(losses_.as<kernels::CrossEntropyResult>()[j].mean_loss);
+  mine[m] = double(counted);
+  std::vector<double> all(row * n);
+  double* slot = rank_losses_ + row * uint64_t(comm_->rank());
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
-  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(slot, mine, sizeof(mine), Stream::compute));
-  STRATA_RETURN_IF_ERROR(comm_->all_gather(slot, rank_losses_, sizeof(mine), Stream::compute));
+  STRATA_RETURN_IF_ERROR(backend_.copy_to_device(slot, mine.data(), row * sizeof(double), Stream::compute));
+  STRATA_RETURN_IF_ERROR(comm_->all_gather(slot, rank_losses_, row * sizeof(double), Stream::compute));
   STRATA_RETURN_IF_ERROR(comm_->synchronize(Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.copy_to_host(all.data(), rank_losses_, all.size() * sizeof(double), Stream::compute));
   STRATA_RETURN_IF_ERROR(backend_.synchronize(Stream::compute));
   r.loss = 0;
   r.tokens = 0;
-  for (int p = 0; p < n; ++p) {
-    r.loss += double(float(all[2 * size_t(p)])) / double(options_.grad_accum);
-    r.tokens += uint64_t(all[2 * size_t(p) + 1]);
-  }
+  for (uint64_t j = 0; j < m; ++j)
+    for (uint64_t p = 0; p < n; ++p) r.loss += double(float(all[p * row + j])) / double(options_.grad_accum);
+  for (uint64_t p = 0; p < n; ++p) r.tokens += uint64_t(all[p * row + m]);
   return Status::ok();
 }
 

@@ -12,8 +12,8 @@
 //   PCIe).
 // fp16 training scales the loss (model/train/loss_scaler.h) and checks for overflow once per optimizer
 // step, after all K micro-batches. Across ranks (TrainerIo::comm, a scale-out run of N ranks): the
-// step's K = N micro-batches run one per rank, micro-batch r on rank r, and the step is the bits of
-// one rank running all K (the gradient sum, the norm, the clip, the loss: DeviceGrads::spread_over_ranks). Not a data loader and not a CLI; where chunks live is the
+// step's K = m x N micro-batches run m per rank in m rounds, micro-batch j x N + r on rank r, and
+// the step is the bits of one rank running all K (the gradient sum, the norm, the clip, the loss: DeviceGrads::spread_over_ranks). Not a data loader and not a CLI; where chunks live is the
 // model's WeightSource's business, where and when the update runs the Optimizer's.
 #pragma once
 
@@ -247,7 +247,7 @@ class Trainer {
   std::vector<int32_t*> targets_;   // device (B, T) each, as inputs_
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_;
   Communicator* comm_ = nullptr;  // across ranks (size() > 1), else null
-  double* rank_losses_ = nullptr; // device: per rank (mean loss, counted tokens), across ranks
+  double* rank_losses_ = nullptr; // device: per rank (its micro-batches' mean losses, counted tokens), across ranks
   // State of the run.
   std::optional<LossScaler> scaler_;  // fp16 only
   uint64_t steps_done_ = 0;

@@ -2,8 +2,10 @@
 // CPU backend and the MPI communicator.
 //   exchange: a GradientExchange on N ranks, rank r giving micro-batch r's releases (a tied chunk of
 //     two releases a backward among them, chunks shorter than a rank's shard, a shard past a chunk's
-//     end), against one GradientOffloader on every rank accumulating all N micro-batches in order:
-//     each rank's shard of every sum and the global norm the same bits, the shards' padding zero.
+//     end) -- and in steps of two rounds micro-batches r and N + r -- against one GradientOffloader
+//     on every rank accumulating all the step's micro-batches in order: each rank's shard of every
+//     sum and the global norm the same bits, the shards' padding zero; a chunk released more often
+//     in one backward than its count refused.
 //   gather: ShardGather with blocks of every rank's own length, in rounds shorter than a block,
 //     `mine` inside `all` and a cut `all`: every rank's bytes in place, nothing written past the end.
 // Prints PASS or the first mismatch; exit 0 on every rank on success.
@@ -90,16 +92,22 @@ int run_exchange(Backend& backend, Communicator& comm) {
   if (!inner.is_ok()) return fail(comm, inner.status().to_string());
   auto exchange = GradientExchange::create(backend, comm, **inner, {.chunks = whole, .releases = kReleases});
   if (!exchange.is_ok()) return fail(comm, exchange.status().to_string());
-  for (int step = 0; step < 2; ++step) {  // the second step starts from fresh sums
+  // Later steps start from fresh sums; steps 1 and 2 run two micro-batches a rank (two rounds).
+  for (int step = 0; step < 3; ++step) {
+    const int rounds = step == 0 ? 1 : 2, total = rounds * comm.size();
     if (Status s = (*reference)->begin_step(); !s.is_ok()) return fail(comm, s.to_string());
-    for (int k = 0; k < comm.size(); ++k) {
-      (*reference)->set_last_micro_batch(k + 1 == comm.size());
+    for (int k = 0; k < total; ++k) {
+      (*reference)->set_last_micro_batch(k + 1 == total);
       if (Status s = backward(backend, **reference, k + step); !s.is_ok()) return fail(comm, s.to_string());
     }
     StatusOr<double> want = (*reference)->finish_step();
     if (!want.is_ok()) return fail(comm, want.status().to_string());
     if (Status s = (*exchange)->begin_step(); !s.is_ok()) return fail(comm, s.to_string());
-    if (Status s = backward(backend, **exchange, comm.rank() + step); !s.is_ok()) return fail(comm, s.to_string());
+    for (int j = 0; j < rounds; ++j) {  // round j: micro-batch j x N + r on rank r
+      (*exchange)->set_last_micro_batch(j + 1 == rounds);
+      if (Status s = backward(backend, **exchange, j * comm.size() + comm.rank() + step); !s.is_ok())
+        return fail(comm, s.to_string());
+    }
     StatusOr<double> have = (*exchange)->finish_step();
     if (!have.is_ok()) return fail(comm, have.status().to_string());
     if (std::memcmp(&*want, &*have, sizeof(double)) != 0)
@@ -115,15 +123,18 @@ int run_exchange(Backend& backend, Communicator& comm) {
         if (mine[i] != 0.0f) return fail(comm, fmt::format("chunk {}: padding element {} is {}", c, i, mine[i]));
     }
   }
-  // A chunk released more often than its count is refused, naming it.
+  // A chunk released more often in one backward than its count is refused, naming it: the tied
+  // chunk's third release before its last.
   if (Status s = (*exchange)->begin_step(); !s.is_ok()) return fail(comm, s.to_string());
-  StatusOr<std::byte*> slot = (*exchange)->acquire(1);
-  if (!slot.is_ok()) return fail(comm, slot.status().to_string());
-  if (Status s = (*exchange)->release(1, true); !s.is_ok()) return fail(comm, s.to_string());
-  slot = (*exchange)->acquire(1);
-  const Status twice = slot.is_ok() ? (*exchange)->release(1, true) : slot.status();
-  if (twice.is_ok() || twice.message().find("release 2 of chunk 1") == std::string::npos)
-    return fail(comm, "a second release of a one-release chunk: " + twice.to_string());
+  Status third;
+  for (int j = 0; j < 3 && third.is_ok(); ++j) {
+    StatusOr<std::byte*> slot = (*exchange)->acquire(0);
+    if (!slot.is_ok()) return fail(comm, slot.status().to_string());
+    third = (*exchange)->release(0, /*last=*/false);
+    if (j < 2 && !third.is_ok()) return fail(comm, third.to_string());
+  }
+  if (third.is_ok() || third.message().find("release 3 of chunk 0") == std::string::npos)
+    return fail(comm, "a third release of a two-release chunk in one backward: " + third.to_string());
   std::printf("PASS rank %d of %d: the exchanged shards and norm equal one rank's accumulation\n", comm.rank(),
               comm.size());
   return 0;

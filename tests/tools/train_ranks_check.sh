@@ -4,9 +4,10 @@
 # on (the test asserts it clipped): every step's loss, gradient norm and validation loss the same
 # digits (--metrics, written by rank 0 alone), and the final checkpoint's files the same bytes
 # (weights, optimizer state, config). Then checkpoints resume across world sizes (NP to 1, 1 or 2
-# to NP: below), ending on the same bytes. Last, what is not
-# built is refused before training, saying what to pass: --grad-accum other than NP. (The other
-# placements across ranks: train_ranks_placements_check.sh.)
+# to NP: below), ending on the same bytes. Then two micro-batches a rank (--grad-accum 2 x NP, two
+# rounds a step: micro-batch j x NP + r on rank r) against one rank with that --grad-accum, the same
+# digits and bytes. Last, a --grad-accum that NP does not divide is refused before training, saying
+# what to pass. (The other placements across ranks: train_ranks_placements_check.sh.)
 # Usage: train_ranks_check.sh NP PRESET DTYPE STRATA mpirun [mpirun args, without -np...]
 set -u
 np=$1 preset=$2 dtype=$3 strata=$4
@@ -66,5 +67,11 @@ refused() {
   [ $rc -ne 0 ] || fail "$np ranks with $* trained (exit 0)"
   grep -q -- "$want" refusal || fail "$np ranks with $*: no error naming $want: $(tail -2 refusal)"
 }
-refused "must be $np, not $((2 * np))" --grad-accum $((2 * np))
-echo "PASS: $preset $dtype on $np ranks == 1 rank with grad-accum $np: $(figures one.jsonl | tail -1), checkpoints and resumes byte-identical"
+# Two micro-batches a rank.
+one --steps 4 --grad-accum $((2 * np)) --metrics one2.jsonl --checkpoint-dir one2
+ranks --steps 4 --grad-accum $((2 * np)) --metrics many2.jsonl --checkpoint-dir many2
+diff <(figures one2.jsonl) <(figures many2.jsonl) || fail "$np ranks differ from 1 rank with grad-accum $((2 * np))"
+clipped one2.jsonl || fail "grad-accum $((2 * np)): no step clipped (every gradient norm <= 0.5)"
+same_checkpoint one2/step-000004 many2/step-000004 "2 micro-batches a rank"
+refused "must be a multiple of $np, not $((np + 1)); pass --grad-accum $((2 * np))" --grad-accum $((np + 1))
+echo "PASS: $preset $dtype on $np ranks == 1 rank with grad-accum $np and $((2 * np)): $(figures one.jsonl | tail -1), checkpoints and resumes byte-identical"

@@ -4,7 +4,8 @@
 # --grad-accum NP) and with the optimizer on the CPU, each rank homing its shard of the gradient
 # sums and the state: pinned; on NVMe with the gradient sums spilled there too and the state cut in
 # pieces; with the weights paged from pinned memory; with everything on NVMe; and with the weights
-# partitioned too (--zero-stage 3: resident shards, paged shards, all on NVMe). Each must give
+# partitioned too (--zero-stage 3: resident shards, paged shards, all on NVMe; and all on NVMe with
+# two micro-batches a rank, against the device at that --grad-accum). Each must give
 # the reference's losses, gradient norms and validation losses to the last digit (clipping on), and
 # its final checkpoint the same bytes. Then a checkpoint written by NP ranks with the state on NVMe
 # resumes on one rank with the optimizer on the CPU, and one written by one rank resumes on NP
@@ -67,6 +68,17 @@ check zero3_nvme "${zero3_nvme[@]}"
 grep -q "weights: partitioned over $np ranks" log || fail "no run said it partitioned the weights (--zero-stage 3)"
 [ -z "$(ls -A nvme)" ] || fail "a rank left files under --nvme-path: $(ls nvme)"
 
+# Two micro-batches a rank (--grad-accum 2 x NP: two rounds of the gradient exchange a step), the
+# CPU optimizer's sums on NVMe and the weights partitioned, against the optimizer on the device at
+# the same --grad-accum.
+ranks "${device[@]}" --grad-accum $((2 * np)) --steps 4 --metrics ref2.jsonl --checkpoint-dir ref2
+ranks "${zero3_nvme[@]}" --grad-accum $((2 * np)) --steps 4 --metrics rounds.jsonl --checkpoint-dir rounds
+grep -q "2 micro-batches of each step run on each rank, in 2 rounds" log ||
+  fail "--grad-accum $((2 * np)): the world line did not say each rank runs 2 micro-batches in rounds"
+diff <(figures ref2.jsonl) <(figures rounds.jsonl) ||
+  fail "$np ranks, 2 micro-batches a rank: the optimizer on the CPU differs from the device"
+same_checkpoint ref2/step-000004 rounds/step-000004 "2 micro-batches a rank"
+
 # Resumes across world sizes and placements.
 ranks "${on_nvme[@]}" --steps 2 --checkpoint-dir a
 one "${pinned[@]}" --grad-accum "$np" --steps 4 --resume a --checkpoint-dir a
@@ -123,4 +135,4 @@ grep -q -- "pass --optimizer-device cpu" refusal || fail "--zero-stage 3: no err
 timeout 60 "${mpirun[@]}" -np "$np" "$strata" "${common[@]}" "${pinned[@]}" --optimizer-type adamw8bit --steps 1 \
   >refusal 2>&1 && fail "8-bit moments across ranks trained (exit 0)"
 grep -q -- "--optimizer-type adamw" refusal || fail "8-bit moments: no error naming --optimizer-type: $(tail -2 refusal)"
-echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe, ZeRO-3 x3) == on the device: $(figures ref.jsonl | tail -1); checkpoints written shard-wise (or gathered where a rank cannot see the files), a rank's failed write fails every rank; resumes byte-identical"
+echo "PASS: $preset $dtype on $np ranks: optimizer on the CPU (pinned, NVMe, paged weights, all NVMe, ZeRO-3 x3, and with 2 micro-batches a rank) == on the device: $(figures ref.jsonl | tail -1); checkpoints written shard-wise (or gathered where a rank cannot see the files), a rank's failed write fails every rank; resumes byte-identical"

@@ -1,5 +1,6 @@
 // RankBatches: N ranks' micro-batches, taken in rank order step by step, are exactly one loader's
-// batches in order (rank r's the r-th of each step's group), with 1 and 2 micro-batches per rank;
+// batches in order (rank r's the r-th of each round of ranks in a step's group), with 1, 2 and 3
+// micro-batches per rank;
 // every rank's step_position() is the one-loader position of the next step; bad ranks refused.
 #include "model/data/rank_batches.h"
 
@@ -48,7 +49,7 @@ TEST(RankBatchesTest, RanksTogetherReadOneLoadersBatchesInOrder) {
   const TokenDataset data = counting_dataset(dir);
   auto pool = make_pool();
   for (int ranks : {2, 3}) {
-    for (uint64_t per_rank : {1, 2}) {
+    for (uint64_t per_rank : {1, 2, 3}) {
       auto single = make_loader(data, *pool);
       std::vector<std::vector<int32_t>> expected;
       const uint64_t steps = 5;
@@ -61,10 +62,10 @@ TEST(RankBatchesTest, RanksTogetherReadOneLoadersBatchesInOrder) {
         loaders.push_back(make_loader(data, *pool));
         mine.push_back(testing::expect_value(RankBatches::create(*loaders.back(), r, ranks, per_rank)));
       }
-      size_t at = 0;
+      size_t at = 0;  // round k of a step: micro-batch k x ranks + r on rank r
       for (uint64_t s = 0; s < steps; ++s)
-        for (int r = 0; r < ranks; ++r)
-          for (uint64_t k = 0; k < per_rank; ++k)
+        for (uint64_t k = 0; k < per_rank; ++k)
+          for (int r = 0; r < ranks; ++r)
             EXPECT_EQ(copy(testing::expect_value(mine[r].next())), expected[at++])
                 << ranks << " ranks, " << per_rank << " per rank: step " << s << " rank " << r << " micro-batch " << k;
       for (int r = 0; r < ranks; ++r) EXPECT_EQ(testing::expect_value(mine[r].step_position()), after) << "rank " << r;

@@ -494,7 +494,7 @@ TEST(TrainOptionsTest, TrainBatchSizeThatDisagreesIsAnError) {
   expect_error(options_from({{"--train-batch-size", "32"}, {"--micro-batch", "4"}, {"--grad-accum", "4"}}),
                Code::invalid_argument,
                {"train_batch_size 32 (flag --train-batch-size)", "micro_batch 4 (flag --micro-batch)",
-                "grad_accum 4 (flag --grad-accum)", "x 1 GPU = 16", "gradient_accumulation_steps x world size"});
+                "grad_accum 4 (flag --grad-accum) = 16", "over all ranks", "gradient_accumulation_steps x world size"});
   expect_error(options_from({{"--train-batch-size", "40"}}), Code::invalid_argument,
                {"train_batch_size 40 (flag --train-batch-size) is not a multiple of micro_batch 16 (default)",
                 "grad_accum (not given, 1 now)"});
