@@ -648,8 +648,12 @@ Status load_checkpoint_optimizer(const std::string& dir, Trainer& trainer) {
         return error(Code::corruption, "{}: optimizer tensor '{}' is missing or not {}", opt.path(), b.name,
                      safe_dtype_name(b.dtype));
       if (t->bytes() != b.bytes)
-        return error(Code::invalid_argument, "{}: optimizer tensor '{}' has {} bytes; this model's has {}",
-                     opt.path(), b.name, t->bytes(), b.bytes);
+        return error(Code::invalid_argument, "{}: optimizer tensor '{}' has {} bytes; this model's has {}: the state "
+                     "was saved with another chunk layout (strata before 2026-11-28 put a chunk's fields 256 bytes "
+                     "apart, now 256 elements, which moves them for a model whose widths are not multiples of 256); "
+                     "resume it with the strata that wrote it, or start from its weights with --init-from {} (the "
+                     "optimizer state then starts anew)",
+                     opt.path(), b.name, t->bytes(), b.bytes, std::filesystem::path(opt.path()).parent_path().string());
     }
   }
   const auto restore_piece = [&](const StatePiece& piece, const OptimizerStateLayout& piece_layout,

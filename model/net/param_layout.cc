@@ -7,11 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/adam8bit.h"
 #include "runtime/align.h"
 #include "runtime/mutex.h"
 
 namespace strata::model {
 namespace {
+
+static_assert(kFieldAlignment % kernels::kAdam8bitBlock == 0, "a field must start on an 8-bit Adam block");
 
 // One HF tensor of a field: `rows` x `cols` in strata's layout (cols 0 for a vector), or of a
 // tile of it: rows [row_begin, row_begin + tile_rows) (tile_rows 0: all).
@@ -45,7 +48,7 @@ class ChunkBuilder {
   ~ChunkBuilder() { layout_.chunks[chunk_].bytes = round_up(cursor_, kChunkAlignment); }
 
   void field(int field, std::initializer_list<Member> members) {
-    cursor_ = round_up(cursor_, kParamAlignment);
+    cursor_ = round_up(cursor_, kFieldAlignment * layout_.element_bytes);
     const uint64_t field_offset = cursor_;
     for (const auto& m : members) {
       ParamSpec p;

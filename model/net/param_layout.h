@@ -1,7 +1,10 @@
 // ParamLayout: where every parameter of a ModelConfig lives. Parameters are grouped into chunks,
 // the unit the offload layers move: the embedding chunk (token table, GPT-2 positions), one chunk
-// per transformer layer, and the head chunk (final norm, untied head). Inside a chunk each tensor
-// starts kParamAlignment-aligned and the chunk is padded to kChunkAlignment, so one chunk is one
+// per transformer layer, and the head chunk (final norm, untied head). Inside a chunk each field
+// (a tensor, or fused tensors back to back) starts at a multiple of kFieldAlignment elements -- the
+// same element in every precision's layout, and a whole number of 8-bit Adam blocks, so a rank's
+// shard cut (4096 elements) never splits a block of a field's first tensor -- and the chunk is
+// padded to kChunkAlignment bytes, so one chunk is one
 // large transfer. The spec table (one row per Hugging Face tensor) is what the loader, the
 // planner and checkpoints read. Not an allocator: offsets and sizes only.
 #pragma once
@@ -18,7 +21,7 @@
 
 namespace strata::model {
 
-inline constexpr uint64_t kParamAlignment = 256;   // bytes; each tensor (field) starts here
+inline constexpr uint64_t kFieldAlignment = 256;   // elements (kernels::kAdam8bitBlock); each field starts here
 inline constexpr uint64_t kChunkAlignment = 4096;  // bytes; each chunk's size is a multiple
 
 // The tensors of one transformer layer, pointers into its chunk (weights or gradients alike), as

@@ -294,6 +294,47 @@ ElementRange master_shard(const ParamLayout& layout, const ParamLayout& master_l
   return {shard.begin == 0 ? 0 : to_master(shard.begin), shard.end >= n ? master_end : to_master(shard.end)};
 }
 
+std::optional<std::string> q8_block_split(const ParamLayout& layout, int ranks) {
+  constexpr uint64_t kBlock = kernels::kAdam8bitBlock;
+  const uint64_t eb = layout.element_bytes;
+  size_t at = 0;  // the specs come chunk by chunk, each chunk's by offset (build_param_layout)
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const size_t first = at;
+    while (at < layout.params.size() && size_t(layout.params[at].chunk) == c) ++at;
+    const uint64_t n = layout.chunks[c].bytes / eb;
+    for (int r = 1; r < ranks; ++r) {
+      const uint64_t cut = chunk_shard(n, ranks, r).begin;
+      if (cut == 0 || cut >= n) continue;
+      for (size_t i = first; i < at; ++i) {
+        const ParamSpec& p = layout.params[i];
+        const uint64_t start = p.offset / eb;
+        if (cut <= start || cut >= start + p.elements || (cut - start) % kBlock == 0) continue;
+        return fmt::format("{} ({} elements at element {} of its chunk, the cut {} elements into it)", p.name,
+                           p.elements, start, cut - start);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+ElementRange range_scales(const ParamLayout& master_layout, size_t c, ElementRange range) {
+  const auto first = std::partition_point(master_layout.params.begin(), master_layout.params.end(),
+                                          [c](const ParamSpec& p) { return size_t(p.chunk) < c; });
+  // The first scale at master element e: the blocks of the tensors before it, and the whole blocks
+  // of the one it lies in.
+  const auto scale_at = [&](uint64_t e) {
+    uint64_t scales = 0;
+    for (auto it = first; it != master_layout.params.end() && size_t(it->chunk) == c; ++it) {
+      const uint64_t start = it->offset / sizeof(float);
+      if (e <= start) break;
+      if (e < start + it->elements) return scales + (e - start) / kernels::kAdam8bitBlock;
+      scales += kernels::adam8bit_blocks(it->elements);
+    }
+    return scales;
+  };
+  return {scale_at(range.begin), scale_at(range.end)};
+}
+
 std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const ParamLayout& master_layout,
                                           uint64_t piece_params, int ranks, int rank) {
   std::vector<StatePiece> pieces = optimizer_state_pieces(master_layout, piece_params);
@@ -306,7 +347,11 @@ std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const Param
     p.element_begin = std::max(p.element_begin, r.begin);
     p.element_end = std::min(p.element_end, r.end);
     if (p.element_begin >= p.element_end) continue;
-    p.scale_begin = p.scale_end = 0;  // 8-bit moments are not partitioned (master_shard)
+    if (p.scale_end > p.scale_begin) {  // the chunk's tensors have 8-bit blocks: cut their scales alike
+      const ElementRange scales = range_scales(master_layout, p.chunk, {p.element_begin, p.element_end});
+      p.scale_begin = scales.begin;
+      p.scale_end = scales.end;
+    }
     mine.push_back(p);
   }
   return mine;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,7 +89,8 @@ struct StatePiece {
 };
 // The pieces of every chunk of `master_layout`, chunk after chunk: a chunk of at most
 // `piece_params` fp32 elements is one piece; a larger one is cut into pieces of at most piece_params
-// elements (the chunk's end padding may add to its last piece), each cut at a tensor's start or
+// elements (padding may add to a piece: the chunk's end padding to its last, and before a field's
+// start the field padding, under kFieldAlignment elements), each cut at a tensor's start or
 // inside a tensor at a multiple of kernels::kAdam8bitBlock elements from its start, so every 8-bit
 // block (and every SIMD vector of the Adam kernels) stays whole: AdamW over the pieces is the same
 // bits as over the chunk. Precondition: piece_params >= kernels::kAdam8bitBlock.
@@ -100,15 +102,27 @@ std::vector<StatePiece> optimizer_state_pieces(const ParamLayout& master_layout,
 // master chunk in rank order (rank 0's from 0, the last non-empty one's to the chunk's end); an
 // empty shard maps to an empty range. Every cut lies inside or between tensors at a multiple of 64
 // elements from the tensor's start (shards are 4096-element aligned, tensors 64), so the Adam
-// kernels' SIMD vectors stay whole; not a multiple of kernels::kAdam8bitBlock, so 8-bit moments
-// are not partitioned (the trainer refuses them across ranks).
+// kernels' SIMD vectors stay whole; a multiple of kernels::kAdam8bitBlock only where the tensor
+// starts at a multiple of it in its chunk (q8_block_split says whether 8-bit moments can be cut).
 struct ElementRange {
   uint64_t begin = 0, end = 0;
   uint64_t elements() const { return end - begin; }
 };
 ElementRange master_shard(const ParamLayout& layout, const ParamLayout& master_layout, size_t c, int ranks, int rank);
+// Across ranks with 8-bit moments: where a rank's shard cut would split a tensor's 8-bit block (a
+// cut inside the tensor, not a whole number of kernels::kAdam8bitBlock elements from its start),
+// the first such tensor as "<name> (<elements> elements at element <start> of its chunk, the cut
+// <k> elements into it)"; nullopt when no cut at `ranks` ranks splits a block (always when every
+// tensor starts at a multiple of 256 elements of its chunk, as models whose width and key/value
+// width are multiples of 16 do).
+std::optional<std::string> q8_block_split(const ParamLayout& layout, int ranks);
+// The 8-bit block scales [begin, end) of chunk `c` of `master_layout` that its master elements
+// `range` hold (a range whose cuts split no block: master_shard where q8_block_split is nullopt):
+// the scales of the tensors before range.begin and of the whole blocks of a tensor it cuts.
+ElementRange range_scales(const ParamLayout& master_layout, size_t c, ElementRange range);
 // optimizer_state_pieces cut to each chunk's master_shard: the pieces rank `rank` of `ranks` keeps
-// (none of a chunk whose shard is empty). ranks == 1: optimizer_state_pieces.
+// (none of a chunk whose shard is empty), their scales cut alike (range_scales; 8-bit moments only
+// where q8_block_split is nullopt). ranks == 1: optimizer_state_pieces.
 std::vector<StatePiece> rank_state_pieces(const ParamLayout& layout, const ParamLayout& master_layout,
                                           uint64_t piece_params, int ranks, int rank);
 

@@ -94,8 +94,8 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
                  route.count(true), chunks, weights.chunk_count(), grads.chunk_count());
   const bool q8 = options.adam_states == AdamStates::q8;
   if (q8 && grads.partitioned())
-    return error(Code::invalid_argument, "8-bit Adam moments on the device are not partitioned across ranks (a "
-                 "shard would cut their blocks); pass --optimizer-type adamw");
+    return error(Code::invalid_argument, "8-bit Adam moments on the device are not partitioned across ranks (with "
+                 "the optimizer on the CPU they are); pass --optimizer-device cpu, or --optimizer-type adamw");
   if (!updates.empty() && grads.partitioned())
     return error(Code::invalid_argument, "a split update (some chunks on the device, the rest on the CPU) runs on one "
                  "rank; across ranks pass --optimizer-device cpu or device");

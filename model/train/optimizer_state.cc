@@ -13,8 +13,9 @@ StatusOr<std::unique_ptr<OptimizerState>> OptimizerState::create(const ParamLayo
                                                                  NvmeStore* store, TraceRecorder* trace, int ranks,
                                                                  int rank) {
   if (ranks > 1 && options.adam_states == AdamStates::q8)
-    return error(Code::failed_precondition, "8-bit Adam moments are not partitioned across ranks (their blocks would "
-                 "be cut); pass --optimizer-type adamw");
+    if (const std::optional<std::string> split = q8_block_split(layout, ranks))
+      return error(Code::failed_precondition, "8-bit Adam moments across {} ranks: a rank's shard would cut an 8-bit "
+                   "block of {}; pass --optimizer-type adamw, or run on one rank", ranks, *split);
   std::vector<StatePiece> pieces = rank_state_pieces(layout, masters, options.sub_group_size, ranks, rank);
   if (pieces.empty())
     return error(Code::failed_precondition, "across {} ranks rank {} homes none of the model's optimizer state (its "

@@ -51,8 +51,9 @@ class OptimizerState {
   // optimizer_home) without a store; OptimizerPipeline::create's.
   // Across ranks (`ranks` > 1, the CPU optimizer of a partitioned run) the state holds only rank
   // `rank`'s pieces (rank_state_pieces, model/plan/placement.h): 1/N of every chunk; a chunk whose
-  // shard is empty has no piece. failed_precondition when the rank homes nothing at all (more ranks
-  // than the model's chunks have blocks) or for 8-bit moments (not partitioned).
+  // shard is empty has no piece; 8-bit moments' block scales are cut with their blocks.
+  // failed_precondition when the rank homes nothing at all (more ranks than the model's chunks have
+  // blocks) or for 8-bit moments whose blocks a shard would cut (q8_block_split).
   static StatusOr<std::unique_ptr<OptimizerState>> create(const ParamLayout& layout, const ParamLayout& masters,
                                                           const TrainOptions& options, PinnedPool& pinned,
                                                           NvmeStore* store, TraceRecorder* trace, int ranks = 1,

@@ -283,9 +283,17 @@ RunOutcome TrainingRun::join_world() {
                   "not {}; pass --grad-accum {} ({} per rank)",
                   launcher_name(launch_.launcher), n, n, o_.grad_accum, up, up / uint64_t(n));
   }
-  if (o_.adam_states == AdamStates::q8)
-    return refuse("8-bit Adam moments are not partitioned across ranks (a rank's shard would cut their blocks); pass "
-                  "--optimizer-type adamw");
+  if (o_.adam_states == AdamStates::q8) {
+    if (o_.optimizer_home == Tier::device)
+      return refuse("8-bit Adam moments on the device are not partitioned across ranks (with the optimizer on the CPU "
+                    "they are); pass --optimizer-device cpu, or --optimizer-type adamw");
+    const StatusOr<std::shared_ptr<const ParamLayout>> layout = shared_param_layout(mc_, dtype_size(o_.dtype));
+    if (!layout.is_ok()) return outcome_of(layout.status());
+    if (const std::optional<std::string> split = q8_block_split(**layout, n))
+      return refuse("8-bit Adam moments across {} ranks: a rank's shard would cut an 8-bit block (256 elements) of {}; "
+                    "pass --optimizer-type adamw, or run on one rank (a tensor starting at a multiple of 256 elements "
+                    "of its chunk is never cut: a model width and key/value width that are multiples of 16 give that)", n, *split);
+  }
   if (o_.split_update)
     return refuse("--optimizer-device split runs on one rank (its device part is not partitioned); across {} ranks "
                   "pass --optimizer-device cpu or device", n);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <span>
 
 #include <fmt/format.h>
@@ -54,9 +55,6 @@ Status partition_gradients(Transformer& model, const TrainOptions& options, Comm
     return error(Code::invalid_argument, "across {} ranks each runs the same number of a step's micro-batches, so "
                  "--grad-accum (the step's micro-batches over all ranks) must be a multiple of {}, not {}", n, n,
                  options.grad_accum);
-  if (options.adam_states == AdamStates::q8)
-    return error(Code::invalid_argument, "8-bit Adam moments are not partitioned across ranks (a shard would cut their "
-                 "blocks); pass --optimizer-type adamw");
   if (options.optimizer_home != Tier::device) return Status::ok();  // make_optimizer's GradientExchange
   if (model.device_grads() == nullptr || model.grad_sink() != model.device_grads())
     return error(Code::invalid_argument, "across ranks the optimizer on the device needs the model's device "
@@ -231,57 +229,91 @@ Status Trainer::visit_pieces(bool write_back, const PieceVisit& visit) {
 }
 
 // Chunk by chunk (those `chunks` marks; all when null): this rank's pieces copied into a whole image
-// of the chunk, each array's shards (every rank's master range of it; the masters alone with
-// `masters_only`) all-gathered into place, the image visited.
+// of the chunk, each array's shards (every rank's master range of it; of 8-bit block scales, the
+// scales of the blocks in that range; the masters alone with `masters_only`) all-gathered into
+// place, the image visited.
 Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>* chunks, bool masters_only) {
   OptimizerState& state = *parts_.state;
   if (parts_.gather == nullptr)
     return error(Code::internal, "a partitioned optimizer state without its gather (make_optimizer builds both)");
   const int ranks = state.ranks();
+  // One array of the image: its region, its unit (bytes an element or a block scale takes), whether
+  // it is indexed by block scale rather than by fp32 element, and the piece's array.
+  struct Array {
+    StateRegion region;
+    uint64_t unit = 0;
+    bool scales = false;
+    std::function<const void*(const ChunkState&)> of;
+  };
   std::vector<std::byte> image, all;
   Status visited;  // the first visit's error: later chunks are gathered, not visited
   for (size_t c = 0; c < state.chunk_count(); ++c) {
     if (chunks != nullptr && !(*chunks)[c]) continue;
     const OptimizerStateLayout& layout = state.chunk_layout(c);
+    const bool q8 = layout.states == AdamStates::q8;
     image.assign(layout.padded, std::byte{0});
-    std::vector<StateRegion> regions = {layout.master, layout.m, layout.v};
-    if (masters_only) regions.resize(1);
+    std::vector<Array> arrays = {{layout.master, sizeof(float), false, [](const ChunkState& s) { return s.master; }}};
+    if (!masters_only && !q8) {
+      arrays.push_back({layout.m, sizeof(float), false, [](const ChunkState& s) { return s.m; }});
+      arrays.push_back({layout.v, sizeof(float), false, [](const ChunkState& s) { return s.v; }});
+    } else if (!masters_only) {
+      arrays.push_back({layout.m_code, 1, false, [](const ChunkState& s) { return s.m_code; }});
+      arrays.push_back({layout.v_code, 1, false, [](const ChunkState& s) { return s.v_code; }});
+      arrays.push_back({layout.m_scale, sizeof(float), true, [](const ChunkState& s) { return s.m_scale; }});
+      arrays.push_back({layout.v_scale, sizeof(float), true, [](const ChunkState& s) { return s.v_scale; }});
+    }
     STRATA_RETURN_IF_ERROR(state.pipeline().for_each_chunk(
         state.pieces_of(c),
         [&](size_t i, ChunkState& piece) {
           const StatePiece& p = state.pieces()[i];
-          const float* from[] = {piece.master, piece.m, piece.v};
-          for (size_t k = 0; k < regions.size(); ++k)  // the first `regions.size()` of master, m, v
-            std::memcpy(image.data() + regions[k].offset + p.element_begin * sizeof(float), from[k],
-                        p.elements() * sizeof(float));
+          for (const Array& a : arrays) {
+            const uint64_t at = a.scales ? p.scale_begin : p.element_begin;
+            const uint64_t count = a.scales ? p.scales() : p.elements();
+            std::memcpy(image.data() + a.region.offset + at * a.unit, a.of(piece), count * a.unit);
+          }
           return Status::ok();
         },
         /*write_back=*/false));
-    std::vector<ElementRange> range(static_cast<size_t>(ranks));
-    uint64_t widest = 0;
+    // Every rank's master range, and (8-bit moments) the block scales it holds.
+    std::vector<ElementRange> range(static_cast<size_t>(ranks)), scales(static_cast<size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
       range[size_t(r)] = master_shard(model_.layout(), model_.master_layout(), c, ranks, r);
-      widest = std::max(widest, range[size_t(r)].elements());
+      if (q8) scales[size_t(r)] = range_scales(model_.master_layout(), c, range[size_t(r)]);
     }
-    const ElementRange& mine = state.master_range(c);
-    const uint64_t block = widest * sizeof(float);
-    all.resize(uint64_t(ranks) * block);
-    for (const StateRegion& region : regions) {
-      std::byte* array = image.data() + region.offset;
-      STRATA_RETURN_IF_ERROR(parts_.gather->gather(array + mine.begin * sizeof(float), mine.elements() * sizeof(float),
-                                                   block, all.data(), all.size()));
+    for (const Array& a : arrays) {
+      const std::vector<ElementRange>& cut = a.scales ? scales : range;
+      uint64_t widest = 0;
+      for (const ElementRange& e : cut) widest = std::max(widest, e.elements());
+      const uint64_t block = widest * a.unit;
+      all.resize(uint64_t(ranks) * block);
+      std::byte* array = image.data() + a.region.offset;
+      const ElementRange& mine = cut[size_t(state.rank())];
+      STRATA_RETURN_IF_ERROR(parts_.gather->gather(array + mine.begin * a.unit, mine.elements() * a.unit, block,
+                                                   all.data(), all.size()));
       for (int r = 0; r < ranks; ++r)
-        std::memcpy(array + range[size_t(r)].begin * sizeof(float), all.data() + uint64_t(r) * block,
-                    range[size_t(r)].elements() * sizeof(float));
+        std::memcpy(array + cut[size_t(r)].begin * a.unit, all.data() + uint64_t(r) * block,
+                    cut[size_t(r)].elements() * a.unit);
     }
     if (!visited.is_ok()) continue;
-    ChunkState whole{.chunk = c,
-                     .fp32_elements = layout.fp32_elements,
-                     .master = reinterpret_cast<float*>(image.data() + layout.master.offset),
-                     .m = masters_only ? nullptr : reinterpret_cast<float*>(image.data() + layout.m.offset),
-                     .v = masters_only ? nullptr : reinterpret_cast<float*>(image.data() + layout.v.offset),
-                     .image = std::span(image.data(), layout.bytes)};
-    visited = visit(StatePiece{.chunk = c, .element_begin = 0, .element_end = layout.fp32_elements}, layout, whole);
+    const auto at = [&](const StateRegion& region) { return image.data() + region.offset; };
+    ChunkState whole{.chunk = c, .fp32_elements = layout.fp32_elements, .image = std::span(image.data(), layout.bytes)};
+    whole.master = reinterpret_cast<float*>(at(layout.master));
+    if (!masters_only && !q8) {
+      whole.m = reinterpret_cast<float*>(at(layout.m));
+      whole.v = reinterpret_cast<float*>(at(layout.v));
+    } else if (!masters_only) {
+      whole.scale_count = layout.scale_count;
+      whole.m_code = reinterpret_cast<int8_t*>(at(layout.m_code));
+      whole.v_code = reinterpret_cast<uint8_t*>(at(layout.v_code));
+      whole.m_scale = reinterpret_cast<float*>(at(layout.m_scale));
+      whole.v_scale = reinterpret_cast<float*>(at(layout.v_scale));
+    }
+    visited = visit(StatePiece{.chunk = c,
+                               .element_begin = 0,
+                               .element_end = layout.fp32_elements,
+                               .scale_begin = 0,
+                               .scale_end = q8 ? layout.scale_count : 0},
+                    layout, whole);
   }
   return visited;
 }

@@ -9,6 +9,7 @@
 
 #include "model/net/model_config.h"
 #include "model/net/param_layout.h"
+#include "model/plan/placement.h"
 #include "tests/model/model_test_files.h"
 
 namespace strata::model {
@@ -120,7 +121,7 @@ void expect_sound_layout(const ModelConfig& c, uint64_t element_bytes) {
   std::vector<uint64_t> end_in_chunk(layout.chunks.size(), 0);
   for (const auto& p : layout.params) {
     EXPECT_TRUE(names.insert(p.name).second) << "duplicate " << p.name;
-    EXPECT_EQ(p.field_offset % kParamAlignment, 0u) << p.name;
+    EXPECT_EQ(p.field_offset % (kFieldAlignment * layout.element_bytes), 0u) << p.name;
     EXPECT_GE(p.offset, end_in_chunk[p.chunk]) << p.name << " overlaps the tensor before it";
     end_in_chunk[p.chunk] = p.offset + p.elements * element_bytes;
     EXPECT_LE(end_in_chunk[p.chunk], layout.chunks[p.chunk].bytes) << p.name;
@@ -140,6 +141,32 @@ TEST(ParamLayoutTest, EveryPresetIsAlignedAndNonOverlapping) {
     const ModelConfig c = expect_value(model_preset(name));
     expect_sound_layout(c, 4);
     expect_sound_layout(c, 2);
+  }
+}
+
+// Fields start at 256-element boundaries: every tensor sits at the same element in the 16-bit and
+// the fp32 layouts, and across ranks no shard cut splits a tensor's 8-bit block -- GPT-2 1.5B's
+// 1600-wide norms included (at 256-byte alignment its bf16 fields were 128 elements apart). A fused
+// tensor after the first of its field starts where the one before it ends: llama-tiny's key/value
+// rows are 24 x 48 = 1152 elements, so v_proj starts 128 elements into a block, and at 8 ranks a
+// cut falls in it (named, so a run refuses it).
+TEST(ParamLayoutTest, TensorsSitAtTheSameElementInEveryPrecisionAndShardCutsKeep8BitBlocksWhole) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "gpt2-1.5b", "llama-7b"}) {
+    const ModelConfig c = expect_value(model_preset(name));
+    const ParamLayout half = expect_value(build_param_layout(c, 2));
+    const ParamLayout full = expect_value(build_param_layout(c, 4));
+    ASSERT_EQ(half.params.size(), full.params.size()) << name;
+    for (size_t i = 0; i < half.params.size(); ++i)
+      ASSERT_EQ(half.params[i].offset / 2, full.params[i].offset / 4) << name << ": " << half.params[i].name;
+    for (int ranks : {2, 3, 4, 8}) {
+      const std::optional<std::string> split = q8_block_split(half, ranks);
+      if (std::string(name) == "llama-tiny" && ranks == 8) {
+        ASSERT_TRUE(split.has_value());
+        EXPECT_NE(split->find("v_proj"), std::string::npos) << *split;
+      } else {
+        EXPECT_EQ(split, std::nullopt) << name << " at " << ranks << " ranks";
+      }
+    }
   }
 }
 
@@ -164,7 +191,7 @@ TEST(ParamLayoutTest, Gpt2NamesShapesAndChunks) {
   // A layer: 12 tensors, 7,087,872 fp32 elements, rounded up to whole 4 KiB pages.
   const ChunkSpec& layer0 = layout.chunks[1];
   EXPECT_GE(layer0.bytes, 7'087'872u * 4);
-  EXPECT_LT(layer0.bytes, 7'087'872u * 4 + 12 * kParamAlignment + kChunkAlignment);
+  EXPECT_LT(layer0.bytes, 7'087'872u * 4 + 12 * kFieldAlignment * 4 + kChunkAlignment);
 }
 
 TEST(ParamLayoutTest, LlamaFusedSlotsAreBackToBack) {

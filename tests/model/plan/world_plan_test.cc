@@ -211,11 +211,14 @@ TEST(WorldPlanTest, WhatTrainRunsAcrossRanksTodayIsOneLine) {
   EXPECT_TRUE(resident.runs);
   EXPECT_TRUE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).runs);
   EXPECT_TRUE(train_across_ranks_today(placed(Tier::nvme, Tier::nvme, Tier::nvme, 2)).runs);
-  TrainOptions q8 = placed(Tier::device, Tier::cpu, Tier::cpu, 2);
+  // 8-bit moments: with the optimizer on the CPU (as fp32 moments are), not on the device.
+  TrainOptions q8 = placed(Tier::device, Tier::device, Tier::cpu, 2);
   q8.adam_states = AdamStates::q8;
   EXPECT_FALSE(train_across_ranks_today(q8).runs);
-  EXPECT_NE(train_across_ranks_today(q8).verdict.find("8-bit moments"), std::string::npos);
-  EXPECT_NE(resident.text.find("8-bit moments across ranks: not built"), std::string::npos);
+  EXPECT_NE(train_across_ranks_today(q8).verdict.find("8-bit moments on the device"), std::string::npos);
+  q8.optimizer_home = Tier::cpu;
+  EXPECT_TRUE(train_across_ranks_today(q8).runs);
+  EXPECT_NE(resident.text.find("8-bit moments with the optimizer on the CPU"), std::string::npos);
   EXPECT_NE(resident.verdict.find("but the whole weights on every GPU"), std::string::npos);
   EXPECT_NE(train_across_ranks_today(placed(Tier::cpu, Tier::cpu, Tier::cpu, 2)).verdict.find("--zero-stage 3"),
             std::string::npos);
