@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <span>
 
 #include <fmt/format.h>
@@ -237,14 +236,15 @@ Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>*
   if (parts_.gather == nullptr)
     return error(Code::internal, "a partitioned optimizer state without its gather (make_optimizer builds both)");
   const int ranks = state.ranks();
-  // One array of the image: its region, its unit (bytes an element or a block scale takes), whether
-  // it is indexed by block scale rather than by fp32 element, and the piece's array.
+  // One array of a state image: its region in a layout (the chunk's, or a piece's), its unit (the
+  // bytes an element or a block scale takes), and whether it is indexed by block scale rather than
+  // by fp32 element.
   struct Array {
-    StateRegion region;
-    uint64_t unit = 0;
-    bool scales = false;
-    std::function<const void*(const ChunkState&)> of;
+    StateRegion OptimizerStateLayout::*region;
+    uint64_t unit;
+    bool scales;
   };
+  using L = OptimizerStateLayout;
   std::vector<std::byte> image, all;
   Status visited;  // the first visit's error: later chunks are gathered, not visited
   for (size_t c = 0; c < state.chunk_count(); ++c) {
@@ -252,24 +252,25 @@ Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>*
     const OptimizerStateLayout& layout = state.chunk_layout(c);
     const bool q8 = layout.states == AdamStates::q8;
     image.assign(layout.padded, std::byte{0});
-    std::vector<Array> arrays = {{layout.master, sizeof(float), false, [](const ChunkState& s) { return s.master; }}};
+    std::vector<Array> arrays = {{&L::master, sizeof(float), false}};
     if (!masters_only && !q8) {
-      arrays.push_back({layout.m, sizeof(float), false, [](const ChunkState& s) { return s.m; }});
-      arrays.push_back({layout.v, sizeof(float), false, [](const ChunkState& s) { return s.v; }});
+      arrays.insert(arrays.end(), {{&L::m, sizeof(float), false}, {&L::v, sizeof(float), false}});
     } else if (!masters_only) {
-      arrays.push_back({layout.m_code, 1, false, [](const ChunkState& s) { return s.m_code; }});
-      arrays.push_back({layout.v_code, 1, false, [](const ChunkState& s) { return s.v_code; }});
-      arrays.push_back({layout.m_scale, sizeof(float), true, [](const ChunkState& s) { return s.m_scale; }});
-      arrays.push_back({layout.v_scale, sizeof(float), true, [](const ChunkState& s) { return s.v_scale; }});
+      arrays.insert(arrays.end(), {{&L::m_code, 1, false},
+                                   {&L::v_code, 1, false},
+                                   {&L::m_scale, sizeof(float), true},
+                                   {&L::v_scale, sizeof(float), true}});
     }
     STRATA_RETURN_IF_ERROR(state.pipeline().for_each_chunk(
         state.pieces_of(c),
         [&](size_t i, ChunkState& piece) {
           const StatePiece& p = state.pieces()[i];
+          const OptimizerStateLayout& piece_layout = state.pipeline().layout(i);
           for (const Array& a : arrays) {
             const uint64_t at = a.scales ? p.scale_begin : p.element_begin;
             const uint64_t count = a.scales ? p.scales() : p.elements();
-            std::memcpy(image.data() + a.region.offset + at * a.unit, a.of(piece), count * a.unit);
+            std::memcpy(image.data() + (layout.*a.region).offset + at * a.unit,
+                        piece.image.data() + (piece_layout.*a.region).offset, count * a.unit);
           }
           return Status::ok();
         },
@@ -286,7 +287,7 @@ Status Trainer::visit_gathered(const PieceVisit& visit, const std::vector<bool>*
       for (const ElementRange& e : cut) widest = std::max(widest, e.elements());
       const uint64_t block = widest * a.unit;
       all.resize(uint64_t(ranks) * block);
-      std::byte* array = image.data() + a.region.offset;
+      std::byte* array = image.data() + (layout.*a.region).offset;
       const ElementRange& mine = cut[size_t(state.rank())];
       STRATA_RETURN_IF_ERROR(parts_.gather->gather(array + mine.begin * a.unit, mine.elements() * a.unit, block,
                                                    all.data(), all.size()));
