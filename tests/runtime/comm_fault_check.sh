@@ -6,8 +6,9 @@
 #    detection): every rank but 1 printed COMM_FAULT_OK (its error names rank 1 and the all_reduce)
 #    and exited non-zero, by its own exit status: each rank runs under this script's --rank-exit
 #    wrapper, which prints RANK_EXIT <rank> <status>. mpirun's status proves nothing here: with
-#    --enable-recovery Open MPI 4.1's mpirun exits 0 however its ranks ended. In kill mode rank 1
-#    must have died by SIGKILL (status 137).
+#    --enable-recovery Open MPI 4.1's mpirun exits 0 however its ranks ended. The ranks run with
+#    own-exit (each exits by itself, not through MPI_Abort, which would kill a slower survivor before
+#    its wrapper prints its status). In kill mode rank 1 must have died by SIGKILL (status 137).
 #  * without it (the mpirun a user runs): mpirun exited non-zero and a rank named rank 1 (the first
 #    survivor to abort takes the others down, so only one COMM_FAULT_OK is certain).
 # MODE fail is the harness's own check: every rank passes the collectives, then rank 1 exits 1; a
@@ -29,7 +30,9 @@ launcher=("${@:1:$#-1}")
 recovery=0
 for a in "${launcher[@]}"; do [ "$a" = --enable-recovery ] && recovery=1; done
 start=$(date +%s)
-out=$(timeout $((limit + 30)) "${launcher[@]}" bash "$0" --rank-exit "$binary" "$mode" 2>&1)
+own_exit=()
+[ $recovery -eq 1 ] && own_exit=(cpu own-exit)
+out=$(timeout $((limit + 30)) "${launcher[@]}" bash "$0" --rank-exit "$binary" "$mode" "${own_exit[@]}" 2>&1)
 rc=$?
 elapsed=$(( $(date +%s) - start ))
 echo "$out"

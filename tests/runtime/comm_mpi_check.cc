@@ -8,10 +8,15 @@
 //                                with CTest; tools/gpu_check.sh's comm phase runs it.
 //   comm_mpi_check fail        : the collectives, then rank 1 exits 1: mpirun must exit non-zero
 //                                (the harness check that a failing rank fails the collectives test).
-//   comm_mpi_check silent|kill : rank 1 stays out of an all_reduce (silent: alive; kill: SIGKILLs
+//   comm_mpi_check silent|kill [cpu] [own-exit]
+//                              : rank 1 stays out of an all_reduce (silent: alive; kill: SIGKILLs
 //                                itself); every other rank must get an error naming rank 1 within
-//                                the timeout, print COMM_FAULT_OK and exit 3 (abort_mpi_world), as a
-//                                run does (tests/runtime/comm_fault_check.sh).
+//                                the timeout, print COMM_FAULT_OK and exit 3 through abort_mpi_world,
+//                                as a run does (tests/runtime/comm_fault_check.sh). own-exit (for
+//                                mpirun --enable-recovery, where each rank's own detection and exit
+//                                status are checked): each rank exits by itself instead (std::_Exit;
+//                                a silent rank 1 after twice the timeout), since one survivor's
+//                                MPI_Abort may kill another before its exit status is recorded.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -172,14 +177,15 @@ int run_collectives(Backend& backend, Communicator& comm) {
   return g_failures == 0 ? 0 : 1;
 }
 
-int run_fault(Backend& backend, Communicator& comm, bool kill) {
+int run_fault(Backend& backend, Communicator& comm, bool kill, bool own_exit, double timeout_seconds) {
   const Stream s = Stream::compute;
   COMM_OK(comm.barrier(s));
   COMM_OK(comm.synchronize(s));
   if (comm.rank() == 1) {
     if (kill) std::raise(SIGKILL);
-    std::this_thread::sleep_for(std::chrono::seconds(60));  // stays out; the others' abort ends it
-    return 1;
+    // Stays out: past the others' timeout; without own-exit their abort ends it first.
+    std::this_thread::sleep_for(std::chrono::duration<double>(own_exit ? 2 * timeout_seconds : 60.0));
+    std::_Exit(1);
   }
   float* x = static_cast<float*>(backend.allocate(4096, "comm check").value());
   const auto start = std::chrono::steady_clock::now();
@@ -195,7 +201,8 @@ int run_fault(Backend& backend, Communicator& comm, bool kill) {
   Status again = comm.barrier(s);
   if (again.message() != st.message()) std::printf("COMM_FAULT_BAD rank %d: not sticky: %s\n", comm.rank(), again.to_string().c_str());
   std::fflush(stdout);
-  abort_mpi_world(3);  // what a run does: take the world down, exit non-zero
+  if (own_exit) std::_Exit(3);  // no MPI_Finalize: a peer is gone
+  abort_mpi_world(3);           // what a run does: take the world down, exit non-zero
 }
 
 }  // namespace
@@ -205,6 +212,11 @@ int main(int argc, char** argv) {
   using namespace strata;
   const std::string mode = argc > 1 ? argv[1] : "collectives";
   const std::string device = argc > 2 ? argv[2] : "cpu";
+  const bool own_exit = argc > 3 && std::string(argv[3]) == "own-exit";
+  if (argc > 3 && !own_exit) {
+    std::fprintf(stderr, "%s: expected own-exit or nothing\n", argv[3]);
+    return 2;
+  }
   if (device != "cpu" && device != "cuda") {
     std::fprintf(stderr, "device %s: expected cpu or cuda\n", device.c_str());
     return 2;
@@ -243,7 +255,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mode %s needs at least 2 ranks\n", mode.c_str());
     return 2;
   }
-  if (mode == "silent" || mode == "kill") return run_fault(**backend, **comm, mode == "kill");
+  if (mode == "silent" || mode == "kill")
+    return run_fault(**backend, **comm, mode == "kill", own_exit, comm_options.timeout_seconds);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
