@@ -280,7 +280,7 @@ nlohmann::json plan_json(const model::Plan& p, const Machine& m) {
                      {"intra_node", n.intra_node}, {"inter_node", n.inter_node}}},
         {"time", {{"intra_node_s", c.time.intra_node_s}, {"inter_node_s", c.time.inter_node_s}}},
         {"limit", c.time.bottleneck},
-        {"train_today", {{"runs", today.runs}, {"text", today.text}, {"verdict", today.verdict}}}};
+        {"train_today", {{"text", today.text}, {"verdict", today.verdict}}}};
   }
   for (const auto& [key, list] : {std::pair{"suggestions", &p.suggestions}, std::pair{"untiled_alternatives",
                                                                                      &p.untiled_alternatives}}) {

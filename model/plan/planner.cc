@@ -506,10 +506,8 @@ Search pick(std::vector<PlanCandidate> all) {
 Search search(const ModelConfig& config, const TrainOptions& base, const Hardware& h, const PlanFixed& fixed) {
   std::vector<PlanCandidate> all;
   for (const TrainOptions& o : plan_placements(base, fixed)) {
-    // Across ranks no layer stays resident (rank_options): a split update would be the CPU one;
-    // and 8-bit moments are not partitioned on the device.
+    // Across ranks no layer stays resident (rank_options): a split update would be the CPU one.
     if (!h.world.single() && o.split_update && !base.split_update) continue;
-    if (!h.world.single() && o.optimizer_home == Tier::device && o.adam_states == AdamStates::q8) continue;
     all.push_back(evaluate_placement(config, o, h));
   }
   return pick(std::move(all));

@@ -40,11 +40,11 @@ DeviceBytes rank_device_bytes(const ModelConfig& config, const TrainOptions& o, 
   if (o.optimizer_home == Tier::device) {
     d.gradients += sums + arena_block(partials * sizeof(double));
     // Several micro-batches a rank: the later rounds' receive buffer (DeviceGrads::spread_over_ranks).
-    if (ranks > 1 && o.grad_accum / ranks > 1) d.gradients += arena_block(largest_f32);
+    if (ranks > 1 && o.grad_accum > 1) d.gradients += arena_block(largest_f32);  // o: a rank's (rank_options)
     // The device optimizer's shards as it allocates them (its segments of each chunk's shard, and
     // the buffer it gathers a chunk's updated weights through), and the gather of a checkpoint's
     // partitioned state (make_optimizer).
-    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, int(ranks), 256);
+    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, int(ranks), 256, {}, o.adam_states);
     if (ranks > 1) d.optimizer += arena_block(uint64_t(ranks) * weight_gather_round(layout, int(ranks)));
   }
   return d;

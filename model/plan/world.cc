@@ -45,21 +45,17 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
 // whole weights, resident or paged from its own pinned memory or NVMe, and homes 1/N of every
 // chunk's gradient sum and optimizer state, on its device or in its host memory / NVMe where its CPU
 // updates it) or ZeRO-3 (--zero-stage 3, the optimizer on the CPU: the weights 1/N a rank too,
-// gathered when the model needs a chunk); 8-bit moments with the optimizer on the CPU only (and
-// where no shard cut splits a block: q8_block_split) (docs/ARCHITECTURE.md, "Training across ranks").
+// gathered when the model needs a chunk); fp32 or 8-bit moments with either optimizer (8-bit where
+// no shard cut splits a block: q8_block_split) (docs/ARCHITECTURE.md, "Training across ranks").
 TrainAcrossRanks train_across_ranks_today(const TrainOptions& o) {
-  const bool runs = o.adam_states != AdamStates::q8 || o.optimizer_home != Tier::device;
-  const bool zero3 = runs && o.optimizer_home != Tier::device;
-  return {.runs = runs,
-          .text = "train across ranks runs ZeRO-3 with the optimizer on the CPU (--zero-stage 3: the weights, the "
+  const bool zero3 = o.optimizer_home != Tier::device;
+  return {.text = "train across ranks runs ZeRO-3 with the optimizer on the CPU (--zero-stage 3: the weights, the "
                   "gradient sums and the optimizer state 1/N a rank, each chunk gathered when the model needs it) and "
-                  "ZeRO-2 with either optimizer (the whole weights on each rank, resident or paged); 8-bit moments "
-                  "with the optimizer on the CPU (where no rank's shard cuts a tensor's 256-element block), not on the "
-                  "device",
-          .verdict = !runs  ? "train refuses it across ranks (8-bit moments on the device are not partitioned)"
-                     : zero3 ? "train runs it across ranks as planned with --zero-stage 3"
-                             : "train runs it across ranks with the gradient and optimizer state partitioned as "
-                               "planned, but the whole weights on every GPU (ZeRO-3 needs the optimizer on the CPU)"};
+                  "ZeRO-2 with either optimizer (the whole weights on each rank, resident or paged); fp32 or 8-bit "
+                  "moments with either (8-bit where no rank's shard cuts a tensor's 256-element block)",
+          .verdict = zero3 ? "train runs it across ranks as planned with --zero-stage 3"
+                           : "train runs it across ranks with the gradient and optimizer state partitioned as "
+                             "planned, but the whole weights on every GPU (ZeRO-3 needs the optimizer on the CPU)"};
 }
 
 uint64_t shard_bytes(uint64_t bytes, uint32_t ranks, uint64_t unit) {

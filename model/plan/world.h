@@ -43,10 +43,8 @@ Status check_world(const World& world);
 Status check_world_batch(const World& world, uint64_t grad_accum);
 
 // ===== What `strata train` runs across ranks today: update HERE as training grows. =====
-// `runs`: train can run the given placement across ranks; `text`: the one line every plan prints;
-// `verdict`: what that means for the placement planned.
+// `text`: the one line every plan prints; `verdict`: what that means for the placement planned.
 struct TrainAcrossRanks {
-  bool runs = false;
   std::string_view text;
   std::string_view verdict;
 };

@@ -54,7 +54,7 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
   const uint64_t eb = layout.element_bytes;
   uint64_t largest = 0, widest_stride = 0, scales = 0;
   for (int r = 0; r < ranks; ++r) {
-    uint64_t total = 0, chunk_length = 0;
+    uint64_t total = 0, chunk_length = 0, rank_scales = 0;
     for (size_t i = 0; i < layout.params.size(); ++i) {
       const ParamSpec& p = layout.params[i];
       if (!updates.empty() && !updates[size_t(p.chunk)]) continue;  // a chunk's params are together
@@ -62,18 +62,19 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
       widest_stride = std::max(widest_stride, shard.stride);
       const uint64_t begin = std::max(p.offset / eb, shard.begin), end = std::min(p.offset / eb + p.elements, shard.end);
       if (begin < end) chunk_length += (end - begin + kStateAlign - 1) / kStateAlign * kStateAlign;
-      if (begin < end && r == 0) scales += kernels::adam8bit_blocks(end - begin);  // 8-bit: one rank
+      if (begin < end) rank_scales += kernels::adam8bit_blocks(end - begin);  // 8-bit: its segment's blocks
       if (i + 1 == layout.params.size() || layout.params[i + 1].chunk != p.chunk) {  // the chunk's last
         total += chunk_length;
         chunk_length = 0;
       }
     }
     largest = std::max(largest, total);
+    scales = std::max(scales, rank_scales);
   }
   const uint64_t masters = dtype == DType::f32 ? 0 : aligned(largest * sizeof(float));  // 16-bit only
-  if (states == AdamStates::q8)  // m and v codes, their block scales
-    return masters + 2 * aligned(largest) + 2 * aligned(scales * sizeof(float));
-  uint64_t bytes = masters + 2 * aligned(largest * sizeof(float));  // m, v
+  uint64_t bytes = states == AdamStates::q8
+                       ? masters + 2 * aligned(largest) + 2 * aligned(scales * sizeof(float))  // codes, scales
+                       : masters + 2 * aligned(largest * sizeof(float));                       // m, v
   if (ranks > 1) bytes += aligned(uint64_t(ranks) * widest_stride * eb);  // the updated weights' gather
   return bytes;
 }
@@ -93,9 +94,6 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::create(Backend& back
                  "gradients {}",
                  route.count(true), chunks, weights.chunk_count(), grads.chunk_count());
   const bool q8 = options.adam_states == AdamStates::q8;
-  if (q8 && grads.partitioned())
-    return error(Code::invalid_argument, "8-bit Adam moments on the device are not partitioned across ranks (with "
-                 "the optimizer on the CPU they are); pass --optimizer-device cpu, or --optimizer-type adamw");
   if (!updates.empty() && grads.partitioned())
     return error(Code::invalid_argument, "a split update (some chunks on the device, the rest on the CPU) runs on one "
                  "rank; across ranks pass --optimizer-device cpu or device");
@@ -239,9 +237,11 @@ Status DeviceOptimizer::gather_weights(size_t c) {
   return backend_.copy_on_device(weights_.device_chunk(local(c)), gathered_weights_, bytes);
 }
 
-// 8-bit moments, one rank: piece i's codes and block scales, tensor by tensor (each piece's share
-// of a tensor starts on one of its 256-element blocks), between its host image and the segment
-// holding that tensor's elements.
+// 8-bit moments: piece i's codes and block scales, tensor by tensor, between its host image and the
+// segment holding that tensor's elements. Each piece's share of a tensor starts on one of its
+// 256-element blocks, and across ranks so does each segment (a shard's cut is a whole number of
+// blocks into the tensor it cuts: q8_block_split, checked by OptimizerState::create), so a
+// segment's blocks are the tensor's and its scales are those blocks' scales.
 Status DeviceOptimizer::copy_codes(size_t i, ChunkState& host, bool to_device, Stream stream) {
   const size_t c = state_.pieces()[i].chunk;
   const uint64_t eb = layout_.element_bytes;

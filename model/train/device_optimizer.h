@@ -1,7 +1,7 @@
 // DeviceOptimizer: the Optimizer (offload/optimizer.h) that runs AdamW on the device, beside
 // resident weights: the backend's adam_update op over fp32 masters (16-bit training; fp32 updates
 // the weights in place) and fp32 moments in device memory (or adam8bit_update over 8-bit moments:
-// codes and block scales, the CPU's bits; one rank), the gradient the model's DeviceGrads
+// codes and block scales, the CPU's bits), the gradient the model's DeviceGrads
 // accumulated; for 16-bit training the rounded weights are written into the resident chunks by
 // the same pass. Nothing crosses PCIe in a step. begin_update queues the whole update on the
 // compute stream (the next forward's compute follows it in stream order), so prepare has nothing
@@ -18,6 +18,9 @@
 // shard of each chunk (offload/chunk_shard.h), 1/N of the model's; it updates its shard from its
 // shard of the gradient sum, then the ranks all-gather the chunk's new working weights, so every
 // rank holds the whole updated chunk (AdamW is elementwise: the same bits as one rank's update).
+// 8-bit moments too: a shard's cut is a whole number of 256-element blocks into the tensor it cuts
+// (q8_block_split names a layout where it is not; OptimizerState::create refuses it), so a rank's
+// blocks and their scales are one rank's.
 // The host mirrors (`state`) are partitioned alike (OptimizerState over the same ranks: each rank
 // mirrors its own shard, 1/N of the model's), so state_to_host and state_from_host copy this rank's
 // shard between its device and its host and nothing crosses between ranks; a checkpoint is written
@@ -87,7 +90,7 @@ class DeviceOptimizer final : public Optimizer {
   struct Segment {
     size_t param;
     uint64_t first, n, at;
-    uint64_t scale = 0;  // 8-bit moments: its first block scale in the chunk's (one rank: whole tensors)
+    uint64_t scale = 0;  // 8-bit moments: its first block scale in the rank's of the chunk
   };
   // Rank `rank` of `ranks`'s segments of chunk c of `layout` (`length`: its state's floats, each
   // segment 64-aligned).
@@ -116,7 +119,7 @@ class DeviceOptimizer final : public Optimizer {
   float* device_masters_ = nullptr;       // (state_at_.back() floats) 16-bit training only
   float* device_m_ = nullptr;             // same size (fp32 moments)
   float* device_v_ = nullptr;             // same size (fp32 moments)
-  // 8-bit moments (one rank): a code per state element, a scale per 256-element block of a tensor.
+  // 8-bit moments: a code per state element, a scale per 256-element block of a segment (a tensor's).
   int8_t* device_m_code_ = nullptr;       // state_at_.back() bytes
   uint8_t* device_v_code_ = nullptr;      // same size
   float* device_m_scale_ = nullptr;       // scale_at_.back() floats

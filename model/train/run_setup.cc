@@ -284,9 +284,6 @@ RunOutcome TrainingRun::join_world() {
                   launcher_name(launch_.launcher), n, n, o_.grad_accum, up, up / uint64_t(n));
   }
   if (o_.adam_states == AdamStates::q8) {
-    if (o_.optimizer_home == Tier::device)
-      return refuse("8-bit Adam moments on the device are not partitioned across ranks (with the optimizer on the CPU "
-                    "they are); pass --optimizer-device cpu, or --optimizer-type adamw");
     const StatusOr<std::shared_ptr<const ParamLayout>> layout = shared_param_layout(mc_, dtype_size(o_.dtype));
     if (!layout.is_ok()) return outcome_of(layout.status());
     if (const std::optional<std::string> split = q8_block_split(**layout, n))
