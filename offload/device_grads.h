@@ -105,7 +105,10 @@ class DeviceGrads final : public GradSink {
   // out_of_memory comes at the first step. A release beyond releases[c] in a backward, or
   // finish_step with a chunk released fewer times in the last one, is failed_precondition (another
   // backward than the model's). Every rank must run as many backwards and release the chunks in
-  // the same order (the same model): the exchanges are collectives.
+  // the same order (the same model): the exchanges are collectives. A chunk's round ends at its
+  // releases[c]-th release, so the rounds are per chunk: micro-batch-major (every chunk's round j in
+  // backward j) and layer-major (Transformer::step_layer_major: chunk c's rounds 0, 1, ... in turn,
+  // then the next chunk's) add the same terms in the same order.
   Status spread_over_ranks(Communicator& comm, const std::vector<uint32_t>& releases, uint64_t micro_batches = 1);
   // Whether spread_over_ranks partitioned the gradient; then gradient(c) is the rank's shard of
   // the sum (element i = chunk element shard(c).begin + i, fp32) and widened() refuses.

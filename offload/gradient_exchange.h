@@ -18,10 +18,12 @@
 // The norm: `inner` keeps its shards' block partials (kernels::sum_squares's blocks); finish_step
 // all-gathers them and sums them per chunk in block order and over chunks in chunk order from
 // +0.0: the one-rank definition (GradSink::finish_step), so N ranks give one rank's bits.
-// Each rank may run several micro-batches a step, all ranks the same number: each backward is one
-// round (round j: micro-batch j x N + r on rank r, model/data/rank_batches.h), its blocks handed
-// over as above at each chunk's last release of the backward, so `inner` adds the step's
-// micro-batches in the one-rank order: round by round, rank by rank.
+// Each rank may run several micro-batches a step, all ranks the same number, in rounds (round j:
+// micro-batch j x N + r on rank r, model/data/rank_batches.h), a chunk's blocks handed over as
+// above at its last release of the micro-batch, so `inner` adds the step's micro-batches in the
+// one-rank order: round by round, rank by rank. The rounds are per chunk: micro-batch-major (round
+// j of every chunk in backward j) and layer-major (Transformer::step_layer_major: a chunk's rounds
+// in turn) give the same order.
 //
 // Thread-safety: one driving thread. Lifetime: the backend, the communicator and `inner` outlive
 // the exchange; the destructor waits for the compute stream before returning its blocks.

@@ -457,7 +457,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
     // (with several micro-batches a rank, a receive buffer for the later rounds).
     d.gradients = DeviceGrads::device_bytes(o.dtype, chunk_bytes,
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
-                                            kArenaAlign, o.ranks > 1 ? std::max<uint64_t>(o.grad_accum / o.ranks, 1) : 1);
+                                            kArenaAlign, o.ranks > 1 ? o.rank_micro_batches() : 1);
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states);
     // Across ranks, the gather of a checkpoint's partitioned state (make_optimizer).
     if (o.ranks > 1) d.optimizer += aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));
@@ -485,8 +485,9 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
   }
   // Layer-major (o.step_schedule resolved to it, model/train/step_schedule.h): K residual streams,
   // K d residuals, the tied table's K - 1 stashed gradients (Transformer::activation_bytes) and K
-  // batch buffers, where micro-batch-major has one of each.
-  const int64_t K = o.step_schedule == StepSchedule::layer_major ? int64_t(std::max<uint64_t>(o.grad_accum, 1)) : 1;
+  // batch buffers, where micro-batch-major has one of each; K: this rank's micro-batches.
+  const int64_t K =
+      o.step_schedule == StepSchedule::layer_major ? int64_t(std::max<uint64_t>(o.rank_micro_batches(), 1)) : 1;
   const TransformerOptions t{.batch = int64_t(o.micro_batch), .seq_len = int64_t(o.seq),
                              .checkpoint_layers = o.activation_checkpointing, .dtype = o.dtype, .micro_batches = K};
   d.activations = aligned(Transformer::activation_bytes(config, t));

@@ -451,7 +451,7 @@ RunOutcome TrainingRun::build_model() {
        .seq_len = int64_t(o_.seq),
        .checkpoint_layers = o_.activation_checkpointing,
        .dtype = o_.dtype,
-       .micro_batches = o_.step_schedule == StepSchedule::layer_major ? int64_t(o_.grad_accum) : 1,
+       .micro_batches = o_.step_schedule == StepSchedule::layer_major ? int64_t(o_.rank_micro_batches()) : 1,
        // A CPU optimizer streams gradients to the host: no full set of them on the device.
        .device_grads = o_.optimizer_home == Tier::device},
       {.weights = offload_->weights(), .pinned = pinned_.get()});

@@ -18,14 +18,16 @@ struct ScheduleChoice {
   std::string why;                                          // one sentence for the run's log
 };
 
-// auto is layer-major where it pays and fits: more than one micro-batch per rank per step, weights
-// paged (homed on cpu or nvme: resident weights cross nothing), activation checkpointing on (else
-// every activation would be kept K times), and estimate_device_bytes with layer-major within
-// `device_budget`; else micro-batch-major, saying which condition failed and what would change it.
-// An explicit choice is kept (layer-major with one micro-batch per step is micro-batch-major: the
-// same work). Errors, saying what to pass instead: layer-major across ranks (`world_size` > 1:
-// each rank's backward is one round of the gradient exchange; not built), invalid_argument; an
-// explicit layer-major over `device_budget`, out_of_memory.
+// auto is layer-major where it pays and fits: more than one micro-batch per rank per step (K =
+// grad_accum / world_size), weights paged (homed on cpu or nvme: resident weights cross nothing) or,
+// across ranks, partitioned (ZeRO-3: each chunk gathered per use), activation checkpointing on (else
+// every activation would be kept K times), and estimate_device_bytes with layer-major (its K a
+// rank's: options.ranks is the world) within `device_budget`; else micro-batch-major, saying which
+// condition failed and what would change it. An explicit choice is kept (layer-major with one
+// micro-batch per rank is micro-batch-major: the same work). Across ranks the exchange keeps the
+// one-rank order either way (each chunk's contributions round by round: DeviceGrads,
+// GradientExchange). Error, saying what to pass instead: an explicit layer-major over
+// `device_budget`, out_of_memory.
 StatusOr<ScheduleChoice> choose_step_schedule(const ModelConfig& config, const TrainOptions& options, int world_size,
                                               uint64_t device_budget);
 

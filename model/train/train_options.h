@@ -5,6 +5,7 @@
 // trainer; runtime keys such as seed and device stay in the Config.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,6 +64,11 @@ struct TrainOptions {
   int zero_stage = 2;
   bool partitions_weights() const { return ranks > 1 && zero_stage == 3; }
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
+  // This rank's micro-batches a step: grad_accum / ranks across ranks (a multiple: check_world_batch),
+  // all of them on one rank (the planner's per-rank options, rank_options, say ranks 1 and theirs).
+  uint64_t rank_micro_batches() const {
+    return ranks > 1 ? std::max<uint64_t>(grad_accum / uint64_t(ranks), 1) : grad_accum;
+  }
 
   DType dtype = DType::f32;  // f32, bf16 or f16: compute precision of weights and activations
   bool tf32 = false;

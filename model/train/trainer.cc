@@ -23,42 +23,50 @@ int64_t counted_targets(const BatchView& batch) {
   return counted;
 }
 
-// check_trainer_options, and the model computes in options.dtype.
-Status check_model_options(const Transformer& model, const TrainOptions& options) {
+// check_trainer_options, and the model computes in options.dtype. `mine`: this rank's micro-batches
+// a step (all of them on one rank).
+Status check_model_options(const Transformer& model, const TrainOptions& options, uint64_t mine) {
   STRATA_RETURN_IF_ERROR(check_trainer_options(options));
   if (model.dtype() != options.dtype)
     return error(Code::invalid_argument, "the model computes in {} but the trainer options ask for {}; create both "
                  "with the same --dtype", dtype_name(model.dtype()), dtype_name(options.dtype));
-  if (options.step_schedule == StepSchedule::layer_major && options.grad_accum > 1 &&
-      model.options().micro_batches < int64_t(options.grad_accum))
+  if (options.step_schedule == StepSchedule::layer_major && mine > 1 && model.options().micro_batches < int64_t(mine))
     return error(Code::invalid_argument, "the layer-major schedule of {} micro-batches needs a model created for them "
-                 "(TransformerOptions::micro_batches = {}, with checkpoint_layers), not {}", options.grad_accum,
-                 options.grad_accum, model.options().micro_batches);
+                 "(TransformerOptions::micro_batches = {}, with checkpoint_layers), not {}", mine, mine,
+                 model.options().micro_batches);
   return Status::ok();
 }
 
 // Whether a step runs layer-major (model/train/step_schedule.h): asked for, or automatic with a
-// model created for the step's micro-batches (a run resolves automatic before it creates the model).
-bool runs_layer_major(const Transformer& model, const TrainOptions& options) {
-  if (options.grad_accum < 2) return false;
+// model created for this rank's `mine` micro-batches (a run resolves automatic before it creates
+// the model).
+bool runs_layer_major(const Transformer& model, const TrainOptions& options, uint64_t mine) {
+  if (mine < 2) return false;
   if (options.step_schedule == StepSchedule::layer_major) return true;
-  return options.step_schedule == StepSchedule::automatic &&
-         model.options().micro_batches >= int64_t(options.grad_accum);
+  return options.step_schedule == StepSchedule::automatic && model.options().micro_batches >= int64_t(mine);
+}
+
+// This rank's micro-batches a step: all of them alone; across ranks grad_accum / N, which must be
+// whole (each rank runs the same number of a step's micro-batches).
+StatusOr<uint64_t> rank_micro_batches(const TrainOptions& options, const Communicator* comm) {
+  if (comm == nullptr || comm->size() < 2) return options.grad_accum;
+  const uint64_t n = uint64_t(comm->size());
+  if (options.grad_accum % n != 0)
+    return error(Code::invalid_argument, "across {} ranks each runs the same number of a step's micro-batches, so "
+                 "--grad-accum (the step's micro-batches over all ranks) must be a multiple of {}, not {}", n, n,
+                 options.grad_accum);
+  return options.grad_accum / n;
 }
 
 // Across ranks the gradient is partitioned before the optimizer is made, which then holds only
 // this rank's shard of the state (DeviceGrads::spread_over_ranks, DeviceOptimizer).
 Status partition_gradients(Transformer& model, const TrainOptions& options, Communicator& comm) {
-  const uint64_t n = uint64_t(comm.size());
-  if (options.grad_accum % n != 0)
-    return error(Code::invalid_argument, "across {} ranks each runs the same number of a step's micro-batches, so "
-                 "--grad-accum (the step's micro-batches over all ranks) must be a multiple of {}, not {}", n, n,
-                 options.grad_accum);
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, &comm));
   if (options.optimizer_home != Tier::device) return Status::ok();  // make_optimizer's GradientExchange
   if (model.device_grads() == nullptr || model.grad_sink() != model.device_grads())
     return error(Code::invalid_argument, "across ranks the optimizer on the device needs the model's device "
                  "gradients (create the model with device_grads = true)");
-  return model.device_grads()->spread_over_ranks(comm, model.gradient_releases(), options.grad_accum / n);
+  return model.device_grads()->spread_over_ranks(comm, model.gradient_releases(), mine);
 }
 
 }  // namespace
@@ -81,7 +89,8 @@ Status check_trainer_options(const TrainOptions& options) {
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
-  STRATA_RETURN_IF_ERROR(check_model_options(model, options));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, io.comm));
+  STRATA_RETURN_IF_ERROR(check_model_options(model, options, mine));
   if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
                           make_optimizer(backend, model, pinned, pool, options, io.trace, io.store, io.comm,
@@ -92,12 +101,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    const TrainOptions& options, OptimizerParts parts,
                                                    Communicator* comm) {
-  STRATA_RETURN_IF_ERROR(check_model_options(model, options));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, comm));
+  STRATA_RETURN_IF_ERROR(check_model_options(model, options, mine));
   if (parts.state == nullptr || parts.optimizer == nullptr)
     return error(Code::invalid_argument, "the trainer needs an optimizer and its state (make_optimizer)");
   STRATA_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::create(options.lr_schedule));
   std::unique_ptr<Trainer> t(new Trainer(backend, model, options, std::move(schedule), std::move(parts)));
-  t->layer_major_ = runs_layer_major(model, options) && (comm == nullptr || comm->size() < 2);
+  t->micro_batches_ = mine;
+  t->layer_major_ = runs_layer_major(model, options, mine);
   if (options.dtype == DType::f16) {
     STRATA_ASSIGN_OR_RETURN(t->scaler_, LossScaler::create(options.loss_scaler));
   }
@@ -163,8 +174,8 @@ Status Trainer::allocate(PinnedPool& pinned) {
   STRATA_ASSIGN_OR_RETURN(losses_, pinned.acquire(options_.grad_accum * sizeof(kernels::CrossEntropyResult)));
   const TransformerOptions& mo = model_.options();
   const uint64_t batch_bytes = uint64_t(mo.batch * mo.seq_len) * sizeof(int32_t);
-  // Layer-major: every micro-batch of the step is on the device at once.
-  const uint64_t buffers = layer_major_ ? options_.grad_accum : 1;
+  // Layer-major: every micro-batch this rank runs a step is on the device at once.
+  const uint64_t buffers = layer_major_ ? micro_batches_ : 1;
   for (uint64_t k = 0; k < buffers; ++k) {
     STRATA_ASSIGN_OR_RETURN(void* in, backend_.allocate(batch_bytes, fmt::format("trainer inputs {}", k)));
     inputs_.push_back(static_cast<int32_t*>(in));
@@ -385,12 +396,14 @@ StatusOr<int64_t> Trainer::upload_train_batch(const BatchView& batch, size_t buf
   return counted;
 }
 
-// The layer-major schedule (Transformer::step_layer_major): every micro-batch uploaded to a buffer
-// of its own first, then one pass over the model for all of them.
+// The layer-major schedule (Transformer::step_layer_major): every micro-batch this rank runs
+// uploaded to a buffer of its own first, then one pass over the model for all of them. Across ranks
+// micro-batch k here is round k's (each chunk's contributions reach the exchange round by round, the
+// one-rank order); the loss is scaled by the step's micro-batches over all ranks, K.
 Status Trainer::layer_major_micro_batches(const NextBatch& next, double loss_scale, StepResult& r) {
   const uint64_t K = options_.grad_accum;
-  std::vector<Transformer::MicroBatch> batches(K);
-  for (uint64_t k = 0; k < K; ++k) {
+  std::vector<Transformer::MicroBatch> batches(micro_batches_);
+  for (uint64_t k = 0; k < micro_batches_; ++k) {
     STRATA_ASSIGN_OR_RETURN(BatchView batch, next());
     STRATA_ASSIGN_OR_RETURN(const int64_t counted, upload_train_batch(batch, k, k, r.step));
     batches[k] = {.inputs = inputs_[k], .targets = targets_[k], .B = int64_t(batch.batch_size),
@@ -458,7 +471,7 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
   STRATA_RETURN_IF_ERROR(model_.weights().begin_sequence("train"));
   // The step's micro-batches over every rank; this rank runs `mine` of them (all of them alone).
   const uint64_t K = options_.grad_accum;
-  const uint64_t mine = comm_ != nullptr ? K / uint64_t(comm_->size()) : K;
+  const uint64_t mine = micro_batches_;
   if (layer_major_) {
     STRATA_RETURN_IF_ERROR(layer_major_micro_batches(next, loss_scale, r));
   } else {

@@ -97,7 +97,8 @@ class Trainer {
   // keep the exact values of their last load or init), else the device weights; the moments
   // start at zero. So load or init the model first. Errors: check_trainer_options's, a model
   // whose precision differs from options.dtype or, for options.step_schedule layer_major with
-  // grad_accum > 1, was not created for grad_accum micro-batches, make_optimizer's (an optimizer on the device
+  // more than one micro-batch a rank, was not created for them (grad_accum, across N ranks
+  // grad_accum / N), make_optimizer's (an optimizer on the device
   // with weights that are not resident or a model without device gradients; an nvme home or
   // spill without io.store; the store's no_space), the loss scaler's options (fp16), the pool's
   // or arena's out_of_memory for the host copies, the gradient slots or the device scalars.
@@ -109,8 +110,8 @@ class Trainer {
   // trainer owns the parts from here on, sets parts.gradients (if any) as the model's gradient
   // sink and parts.optimizer as its optimizer until it is destroyed, and fills the state's masters.
   // `comm`: as TrainerIo::comm (null or a world of one: this rank alone); across ranks, also
-  // invalid_argument when options.grad_accum is not comm->size() or the optimizer is not on the
-  // device, and the arena's out_of_memory for the buffers DeviceGrads::spread_over_ranks takes.
+  // invalid_argument when options.grad_accum is not a multiple of comm->size(), and the arena's
+  // out_of_memory for the buffers DeviceGrads::spread_over_ranks takes.
   static StatusOr<std::unique_ptr<Trainer>> create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    const TrainOptions& options, OptimizerParts parts,
                                                    Communicator* comm = nullptr);
@@ -120,9 +121,10 @@ class Trainer {
 
   // One optimizer step over options.grad_accum micro-batches from `next`: micro-batch-major (each
   // one's forward and backward in turn), or layer-major when options.step_schedule says so (or is
-  // automatic and the model was created with TransformerOptions::micro_batches >= grad_accum, as
-  // a run does when model/train/step_schedule.h picks it): all K batches uploaded first, then
-  // Transformer::step_layer_major; the same bits. A non-finite gradient
+  // automatic and the model was created with TransformerOptions::micro_batches >= this rank's
+  // micro-batches, as a run does when model/train/step_schedule.h picks it): all of this rank's
+  // batches uploaded first, then Transformer::step_layer_major; the same bits (across ranks too:
+  // each chunk's contributions reach the exchange round by round). A non-finite gradient
   // skips the update (logged; fp16 also adjusts the loss scale). With the optimizer on the device,
   // or on the CPU without options.overlap_optimizer, returns once the updated weights are on the
   // device (queued there for the device optimizer). With overlap_optimizer the CPU update is
@@ -242,8 +244,9 @@ class Trainer {
   // destructor.
   OptimizerParts parts_;
   PinnedBuffer losses_;         // grad_accum CrossEntropyResults: each micro-batch's loss, read once per step
+  uint64_t micro_batches_ = 1;      // this rank's a step: grad_accum alone, grad_accum / ranks across ranks
   bool layer_major_ = false;        // the step's schedule (runs_layer_major in trainer.cc)
-  std::vector<int32_t*> inputs_;    // device (B, T) each: grad_accum of them layer-major, else 1
+  std::vector<int32_t*> inputs_;    // device (B, T) each: micro_batches_ of them layer-major, else 1
   std::vector<int32_t*> targets_;   // device (B, T) each, as inputs_
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_;
   Communicator* comm_ = nullptr;  // across ranks (size() > 1), else null

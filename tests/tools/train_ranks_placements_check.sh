@@ -5,7 +5,8 @@
 # sums and the state: pinned; on NVMe with the gradient sums spilled there too and the state cut in
 # pieces; with the weights paged from pinned memory; with everything on NVMe; and with the weights
 # partitioned too (--zero-stage 3: resident shards, paged shards, all on NVMe; and all on NVMe with
-# two micro-batches a rank, against the device at that --grad-accum). Each must give
+# two micro-batches a rank, against the device at that --grad-accum, micro-batch-major and
+# layer-major, as the device optimizer layer-major too). Each must give
 # the reference's losses, gradient norms and validation losses to the last digit (clipping on), and
 # its final checkpoint the same bytes. Then a checkpoint written by NP ranks with the state on NVMe
 # resumes on one rank with the optimizer on the CPU, and one written by one rank resumes on NP
@@ -78,6 +79,20 @@ grep -q "2 micro-batches of each step run on each rank, in 2 rounds" log ||
 diff <(figures ref2.jsonl) <(figures rounds.jsonl) ||
   fail "$np ranks, 2 micro-batches a rank: the optimizer on the CPU differs from the device"
 same_checkpoint ref2/step-000004 rounds/step-000004 "2 micro-batches a rank"
+# The layer-major schedule across ranks (a rank's 2 micro-batches through each chunk while it is
+# gathered; each chunk's contributions still reach the exchange round by round): what auto picks
+# for ZeRO-3 on NVMe with checkpointing, and asked for beside the optimizer on the device (its
+# DeviceGrads rounds; GPT-2's tied table through the stash): both the reference's bits.
+ranks "${zero3_nvme[@]}" --grad-accum $((2 * np)) --activation-checkpointing --steps 4 --metrics vertical.jsonl \
+  --checkpoint-dir vertical
+grep "schedule:" log | tail -1 | grep -q "schedule: layer-major (each chunk is gathered from the $np ranks' shards\|schedule: layer-major (weights homed on nvme" ||
+  fail "ZeRO-3 on NVMe, 2 micro-batches a rank, checkpointing: auto did not pick layer-major: $(grep "schedule:" log | tail -1)"
+diff <(figures ref2.jsonl) <(figures vertical.jsonl) || fail "$np ranks layer-major (ZeRO-3 on NVMe) differ from the reference"
+same_checkpoint ref2/step-000004 vertical/step-000004 "layer-major, ZeRO-3 on NVMe"
+ranks "${device[@]}" --grad-accum $((2 * np)) --activation-checkpointing --step-schedule layer-major --steps 4 \
+  --metrics vertical_device.jsonl --checkpoint-dir vertical_device
+diff <(figures ref2.jsonl) <(figures vertical_device.jsonl) || fail "$np ranks layer-major (device optimizer) differ from the reference"
+same_checkpoint ref2/step-000004 vertical_device/step-000004 "layer-major, optimizer on the device"
 
 # Resumes across world sizes and placements.
 ranks "${on_nvme[@]}" --steps 2 --checkpoint-dir a

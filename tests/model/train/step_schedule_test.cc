@@ -52,15 +52,32 @@ TEST(StepScheduleTest, AutoIsLayerMajorWhereItPaysAndFits) {
   const uint64_t mbm = estimate_device_bytes(gpt2, paged(4)).total();
   expect_choice(expect_value(choose_step_schedule(gpt2, paged(4), 1, mbm)), StepSchedule::micro_batch_major,
                 "over the budget");
-  // Across ranks: one micro-batch a rank has nothing to group; several run in rounds of the gradient
-  // exchange, micro-batch-major (layer-major across ranks is not built).
-  expect_choice(expect_value(choose_step_schedule(gpt2, paged(2), 2, kLarge)), StepSchedule::micro_batch_major,
-                "per rank");
-  expect_choice(expect_value(choose_step_schedule(gpt2, paged(4), 2, kLarge)), StepSchedule::micro_batch_major,
-                "layer-major across ranks is not built");
+  // Across ranks, K is a rank's micro-batches: one a rank has nothing to group; two are grouped
+  // where their weights are paged or, ZeRO-3, gathered from the ranks' shards; ZeRO-2's resident
+  // weights cross nothing.
+  const auto across = [](TrainOptions o, Tier home, int zero_stage) {
+    o.ranks = 2;
+    o.weight_home = home;
+    o.zero_stage = zero_stage;
+    return o;
+  };
+  expect_choice(expect_value(choose_step_schedule(gpt2, across(paged(2), Tier::nvme, 2), 2, kLarge)),
+                StepSchedule::micro_batch_major, "per rank");
+  expect_choice(expect_value(choose_step_schedule(gpt2, across(paged(4), Tier::nvme, 2), 2, kLarge)),
+                StepSchedule::layer_major, "2 micro-batches a rank");
+  expect_choice(expect_value(choose_step_schedule(gpt2, across(paged(4), Tier::device, 3), 2, kLarge)),
+                StepSchedule::layer_major, "gathered from the 2 ranks' shards");
+  expect_choice(expect_value(choose_step_schedule(gpt2, across(paged(4), Tier::device, 2), 2, kLarge)),
+                StepSchedule::micro_batch_major, "ZeRO-2");
+  // The budget it is checked against is a rank's: 2 micro-batches' layer inputs, not the step's 4.
+  TrainOptions two = across(paged(4), Tier::nvme, 2);
+  two.step_schedule = StepSchedule::layer_major;
+  TrainOptions alone = paged(2);
+  alone.step_schedule = StepSchedule::layer_major;
+  EXPECT_EQ(estimate_device_bytes(gpt2, two).activations, estimate_device_bytes(gpt2, alone).activations);
 }
 
-TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedAcrossRanksOrOverTheBudget) {
+TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedOverTheBudget) {
   const ModelConfig gpt2 = expect_value(model_preset("gpt2-tiny"));
   TrainOptions o = paged(4);
   o.step_schedule = StepSchedule::micro_batch_major;
@@ -73,10 +90,9 @@ TEST(StepScheduleTest, AnExplicitChoiceIsKeptAndLayerMajorIsRefusedAcrossRanksOr
   EXPECT_EQ(over.status().code(), Code::out_of_memory);
   EXPECT_NE(over.status().message().find("--step-schedule auto or micro-batch-major"), std::string::npos)
       << over.status().message();
-  const StatusOr<ScheduleChoice> ranks = choose_step_schedule(gpt2, o, 2, kLarge);
-  ASSERT_FALSE(ranks.is_ok());
-  EXPECT_EQ(ranks.status().code(), Code::invalid_argument);
-  EXPECT_NE(ranks.status().message().find("--step-schedule auto"), std::string::npos) << ranks.status().message();
+  o.ranks = 2;  // across ranks: kept, for a rank's micro-batches
+  expect_choice(expect_value(choose_step_schedule(gpt2, o, 2, kLarge)), StepSchedule::layer_major,
+                "this rank's 2 micro-batches");
 }
 
 // The planner counts what the model and trainer allocate: K - 1 more residual streams (L + 1
