@@ -47,8 +47,9 @@ bool runs_layer_major(const Transformer& model, const TrainOptions& options, uin
 }
 
 // This rank's micro-batches a step: all of them alone; across ranks grad_accum / N, which must be
-// whole (each rank runs the same number of a step's micro-batches).
-StatusOr<uint64_t> rank_micro_batches(const TrainOptions& options, const Communicator* comm) {
+// whole (each rank runs the same number of a step's micro-batches). TrainOptions::rank_micro_batches
+// with N from the communicator (a trainer built directly may leave options.ranks at 1) and checked.
+StatusOr<uint64_t> checked_rank_micro_batches(const TrainOptions& options, const Communicator* comm) {
   if (comm == nullptr || comm->size() < 2) return options.grad_accum;
   const uint64_t n = uint64_t(comm->size());
   if (options.grad_accum % n != 0)
@@ -61,7 +62,7 @@ StatusOr<uint64_t> rank_micro_batches(const TrainOptions& options, const Communi
 // Across ranks the gradient is partitioned before the optimizer is made, which then holds only
 // this rank's shard of the state (DeviceGrads::spread_over_ranks, DeviceOptimizer).
 Status partition_gradients(Transformer& model, const TrainOptions& options, Communicator& comm) {
-  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, &comm));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, checked_rank_micro_batches(options, &comm));
   if (options.optimizer_home != Tier::device) return Status::ok();  // make_optimizer's GradientExchange
   if (model.device_grads() == nullptr || model.grad_sink() != model.device_grads())
     return error(Code::invalid_argument, "across ranks the optimizer on the device needs the model's device "
@@ -89,7 +90,7 @@ Status check_trainer_options(const TrainOptions& options) {
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
-  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, io.comm));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, checked_rank_micro_batches(options, io.comm));
   STRATA_RETURN_IF_ERROR(check_model_options(model, options, mine));
   if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
@@ -101,7 +102,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer& model, PinnedPool& pinned,
                                                    const TrainOptions& options, OptimizerParts parts,
                                                    Communicator* comm) {
-  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, rank_micro_batches(options, comm));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t mine, checked_rank_micro_batches(options, comm));
   STRATA_RETURN_IF_ERROR(check_model_options(model, options, mine));
   if (parts.state == nullptr || parts.optimizer == nullptr)
     return error(Code::invalid_argument, "the trainer needs an optimizer and its state (make_optimizer)");
@@ -127,7 +128,7 @@ Status Trainer::join_ranks(Communicator& comm) {
   if (!device && !cpu)
     return error(Code::failed_precondition, "across ranks the gradient is partitioned before the optimizer is made "
                  "(Trainer::create with TrainerIo::comm does both)");
-  const uint64_t per_rank = options_.grad_accum / uint64_t(n) + 1;  // its micro-batches' losses, its tokens
+  const uint64_t per_rank = micro_batches_ + 1;  // its micro-batches' losses, its tokens
   STRATA_ASSIGN_OR_RETURN(void* losses,
                           backend_.allocate(per_rank * sizeof(double) * uint64_t(n), "trainer rank losses"));
   rank_losses_ = static_cast<double*>(losses);
@@ -139,7 +140,7 @@ Status Trainer::join_ranks(Communicator& comm) {
 // on the compute stream, then summed as one rank sums the step's K micro-batches: loss += mean_k /
 // K for k = 0, 1, ..., micro-batch k = j x ranks + r being rank r's j-th (model/data/rank_batches.h).
 Status Trainer::gather_losses(StepResult& r, uint64_t counted) {
-  const uint64_t n = uint64_t(comm_->size()), m = options_.grad_accum / n, row = m + 1;
+  const uint64_t n = uint64_t(comm_->size()), m = micro_batches_, row = m + 1;
   std::vector<double> mine(row);
   for (uint64_t j = 0; j < m; ++j) mine[j] = double(losses_.as<kernels::CrossEntropyResult>()[j].mean_loss);
   mine[m] = double(counted);

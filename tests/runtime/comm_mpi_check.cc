@@ -177,7 +177,7 @@ int run_collectives(Backend& backend, Communicator& comm) {
   return g_failures == 0 ? 0 : 1;
 }
 
-int run_fault(Backend& backend, Communicator& comm, bool kill, bool own_exit, double timeout_seconds) {
+[[noreturn]] void run_fault(Backend& backend, Communicator& comm, bool kill, bool own_exit, double timeout_seconds) {
   const Stream s = Stream::compute;
   COMM_OK(comm.barrier(s));
   COMM_OK(comm.synchronize(s));
@@ -255,8 +255,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mode %s needs at least 2 ranks\n", mode.c_str());
     return 2;
   }
-  if (mode == "silent" || mode == "kill")
-    return run_fault(**backend, **comm, mode == "kill", own_exit, comm_options.timeout_seconds);
+  if (mode == "silent" || mode == "kill") run_fault(**backend, **comm, mode == "kill", own_exit, comm_options.timeout_seconds);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
