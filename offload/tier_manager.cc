@@ -144,6 +144,7 @@ struct TierManager::WaitClock {
   std::atomic<int64_t> start_ns{0};  // written and read only by compute-stream callbacks, in order
   std::atomic<uint64_t> total_ns{0};
   std::atomic<uint64_t> waits{0};
+  std::atomic<uint64_t> late{0};  // waits over kLateArrivalSeconds
 };
 
 // ---- lifetime ------------------------------------------------------------------------------------
@@ -282,7 +283,25 @@ Status TierManager::copy_in(size_t c, int s, const std::byte* src, int staging) 
   return Status::ok();
 }
 
-void TierManager::wait_arrival(const DeviceSlot& sl) {
+std::shared_ptr<std::atomic<int64_t>> TierManager::mark_compute() {
+  auto reached = std::make_shared<std::atomic<int64_t>>(0);
+  if (!backend_.host_callback(Stream::compute, [reached] { reached->store(steady_ns()); }).is_ok()) return nullptr;
+  return reached;
+}
+
+bool TierManager::compute_starved(const std::shared_ptr<std::atomic<int64_t>>& reached) {
+  const int64_t at = reached ? reached->load() : 0;
+  if (at == 0) return false;  // none queued, or the compute is still on work queued before the read
+  const int64_t idle = steady_ns() - at;
+  if (idle <= 0) return false;
+  wait_clock_->total_ns.fetch_add(static_cast<uint64_t>(idle));
+  wait_clock_->waits.fetch_add(1);
+  if (static_cast<double>(idle) * 1e-9 <= kLateArrivalSeconds) return false;
+  wait_clock_->late.fetch_add(1);
+  return true;
+}
+
+void TierManager::wait_arrival(const DeviceSlot& sl, bool late) {
   // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
   // two callbacks on that stream time the wait.
   if (backend_.query(*sl.filled)) return;
@@ -296,9 +315,11 @@ void TierManager::wait_arrival(const DeviceSlot& sl) {
     (void)backend_.synchronize(*sl.filled);
   }
   if (timed) {
-    (void)backend_.host_callback(Stream::compute, [clock] {
-      clock->total_ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, steady_ns() - clock->start_ns.load())));
+    (void)backend_.host_callback(Stream::compute, [clock, late] {
+      const auto waited = static_cast<uint64_t>(std::max<int64_t>(0, steady_ns() - clock->start_ns.load()));
+      clock->total_ns.fetch_add(waited);
       clock->waits.fetch_add(1);
+      if (!late && static_cast<double>(waited) * 1e-9 > kLateArrivalSeconds) clock->late.fetch_add(1);
     });
   }
 }
@@ -312,6 +333,8 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
     return error(Code::failed_precondition, "{}: acquire of chunk {} while its update buffer is outstanding (commit it first)",
                  options_.name, c);
   Chunk& ch = chunks_[c];
+  std::shared_ptr<std::atomic<int64_t>> reached;  // an NVMe read's host block (mark_compute)
+  bool late = false;
   if (ch.slot >= 0) {
     counters_.hits++;
   } else {
@@ -335,6 +358,8 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
         (ch.copy_read ? counters_.cache_hits : counters_.written_hits)++;
         STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[ch.copy].data, ch.copy));
       } else {
+        // The host may now block on the read: does the compute run out of work meanwhile?
+        if (ch.reading < 0 || !staging_.done(ch.reading)) reached = mark_compute();
         if (ch.reading >= 0) {
           counters_.staged_hits++;
         } else {
@@ -344,6 +369,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
         }
         const int b = ch.reading;
         STRATA_RETURN_IF_ERROR(finish_read(b));  // bad bytes never reach a slot
+        late = compute_starved(reached);
         keep_copy(c, b, /*from_read=*/true);
         STRATA_RETURN_IF_ERROR(copy_in(c, s, staging_[b].data, b));
       }
@@ -352,7 +378,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
   DeviceSlot& sl = slot_of(c);
   sl.holds++;
   sl.last_use = ++tick_;
-  wait_arrival(sl);
+  wait_arrival(sl, late);
   prefetcher_.on_access(c);
   prefetch();
   return sl.ptr;
@@ -633,6 +659,7 @@ TierStats TierManager::stats() const {
       if (g[i].chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[g[i].chunk];
   s.compute_wait_seconds = static_cast<double>(wait_clock_->total_ns.load()) * 1e-9;
   s.compute_waits = wait_clock_->waits.load();
+  s.late_arrivals = wait_clock_->late.load();
   return s;
 }
 
@@ -642,6 +669,7 @@ void TierManager::reset_stats() {
   prefetch_base_ = prefetcher_.stats();
   wait_clock_->total_ns.store(0);
   wait_clock_->waits.store(0);
+  wait_clock_->late.store(0);
 }
 
 }  // namespace strata

@@ -80,6 +80,10 @@ uint32_t tier_cache_chunks(const TierManagerOptions& options, uint64_t cache_byt
 // The pinned bytes of one staging or cache buffer of `options` (0 for a cpu home).
 uint64_t tier_staging_buffer_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
 
+// A compute wait on a chunk longer than this is a late arrival (TierStats::late_arrivals): well above
+// the two host callbacks' own cost, well below a chunk's compute.
+inline constexpr double kLateArrivalSeconds = 100e-6;
+
 struct TierStats {
   uint64_t h2d_bytes = 0;         // bytes copied into device slots
   uint64_t nvme_read_bytes = 0;   // bytes read from NVMe extents (chunk bytes)
@@ -105,9 +109,16 @@ struct TierStats {
   uint64_t nvme_bytes = 0;    // padded extents
   uint64_t device_cached_bytes = 0;  // now: bytes of chunks whose current weights sit in slots
   // Time Stream::compute stood waiting for chunks that had not arrived when acquired (measured
-  // on the stream by host callbacks around the wait), and how many such waits.
+  // on the stream by host callbacks around the wait), and how many such waits; with an NVMe home
+  // also the time it stood idle, out of queued work, while the host was blocked in an acquire's
+  // read (stamped by a callback on the stream, counted as one more wait).
   double compute_wait_seconds = 0;
   uint64_t compute_waits = 0;
+  // Acquires whose chunk reached the device after the compute needed it: the compute waited for
+  // the arrival, or stood idle for the host's read, longer than kLateArrivalSeconds. Every other
+  // acquire's fetch was in time, however late the host issued it (the host queues work ahead of
+  // the compute stream, so a fetch begun at the acquire is often still ahead of the compute).
+  uint64_t late_arrivals = 0;
 };
 
 // Ownership: the manager owns its slots (device blocks of `backend`), pinned buffers (from `pool`),
@@ -204,7 +215,14 @@ class TierManager final : public WeightSource {
   void discard_read(size_t c);       // finishes and drops a prefetch read of c (its data unused)
   void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
-  void wait_arrival(const DeviceSlot& slot);
+  // `late`: this acquire already counted as a late arrival (the host's read starved the compute).
+  void wait_arrival(const DeviceSlot& slot, bool late);
+  // Around a host block on an acquire's NVMe read: a callback on the compute stream stamps when the
+  // compute reaches this point (null when none could be queued); compute_starved then says whether
+  // it ran out of queued work while the host stood in the read, and adds that idle time to the
+  // compute wait (late when over kLateArrivalSeconds).
+  std::shared_ptr<std::atomic<int64_t>> mark_compute();
+  bool compute_starved(const std::shared_ptr<std::atomic<int64_t>>& reached);
 
   Backend& backend_;
   PinnedPool& pool_;

@@ -1,6 +1,7 @@
 // TrainOffload (train_offload.h): paged weights, NVMe store and trace of a `strata train` run.
 #include "model/train/train_offload.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -250,11 +251,12 @@ std::string TrainOffload::summary(double run_s) const {
   const uint64_t acquires = s.hits + s.misses + s.staged_hits;
   return fmt::format(
       "offload: {} acquires, {:.1f}% found resident or in flight ({} copies and {} NVMe reads issued ahead, {} "
-      "fetched on demand), {} fetched ({}/s){}{}; access order recorded {}x, replayed {}x; compute waited {:.2f} s "
-      "({:.1f}% of the run)",
+      "fetched on demand), {:.1f}% arrived before the compute needed them ({} late), {} fetched ({}/s){}{}; access "
+      "order recorded {}x, replayed {}x; compute waited {:.2f} s ({:.1f}% of the run)",
       acquires, acquires ? 100.0 * double(s.hits + s.staged_hits) / double(acquires) : 0.0, s.prefetches,
       s.prefetch_reads, s.misses,
-      format_size(s.h2d_bytes), format_size(run_s > 0 ? uint64_t(double(s.h2d_bytes) / run_s) : 0),
+      acquires ? 100.0 * double(acquires - std::min(acquires, s.late_arrivals)) / double(acquires) : 100.0,
+      s.late_arrivals, format_size(s.h2d_bytes), format_size(run_s > 0 ? uint64_t(double(s.h2d_bytes) / run_s) : 0),
       s.nvme_read_bytes || s.nvme_write_bytes ? fmt::format(", nvme read {} written {}", format_size(s.nvme_read_bytes),
                                                             format_size(s.nvme_write_bytes))
                                               : "",

@@ -81,6 +81,11 @@ TEST(TrainBenchCli, NvmeRunMeasuresTheDiskAndPrintsEachStepsBound) {
   EXPECT_GT(number_after(r.out, "disk: read "), 0.0) << r.out;
   EXPECT_GT(number_after(r.out, " GB/s, write "), 0.0) << r.out;
   EXPECT_NE(r.out.find("one at a time"), std::string::npos) << r.out;
+  // The paged weights' arrivals: a share in [0, 100] of a step's acquires, which page (6 layers, 2 slots).
+  const double in_time = number_after(r.out, "weights: ");
+  EXPECT_GE(in_time, 0.0) << r.out;
+  EXPECT_LE(in_time, 100.0) << r.out;
+  EXPECT_NE(r.out.find("acquires arrived before the compute needed them"), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.find("bottleneck: compute") != std::string::npos ||
               r.out.find("bottleneck: NVMe") != std::string::npos)
       << r.out;
@@ -99,6 +104,9 @@ TEST(TrainBenchCli, NvmeRunMeasuresTheDiskAndPrintsEachStepsBound) {
   EXPECT_GT(j.at("nvme_read_bytes").get<uint64_t>() + j.at("nvme_write_bytes").get<uint64_t>(), 0u);
   EXPECT_LE(j.at("efficiency").get<double>(), 1.5);
   EXPECT_NEAR(j.at("step_s").get<double>(), rows[2].values[0], 1e-3);
+  EXPECT_GT(j.at("acquires").get<uint64_t>(), 0u);
+  EXPECT_LE(j.at("late_arrivals").get<uint64_t>(), j.at("acquires").get<uint64_t>());
+  EXPECT_NEAR(j.at("fetches_in_time").get<double>(), in_time / 100.0, 1e-3);
 }
 
 TEST(TrainBenchCli, ResidentRunIsBoundByItsCompute) {
@@ -115,6 +123,7 @@ TEST(TrainBenchCli, ResidentRunIsBoundByItsCompute) {
   EXPECT_NE(r.out.find("bound: compute alone"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bottleneck: compute"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("disk: read"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("weights: "), std::string::npos) << "nothing pages: " << r.out;
 }
 
 }  // namespace

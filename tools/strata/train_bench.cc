@@ -16,6 +16,7 @@
 #include "model/train/metrics_log.h"
 #include "offload/config_keys.h"
 #include "offload/nvme_store.h"
+#include "offload/tier_manager.h"
 #include "runtime/units.h"
 
 namespace strata::cli {
@@ -47,11 +48,19 @@ BenchStep mean_of(const std::vector<BenchStep>& steps) {
     m.nvme_read_bytes += s.nvme_read_bytes;
     m.nvme_write_bytes += s.nvme_write_bytes;
     m.pcie_bytes += s.pcie_bytes;
+    m.acquires += s.acquires;
+    m.late_arrivals += s.late_arrivals;
   }
   m.nvme_read_bytes /= steps.size();
   m.nvme_write_bytes /= steps.size();
   m.pcie_bytes /= steps.size();
+  m.acquires /= steps.size();
+  m.late_arrivals /= steps.size();
   return m;
+}
+
+double fetches_in_time(const BenchStep& s) {
+  return s.acquires ? double(s.acquires - std::min(s.acquires, s.late_arrivals)) / double(s.acquires) : 1.0;
 }
 
 double gbps(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / kGB : 0.0; }
@@ -129,6 +138,11 @@ std::string bench_table(const BenchReport& r) {
                        "{:.4f} GB, written {:.4f} GB\n",
                        r.final_update->step_s, r.final_update->optimizer_s,
                        double(r.final_update->nvme_read_bytes) / kGB, double(r.final_update->nvme_write_bytes) / kGB);
+  if (r.mean.acquires > 0)
+    out += fmt::format("weights: {:.1f}% of a step's {} acquires arrived before the compute needed them ({} late: the "
+                       "compute stood over {:.0f} us for each)\n",
+                       100.0 * fetches_in_time(r.mean), r.mean.acquires, r.mean.late_arrivals,
+                       kLateArrivalSeconds * 1e6);
   const BenchBound b = bench_bound(r.mean, r.disk);
   if (r.disk) {
     out += fmt::format("disk: read {:.3f} GB/s, write {:.3f} GB/s, measured before training over {} path(s) ({} each "
@@ -163,6 +177,11 @@ std::string bench_json_line(const BenchReport& r) {
   j["nvme_read_bytes"] = r.mean.nvme_read_bytes;
   j["nvme_write_bytes"] = r.mean.nvme_write_bytes;
   j["pcie_bytes"] = r.mean.pcie_bytes;
+  if (r.mean.acquires > 0) {
+    j["acquires"] = r.mean.acquires;
+    j["late_arrivals"] = r.mean.late_arrivals;
+    j["fetches_in_time"] = fetches_in_time(r.mean);
+  }
   j["disk_read_gbps"] = r.disk ? nlohmann::ordered_json(r.disk->read_gbps) : nlohmann::ordered_json(nullptr);
   j["disk_write_gbps"] = r.disk ? nlohmann::ordered_json(r.disk->write_gbps) : nlohmann::ordered_json(nullptr);
   j["nvme_s"] = b.nvme_s;
@@ -189,6 +208,8 @@ TrainBench::Counters TrainBench::read(const model::Trainer& trainer) const {
     c.nvme_read_bytes += s.nvme_read_bytes;
     c.nvme_write_bytes += s.nvme_write_bytes;
     c.pcie_bytes += s.h2d_bytes;
+    c.acquires = s.hits + s.misses + s.staged_hits;
+    c.late_arrivals = s.late_arrivals;
   }
   const OptimizerPipelineStats o = trainer.state_stats();
   c.optimizer_s = o.visit_seconds + o.read_wait_seconds + o.write_wait_seconds;
@@ -212,6 +233,8 @@ BenchStep TrainBench::delta(const Counters& a, const Counters& b, double begin_u
                    .nvme_read_bytes = b.nvme_read_bytes - a.nvme_read_bytes,
                    .nvme_write_bytes = b.nvme_write_bytes - a.nvme_write_bytes,
                    .pcie_bytes = b.pcie_bytes - a.pcie_bytes,
+                   .acquires = b.acquires - a.acquires,
+                   .late_arrivals = b.late_arrivals - a.late_arrivals,
                    .begin_us = begin_us,
                    .end_us = end_us};
 }

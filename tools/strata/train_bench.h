@@ -54,6 +54,10 @@ struct BenchStep {
   uint64_t nvme_read_bytes = 0;   // weights + optimizer state + gradients
   uint64_t nvme_write_bytes = 0;
   uint64_t pcie_bytes = 0;   // H2D weights + D2H gradients
+  // Paged weights (TierStats): the acquires, and those whose chunk arrived after the compute needed
+  // it (late_arrivals); the rest arrived in time.
+  uint64_t acquires = 0;
+  uint64_t late_arrivals = 0;
   double begin_us = 0, end_us = 0;  // on the trace recorder's clock
 };
 
@@ -79,7 +83,8 @@ struct BenchReport {
 // The table (a line per step, then the mean), the disk and bound lines and the bottleneck
 // sentence, for stdout.
 std::string bench_table(const BenchReport& report);
-// {"bench":true,"steps":..,"step_s":..,"compute_s":..,...,"bound_s":..,"efficiency":..}: the means.
+// {"bench":true,"steps":..,"step_s":..,"compute_s":..,...,"bound_s":..,"efficiency":..}: the means;
+// with paged weights also "acquires", "late_arrivals" (a step's) and "fetches_in_time" (their share).
 std::string bench_json_line(const BenchReport& report);
 
 // The --bench observer of a run (model::TrainingRun's RunHooks::make_observer): measure_run_disk,
@@ -116,7 +121,7 @@ class TrainBench : public model::StepObserver {
  private:
   struct Counters {
     double weight_wait_s = 0, optimizer_s = 0, grad_wait_s = 0;
-    uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0, pcie_bytes = 0;
+    uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0, pcie_bytes = 0, acquires = 0, late_arrivals = 0;
   };
   Counters read(const model::Trainer& trainer) const;
   BenchStep delta(const Counters& before, const Counters& after, double begin_us, double end_us) const;
