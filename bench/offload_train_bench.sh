@@ -86,7 +86,7 @@ run() {  # run NAME FLAGS...
 run resident --gpu-mem "$RESIDENT_GPU_MEM"
 run cpu --gpu-mem "$GPU_MEM_PAGED" --offload-param cpu
 run nvme --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --param-cache 0 \
-    --trace "$OUT/nvme-trace.json"
+    --trace "$OUT/nvme-trace.json" --bench
 runs="resident cpu nvme"
 if [ -n "${NVME_CACHE:-}" ]; then
   run nvme-cache --gpu-mem "$GPU_MEM_PAGED_NVME" --offload-param nvme --nvme-path "$NVME_DIR" --param-cache "$NVME_CACHE"
@@ -103,9 +103,14 @@ if [ -n "${SPLIT_GPU_MEM:-}" ]; then
   done
 fi
 
-python3 - "$OUT" $runs <<'PY'
+# The working weights' bytes: the unit of the nvme run's traffic targets.
+weight_bytes=$("$STRATA" plan "${model[@]}" --json 2>/dev/null | python3 -c '
+import json, sys
+print(json.load(sys.stdin)["params"] * {"fp32": 4}.get(sys.argv[1], 2))' "$DTYPE" || echo 0)
+
+python3 - "$OUT" "$weight_bytes" $runs <<'PY'
 import json, re, sys
-out, runs = sys.argv[1], sys.argv[2:]
+out, weight_bytes, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name):
     # The step rows only: the file ends with the planner's prediction row (and --bench's), which
     # have no loss or tokens_per_s.
@@ -119,18 +124,40 @@ def load(name):
     tok = sum(r["tokens_per_s"] * r["step_s"] for r in later) / sum(r["step_s"] for r in later)
     wait = sum(r.get("transfers", {}).get("wait_s", 0) for r in later) / sum(r["step_s"] for r in later)
     read = sum(r.get("transfers", {}).get("nvme_read_gbps", 0) * 1e9 * r["step_s"] for r in later) / len(later)
-    return rows, tok, wait, rss, read
-res_rows, res_tok, _, res_rss, _ = load("resident")
-print(f"{'run':10} {'tok/s':>9} {'vs resident':>12} {'wait':>7} {'gpu peak':>10} {'RSS':>9} {'nvme rd/step':>13}  losses")
+    # The offload summary: the share of acquires whose weights arrived before the compute needed them.
+    m = re.search(r"offload: \d+ acquires.*? ([0-9.]+)% arrived before the compute needed them", log)
+    in_time = f"{m.group(1)}%" if m else "-"
+    # The planner's prediction row: measured / predicted step time (its rates: `strata plan --calibrate`).
+    p = next((r for r in map(json.loads, open(f"{out}/{name}.jsonl")) if r.get("prediction")), {})
+    vs_plan = f"{p['step_ratio']:.2f}" if "step_ratio" in p else "-"
+    return rows, tok, wait, rss, read, in_time, vs_plan
+res_rows, res_tok, *_ = load("resident")
+print(f"{'run':10} {'tok/s':>9} {'vs resident':>12} {'wait':>7} {'in time':>8} {'vs plan':>8} {'gpu peak':>10} "
+      f"{'RSS':>9} {'nvme rd/step':>13}  losses")
 ok = True
 for name in runs:
-    rows, tok, wait, rss, read = load(name)
+    rows, tok, wait, rss, read, in_time, vs_plan = load(name)
     same = [r["loss"] for r in rows] == [r["loss"] for r in res_rows]
     ok &= same
     gpu = rows[-1]["peak_bytes"]["gpu"] / 2**20
-    print(f"{name:10} {tok:9.1f} {tok / res_tok:12.3f} {wait * 100:6.1f}% {gpu:8.0f} MiB {rss:7.0f} MiB "
+    print(f"{name:10} {tok:9.1f} {tok / res_tok:12.3f} {wait * 100:6.1f}% {in_time:>8} {vs_plan:>8} {gpu:8.0f} MiB "
+          f"{rss:7.0f} MiB "
           f"{read / 2**20:9.1f} MiB  "
           f"{'identical' if same else 'DIFFER'} ({rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f})")
+# The nvme run's --bench line (steps 2..N, the disk measured before training) against issue #24's
+# targets: weights read <= 2.05x and written <= 1.0x a step, >= 90% of fetches in time, the step
+# within 0.9 of max(compute, NVMe bytes / the disk's rate).
+bench = [r for r in map(json.loads, open(f"{out}/nvme.jsonl")) if r.get("bench")]
+if bench and weight_bytes > 0:
+    b = bench[-1]
+    in_time = f"{100 * b['fetches_in_time']:.1f}%" if "fetches_in_time" in b else "-"
+    m = re.search(r"offload: (\d+ of \d+ layers resident|every layer pages)", open(f"{out}/nvme.log").read())
+    print(f"nvme --bench ({m.group(1) if m else 'resident layers not logged'}): weights ({weight_bytes / 2**20:.0f} MiB) read {b['nvme_read_bytes'] / weight_bytes:.2f}x "
+          f"and written {b['nvme_write_bytes'] / weight_bytes:.2f}x a step (targets <= 2.05x, <= 1.0x), "
+          f"{in_time} of the acquires in time (>= 90%), the step at {b['efficiency']:.2f} of its bound "
+          f"{b['bound_s']:.3f} s = max(compute, NVMe bytes / the disk's rate), {b['bottleneck']}-bound (>= 0.9)")
+else:
+    print("nvme --bench: no bench line in the nvme run's metrics")
 print(f"logs, metrics and the nvme run's trace (open it in https://ui.perfetto.dev): {out}")
 sys.exit(0 if ok else 1)
 PY

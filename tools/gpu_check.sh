@@ -31,6 +31,10 @@
 #            first (profile.txt); then ncu's sections for one launch of each kernel that
 #            GPU_CHECK_NCU_DETAIL's regular expressions match (space-separated; default the attention
 #            kernels; "" skips): profile-detail.txt
+#   calibrate  strata plan --calibrate on the GPU (PCIe, GEMMs, CPU Adam, and NVMe on the offload
+#            phase's swap directory) into the calibration cache, so that the offload and peer runs'
+#            predictions (their metrics' prediction rows: measured / predicted step) use this machine's
+#            rates; its rate lines to the summary
 #   offload  bench/offload_train_bench.sh for each "preset:micro_batch" of GPU_CHECK_OFFLOAD (none
 #            by default), swap files in GPU_CHECK_NVME (default LOG_DIR/swap); with
 #            GPU_CHECK_OFFLOAD_SPLIT_MEM (e.g. 12GiB) also the weights in pinned memory under that
@@ -42,7 +46,9 @@
 #            GPU_CHECK_PEER_Q8=0), then bench/peers/deepspeed_llama_train.py (ZeRO-3, parameters and
 #            optimizer offloaded to the CPU) on the same model and batch, DeepSpeed installed from
 #            the wheels in GPU_CHECK_DS_WHEELS (default .kit/wheels: tools/deepspeed_wheels.sh) into
-#            LOG_DIR/ds-site; a line each with tokens/s and strata / DeepSpeed
+#            LOG_DIR/ds-site; a line each with tokens/s and strata / DeepSpeed; strata's run with
+#            --bench (the step against its bound), its setup time (command to the first step) and its
+#            prediction row (measured / predicted step and device peak) in the summary
 # Every phase appends its result to LOG_DIR/summary.txt; the train phase ends it with a table of
 # median step times, tokens/s and the ratios to PyTorch. Exit status: 0 when every phase passed.
 # Environment: GPU_CHECK_PYTHON (python3 with torch), GPU_CHECK_DEADLINE_* (seconds per phase:
@@ -487,6 +493,19 @@ PY
   fi
 fi
 
+# --- calibrate: this machine's rates for the planner ---------------------------------------------------------
+if has_phase calibrate; then
+  log="$LOG_DIR/calibrate.log"
+  mkdir -p "${GPU_CHECK_NVME:-$LOG_DIR/swap}"
+  if within "${GPU_CHECK_DEADLINE_RUN:-240}" "$log" "${STRATA_ENV[@]}" "$STRATA" plan --calibrate --device cuda \
+       --preset llama-1b --dtype bf16 --nvme-path "${GPU_CHECK_NVME:-$LOG_DIR/swap}"; then
+    note "$(grep -m1 -E '\] calibration: ' "$log" | sed 's/.*\] //')"
+  else
+    phase_failed "calibrate (rc $?); the end of calibrate.log:"
+    tail -5 "$log" | tee -a "$SUMMARY" >&2
+  fi
+fi
+
 # --- offload: paged weights against resident ---------------------------------------------------------------
 if has_phase offload; then
   for spec in ${GPU_CHECK_OFFLOAD:-}; do
@@ -496,7 +515,7 @@ if has_phase offload; then
          SPLIT_GPU_MEM="${GPU_CHECK_OFFLOAD_SPLIT_MEM:-}" NVME_CACHE="${GPU_CHECK_OFFLOAD_CACHE:-}" \
          OUT="$LOG_DIR/offload-$preset" within "${GPU_CHECK_DEADLINE_RUN:-240}" "$log" "${STRATA_ENV[@]}" \
          bench/offload_train_bench.sh "${GPU_CHECK_NVME:-$LOG_DIR/swap}" --random-tokens 16M; then
-      note "offload $preset: $(tail -7 "$log" | tr '\n' ' ')"
+      note "offload $preset: $(tail -9 "$log" | tr '\n' ' ')"
     else
       phase_failed "offload bench $preset (rc $?); the end of $(basename "$log"):"
       tail -8 "$log" | tee -a "$SUMMARY" >&2
@@ -531,9 +550,22 @@ if has_phase peer; then
       if within "${GPU_CHECK_DEADLINE_RUN:-240}" "$slog" "${STRATA_ENV[@]}" "$STRATA" train --device cuda \
            --preset "$preset" --dtype bf16 --random-tokens 16M --micro-batch "$batch" --seq 1024 --steps 6 \
            --eval-every 0 --log-every 1 --activation-checkpointing --gpu-mem "${GPU_CHECK_PEER_GPU_MEM:-24GiB}" \
-           --offload auto --peak-tflops 989 "${q8[@]}" --metrics "$LOG_DIR/peer-strata-$preset.jsonl"; then
+           --offload auto --peak-tflops 989 "${q8[@]}" --bench --metrics "$LOG_DIR/peer-strata-$preset.jsonl"; then
         note "peer strata $preset: $(grep -E 'step +6/6' "$slog" | tail -1 | sed 's/.*\] //')"
         note "peer strata $preset placement: $(grep -m1 -E 'offload auto|device memory' "$slog" | sed 's/.*\] //')"
+        note "peer strata $preset $(grep -m1 -E '\] setup: ' "$slog" | sed 's/.*\] //')"
+        note "peer strata $preset --bench: $(grep -m1 -E '^bottleneck: ' "$slog")"
+        "$PYTHON" - "$LOG_DIR/peer-strata-$preset.jsonl" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+p = next((r for r in rows if r.get("prediction")), None)
+if p is None:
+    print("peer plan: no prediction row")
+else:
+    print(f"peer plan: measured / predicted step {p.get('step_ratio', float('nan')):.2f} (within 15%: "
+          f"{'yes' if abs(p.get('step_ratio', 0) - 1) <= 0.15 else 'no'}), device peak / plan "
+          f"{p.get('gpu_ratio', float('nan')):.2f}; rates: {p.get('rate_sources')}")
+PY
       else
         phase_failed "peer strata $preset (rc $?); the end of $(basename "$slog"):"
         tail -5 "$slog" | tee -a "$SUMMARY" >&2
