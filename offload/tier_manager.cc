@@ -38,13 +38,39 @@ uint64_t max_chunk(const TierManagerOptions& o) {
   return m;
 }
 
-// NVMe staging and the read cache: every buffer the largest chunk, padded as the store pads it,
-// then to 4 KiB.
+// A buffer for `bytes` of a chunk: padded as the store pads it, then to 4 KiB.
+uint64_t buffer_size(uint64_t bytes, uint64_t store_alignment) {
+  return round_up(round_up(bytes, store_alignment), kHostPage);
+}
+// NVMe staging: buffers of the largest chunk (any chunk's transfer fits one).
 uint64_t staging_size(const TierManagerOptions& o, uint64_t store_alignment) {
-  return round_up(round_up(max_chunk(o), store_alignment), kHostPage);
+  return buffer_size(max_chunk(o), store_alignment);
+}
+// The read cache's first `count` buffers (at most one per chunk): first one of the size most
+// chunks have (the layers'; ties the larger) for each chunk it holds, so any layer fits any of
+// them; then the larger chunks' own sizes, smallest first. A model whose token table dwarfs its
+// layers caches layers in buffers of a layer's size, the table once every layer has a buffer.
+std::vector<uint64_t> cache_sizes(const TierManagerOptions& o, uint64_t store_alignment, size_t count) {
+  std::vector<uint64_t> all;
+  for (uint64_t b : o.chunk_bytes) all.push_back(buffer_size(b, store_alignment));
+  std::sort(all.begin(), all.end());
+  uint64_t common = 0;
+  size_t most = 0;
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j < all.size() && all[j] == all[i]) j++;
+    if (j - i >= most) most = j - i, common = all[i];
+    i = j;
+  }
+  std::vector<uint64_t> sizes;
+  for (uint64_t b : all) sizes.push_back(b <= common ? common : b);
+  sizes.resize(std::min(count, sizes.size()));
+  return sizes;
 }
 std::vector<uint64_t> staging_sizes(const TierManagerOptions& o, uint64_t store_alignment) {
-  return std::vector<uint64_t>(o.nvme_staging + o.cache_chunks, staging_size(o, store_alignment));
+  std::vector<uint64_t> sizes(o.nvme_staging, staging_size(o, store_alignment));
+  for (uint64_t b : cache_sizes(o, store_alignment, o.cache_chunks)) sizes.push_back(b);
+  return sizes;
 }
 
 StagingRingOptions staging_options(const std::string& name) {
@@ -109,9 +135,22 @@ uint64_t tier_staging_buffer_bytes(const TierManagerOptions& o, uint32_t store_a
 }
 
 uint32_t tier_cache_chunks(const TierManagerOptions& o, uint64_t cache_bytes, uint32_t store_alignment) {
-  const uint64_t one = tier_staging_buffer_bytes(o, store_alignment);
-  if (one == 0) return 0;
-  return uint32_t(std::min<uint64_t>(cache_bytes / one, o.chunk_bytes.size()));
+  if (o.home != Tier::nvme || o.chunk_bytes.empty()) return 0;
+  const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+  uint64_t spent = 0;
+  uint32_t n = 0;
+  for (uint64_t b : cache_sizes(o, a, o.chunk_bytes.size())) {
+    spent += StagingRing::pinned_bytes(std::span<const uint64_t>(&b, 1), a);
+    if (spent > cache_bytes) break;
+    n++;
+  }
+  return n;
+}
+
+uint64_t tier_cache_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
+  if (o.home != Tier::nvme || o.cache_chunks == 0) return 0;
+  const uint64_t a = std::max<uint64_t>(store_alignment, 1);
+  return StagingRing::pinned_bytes(cache_sizes(o, a, o.cache_chunks), a);
 }
 
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
@@ -191,7 +230,8 @@ Status TierManager::carve() {
   if (o.home == Tier::nvme) {
     const std::vector<uint64_t> sizes = staging_sizes(o, std::max<uint32_t>(store_->alignment(), 1));
     STRATA_RETURN_IF_ERROR(staging_.carve(pool_, sizes));
-    staging_bytes_ = sizes.front();
+    for (uint64_t b : sizes) staging_bytes_ += b;
+    smallest_staging_ = *std::min_element(sizes.begin(), sizes.end());
     for (size_t i = 0; i < staging_.size(); i++) staging_copied_.push_back(backend_.create_event());
     staging_used_.assign(staging_.size(), 0);
   }
@@ -292,11 +332,11 @@ std::shared_ptr<std::atomic<int64_t>> TierManager::mark_compute() {
 bool TierManager::compute_starved(const std::shared_ptr<std::atomic<int64_t>>& reached) {
   const int64_t at = reached ? reached->load() : 0;
   if (at == 0) return false;  // none queued, or the compute is still on work queued before the read
+  // Idle under the threshold is the host's own pace between enqueues, not the read's: not counted.
   const int64_t idle = steady_ns() - at;
-  if (idle <= 0) return false;
+  if (static_cast<double>(idle) * 1e-9 <= kLateArrivalSeconds) return false;
   wait_clock_->total_ns.fetch_add(static_cast<uint64_t>(idle));
   wait_clock_->waits.fetch_add(1);
-  if (static_cast<double>(idle) * 1e-9 <= kLateArrivalSeconds) return false;
   wait_clock_->late.fetch_add(1);
   return true;
 }
@@ -364,7 +404,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
           counters_.staged_hits++;
         } else {
           counters_.misses++;
-          STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+          STRATA_ASSIGN_OR_RETURN(int b, take_staging(c, /*may_block=*/true));
           STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
         }
         const int b = ch.reading;
@@ -429,14 +469,19 @@ void TierManager::prefetch() {
   if (options_.home != Tier::nvme) return;
   // Hop 1 (NVMe to pinned): reads for the window and as far past it as the staging ring holds.
   const std::vector<size_t> reads =
-      prefetcher_.upcoming(window_ + staging_bytes_ * staging_.size(), options_.chunk_bytes);
+      prefetcher_.upcoming(window_ + staging_bytes_, options_.chunk_bytes);
   for (size_t u : reads) {
     Chunk& ch = chunks_[u];
     if (ch.slot >= 0 || ch.reading >= 0 || ch.copy >= 0 || update_chunk_ == u || ch.update_due ||
         !ch.read_error.is_ok())
       continue;
-    auto b = take_staging(/*may_block=*/false, prefetcher_.next_use(u));
-    if (!b.is_ok() || *b < 0) break;
+    auto b = take_staging(u, /*may_block=*/false, prefetcher_.next_use(u));
+    if (!b.is_ok() || *b < 0) {
+      // None free: a chunk every buffer holds ends the reads; a larger one may have found only
+      // smaller cache buffers free, which the next chunks may fit.
+      if (buffer_size(options_.chunk_bytes[u], std::max<uint64_t>(store_->alignment(), 1)) <= smallest_staging_) break;
+      continue;
+    }
     Status st = begin_chunk_read(u, *b);
     if (!st.is_ok()) {
       ch.read_error = st.with_context(fmt::format("prefetch of chunk {}", u));
@@ -463,9 +508,12 @@ void TierManager::keep_copy(size_t c, int b, bool from_read) {
   staging_used_[b] = ++tick_;
 }
 
-StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
+StatusOr<int> TierManager::take_staging(size_t c, bool may_block, uint64_t needed_at) {
   const size_t n = staging_.size();
   auto at = [&](size_t i) { return static_cast<int>((staging_next_ + i) % n); };
+  // Only buffers that hold chunk c's transfer (a cache buffer may be a smaller chunk's size).
+  const uint64_t need = buffer_size(options_.chunk_bytes[c], std::max<uint64_t>(store_->alignment(), 1));
+  auto fits = [&](size_t b) { return staging_[b].bytes >= need; };
   auto take = [&](int b) {
     staging_next_ = static_cast<uint32_t>((b + 1) % n);
     forget_copy(b);  // its bytes are about to change
@@ -483,7 +531,7 @@ StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
   bool weighed = false;
   for (size_t i = 0; i < n; i++) {
     const int b = at(i);
-    if (!staging_idle(b) || !backend_.query(*staging_copied_[b])) continue;
+    if (!fits(b) || !staging_idle(b) || !backend_.query(*staging_copied_[b])) continue;
     if (staging_[b].holder < 0) return take(b);
     if (!weighed) prefetcher_.next_uses(chunks_.size(), next_uses_);
     weighed = true;
@@ -498,21 +546,21 @@ StatusOr<int> TierManager::take_staging(bool may_block, uint64_t needed_at) {
   if (!may_block) return -1;
   // An idle buffer whose H2D is still running: wait for it.
   for (size_t i = 0; i < n; i++) {
-    if (!staging_idle(at(i))) continue;
+    if (!fits(at(i)) || !staging_idle(at(i))) continue;
     STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A write in flight: finish it (its error, if any, is recorded and sticky) and any H2D of its
   // bytes (the written copy may have fed a slot).
   for (size_t i = 0; i < n; i++) {
-    if (!staging_writing(at(i))) continue;
+    if (!fits(at(i)) || !staging_writing(at(i))) continue;
     (void)finish_write(at(i));
     STRATA_RETURN_IF_ERROR(backend_.synchronize(*staging_copied_[at(i)]));
     return take(at(i));
   }
   // A prefetch read: drop it (the chunk is read again when needed).
   for (size_t i = 0; i < n; i++) {
-    if (!staging_reading(at(i))) continue;
+    if (!fits(at(i)) || !staging_reading(at(i))) continue;
     discard_read(staging_[at(i)].chunk());
     return take(at(i));
   }
@@ -577,7 +625,7 @@ StatusOr<std::byte*> TierManager::update_buffer(size_t c) {
     return ch.home.data();
   }
   discard_read(c);
-  STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+  STRATA_ASSIGN_OR_RETURN(int b, take_staging(c, /*may_block=*/true));
   update_chunk_ = c;
   update_staging_ = b;
   return staging_[b].data;
@@ -632,7 +680,7 @@ Status TierManager::read(size_t c, std::byte* host) {
     return Status::ok();
   }
   discard_read(c);
-  STRATA_ASSIGN_OR_RETURN(int b, take_staging(/*may_block=*/true));
+  STRATA_ASSIGN_OR_RETURN(int b, take_staging(c, /*may_block=*/true));
   STRATA_RETURN_IF_ERROR(begin_chunk_read(c, b));
   STRATA_RETURN_IF_ERROR(finish_read(b));
   keep_copy(c, b, /*from_read=*/true);

@@ -49,7 +49,10 @@ struct TierManagerOptions {
   // Pinned staging buffers (each the largest chunk, padded per the store) for the NVMe -> device
   // hop and for updates written to NVMe. nvme home only.
   uint32_t nvme_staging = 2;
-  // The pinned read cache (nvme home; 0: none): this many more buffers of the same size. Every
+  // The pinned read cache (nvme home; 0: none): this many more buffers (at most one per chunk:
+  // tier_cache_chunks), first of the size most chunks have (the layers'), then of the larger
+  // chunks' sizes, beside the staging buffers of the largest chunk; a chunk goes only into a buffer
+  // that holds it. Every
   // staging buffer keeps the bytes of the chunk it last read or wrote until it is taken for other
   // bytes, so a chunk whose copy is still held is served from RAM, not read from NVMe again
   // (DeepSpeed's offload_param.max_in_cpu). A buffer is taken from the copy used farthest ahead
@@ -72,12 +75,14 @@ uint64_t tier_device_bytes(const TierManagerOptions& options);
 // ring and the read cache. `alignment`/padding of the store: pass store.alignment() (4096 when
 // unknown).
 uint64_t tier_pinned_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
-// The read cache `cache_bytes` of pinned memory buys for `options` (an nvme home): that many bytes
-// over one buffer's pinned size (the largest chunk padded as tier_pinned_bytes pads it), at most
-// one per chunk (all of them kept: beside the staging buffers every chunk has a copy). 0 for a cpu
-// home.
+// The read cache `cache_bytes` of pinned memory buys for `options` (an nvme home): buffers of the
+// most common chunk size, then of the larger chunks' (padded as tier_pinned_bytes pads them), as
+// many as fit, at most one per chunk (all of them kept: beside the staging buffers every chunk has
+// a copy). 0 for a cpu home.
 uint32_t tier_cache_chunks(const TierManagerOptions& options, uint64_t cache_bytes, uint32_t store_alignment = 4096);
-// The pinned bytes of one staging or cache buffer of `options` (0 for a cpu home).
+// The pinned bytes of options.cache_chunks read-cache buffers (0 for a cpu home or no cache).
+uint64_t tier_cache_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
+// The pinned bytes of one staging buffer of `options`, the largest chunk's (0 for a cpu home).
 uint64_t tier_staging_buffer_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
 
 // A compute wait on a chunk longer than this is a late arrival (TierStats::late_arrivals): well above
@@ -111,7 +116,8 @@ struct TierStats {
   // Time Stream::compute stood waiting for chunks that had not arrived when acquired (measured
   // on the stream by host callbacks around the wait), and how many such waits; with an NVMe home
   // also the time it stood idle, out of queued work, while the host was blocked in an acquire's
-  // read (stamped by a callback on the stream, counted as one more wait).
+  // read (stamped by a callback on the stream; counted, as one more wait, when over
+  // kLateArrivalSeconds).
   double compute_wait_seconds = 0;
   uint64_t compute_waits = 0;
   // Acquires whose chunk reached the device after the compute needed it: the compute waited for
@@ -200,7 +206,7 @@ class TierManager final : public WeightSource {
   // NVMe staging: a buffer to use now (-1: none without blocking when !may_block). A read ahead
   // (!may_block) passes `needed_at`, the next use of the chunk it reads: a copy needed no later is
   // kept.
-  StatusOr<int> take_staging(bool may_block, uint64_t needed_at = Prefetcher::kNever);
+  StatusOr<int> take_staging(size_t c, bool may_block, uint64_t needed_at = Prefetcher::kNever);
   // How much a buffer's bytes are still worth: kNever for no copy or a copy of a chunk on the
   // device (served from its slot), else its chunk's next use (`uses`: Prefetcher::next_uses).
   // Larger is taken first.
@@ -219,8 +225,8 @@ class TierManager final : public WeightSource {
   void wait_arrival(const DeviceSlot& slot, bool late);
   // Around a host block on an acquire's NVMe read: a callback on the compute stream stamps when the
   // compute reaches this point (null when none could be queued); compute_starved then says whether
-  // it ran out of queued work while the host stood in the read, and adds that idle time to the
-  // compute wait (late when over kLateArrivalSeconds).
+  // it ran out of queued work for over kLateArrivalSeconds while the host stood in the read (then
+  // that idle time is a compute wait, and the acquire late).
   std::shared_ptr<std::atomic<int64_t>> mark_compute();
   bool compute_starved(const std::shared_ptr<std::atomic<int64_t>>& reached);
 
@@ -237,7 +243,8 @@ class TierManager final : public WeightSource {
   std::vector<std::unique_ptr<Event>> staging_copied_;  // per buffer, Stream::h2d: its last H2D's end
   std::vector<uint64_t> staging_used_;  // per buffer: tick_ of its bytes' last fill or use (LRU ties)
   std::vector<uint64_t> next_uses_;     // take_staging's scratch: every chunk's next use
-  uint64_t staging_bytes_ = 0;       // each buffer's bytes
+  uint64_t staging_bytes_ = 0;       // the staging and cache buffers' bytes together
+  uint64_t smallest_staging_ = 0;    // the smallest buffer's bytes
   uint32_t staging_next_ = 0;        // round-robin start for staging choice
   Prefetcher prefetcher_;
   std::optional<size_t> update_chunk_;  // the chunk whose update buffer is outstanding

@@ -291,7 +291,9 @@ int64_t param_cache_for(const ModelConfig& config, const TrainOptions& options, 
   if (pinned >= usable) return 0;
   const std::shared_ptr<const ParamLayout> layout = working_layout(config, o);
   const TierManagerOptions wo = run_weight_options(*layout, o, config.name);
-  return int64_t(tier_cache_chunks(wo, usable - pinned)) * int64_t(tier_staging_buffer_bytes(wo));
+  TierManagerOptions cached = wo;
+  cached.cache_chunks = tier_cache_chunks(wo, usable - pinned);
+  return int64_t(tier_cache_bytes(cached));
 }
 
 StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options, const World& world) {

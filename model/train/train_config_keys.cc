@@ -405,7 +405,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "auto",
               .help = "With --offload-param nvme: pinned RAM that keeps chunks of the weights read from (or "
                       "written to) NVMe, so a chunk still held is not read again, e.g. 8GiB (spent in buffers of "
-                      "the largest chunk, at most one per chunk); auto: what --cpu-mem leaves beside the run's "
+                      "a layer's size, then of the larger chunks', at most one per chunk); auto: what --cpu-mem leaves beside the run's "
                       "other pinned memory, none without --cpu-mem; 0: none",
               .allow_auto = true});
 

@@ -102,20 +102,23 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                     : "",
                format_size(s.device_bytes), layer_slots, format_size(t->tiers_->prefetch_window()));
   if (nvme && !partitioned) {
-    const uint64_t buffer = tier_staging_buffer_bytes(to, t->store_->alignment());
+    TierManagerOptions one = to;
+    one.cache_chunks = 1;
+    const uint64_t smallest = tier_cache_bytes(one, t->store_->alignment());
     if (to.cache_chunks > 0)
-      spdlog::info("offload: a pinned read cache of {} of the {} paged chunks ({} in buffers of {}; --param-cache {}) "
-                   "keeps weights read from or written to NVMe in RAM, beside the {} staging buffers",
-                   to.cache_chunks, to.chunk_bytes.size(), format_size(to.cache_chunks * buffer), format_size(buffer),
+      spdlog::info("offload: a pinned read cache of {} of the {} paged chunks ({} in buffers of the size most chunks have, "
+                   "then the larger chunks'; --param-cache {}) keeps weights read from or written to NVMe in RAM, beside the {} "
+                   "staging buffers of {}",
+                   to.cache_chunks, to.chunk_bytes.size(), format_size(tier_cache_bytes(to, t->store_->alignment())),
                    config.get_size_or_auto("param_cache").has_value()
                        ? format_size(uint64_t(o.param_cache))
                        : fmt::format("auto: what --cpu-mem leaves, {}", format_size(uint64_t(o.param_cache))),
-                   to.nvme_staging);
+                   to.nvme_staging, format_size(tier_staging_buffer_bytes(to, t->store_->alignment())));
     else
       spdlog::info("offload: no read cache of the NVMe-homed weights ({}): every chunk not in a staging buffer is "
                    "read from NVMe when it is needed; --param-cache SIZE (or --cpu-mem with auto) keeps chunks in RAM",
-                   o.param_cache > 0 ? fmt::format("--param-cache {} is less than one buffer of {}",
-                                                   format_size(uint64_t(o.param_cache)), format_size(buffer))
+                   o.param_cache > 0 ? fmt::format("--param-cache {} is less than the smallest chunk's buffer, {}",
+                                                   format_size(uint64_t(o.param_cache)), format_size(smallest))
                    : config.get_size_or_auto("param_cache").has_value()
                        ? std::string("--param-cache 0")
                        : std::string("auto: no --cpu-mem budget given, or none left in it"));

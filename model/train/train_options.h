@@ -134,7 +134,8 @@ struct TrainOptions {
   uint64_t prefetch_bytes = 0;  // bytes of upcoming chunks fetched ahead; 0 = derived from the slots
   uint32_t nvme_staging = 2;    // pinned staging buffers for NVMe-homed weights (>= 1)
   // NVMe-homed weights: the pinned read cache (TierManagerOptions::cache_chunks), in bytes, spent in
-  // whole buffers of the largest chunk, at most one per paged chunk; 0 none; -1 = auto: what
+  // whole buffers of the size most chunks have (the layers'), then of the larger chunks', at most one
+  // per paged chunk; 0 none; -1 = auto: what
   // --cpu-mem leaves beside the run's other pinned memory when --cpu-mem is given, else none
   // (param_cache_for, planner.h: `strata train` and `strata plan` resolve it). One rank only.
   int64_t param_cache = -1;

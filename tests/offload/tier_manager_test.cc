@@ -299,7 +299,12 @@ TEST(TierManager, AReadCacheOfEveryChunkReadsEachChunkOnceAndServesItsCurrentByt
   o.nvme_staging = 2;
   o.cache_chunks = tier_cache_chunks(o, 64 << 20);
   ASSERT_EQ(o.cache_chunks, kLayers + 2) << "at most one per chunk";
-  EXPECT_EQ(tier_pinned_bytes(o), (o.nvme_staging + o.cache_chunks) * tier_staging_buffer_bytes(o));
+  // Staging buffers of the largest chunk (the head); cache buffers of the layers' size for the
+  // layers and the smaller embedding, then one of the head's size.
+  EXPECT_EQ(tier_staging_buffer_bytes(o), kHead);
+  EXPECT_EQ(tier_cache_bytes(o), (kLayers + 1) * kLayer + kHead);
+  EXPECT_EQ(tier_pinned_bytes(o), o.nvme_staging * kHead + tier_cache_bytes(o));
+  EXPECT_EQ(tier_cache_chunks(o, (kLayers + 1) * kLayer), kLayers + 1) << "the head's buffer comes last";
   auto tm = r.make(o);
   ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
   TierManager& m = **tm;
@@ -326,6 +331,23 @@ TEST(TierManager, AReadCacheOfEveryChunkReadsEachChunkOnceAndServesItsCurrentByt
   ASSERT_TRUE(m.flush().is_ok());
 }
 
+// One step of `layers` on NVMe under `o` (a recorded step, then one replayed): the replayed step's
+// stats. Every acquire checks the committed bytes.
+TierStats replayed_step(TierManagerOptions o, size_t layers) {
+  Rig r(Tier::nvme);
+  auto tm = r.make(std::move(o));
+  EXPECT_TRUE(tm.is_ok()) << tm.status().to_string();
+  if (!tm.is_ok()) return TierStats();
+  TierManager& m = **tm;
+  write_all(m, 1);
+  const std::vector<size_t> order = step_order(layers);
+  run_sequence(r, m, order, 1, false);
+  run_sequence(r, m, order, 1, false);
+  m.reset_stats();
+  run_sequence(r, m, order, 1, true);
+  return m.stats();
+}
+
 // A cache smaller than the model: the step's zig-zag (forward up, backward down) finds the chunks
 // read last before each turn still in RAM, so a step reads fewer bytes than without a cache, and
 // always the current ones; a read ahead never evicts a copy needed sooner than what it reads.
@@ -333,26 +355,40 @@ TEST(TierManager, APartialReadCacheSavesTheReadsAtEachTurnOfTheStep) {
   constexpr size_t kLayers = 8;
   uint64_t read[2] = {0, 0};
   for (uint32_t cache : {0u, 4u}) {
-    Rig r(Tier::nvme);
     TierManagerOptions o = model_options(Tier::nvme, kLayers, 2);
     o.nvme_staging = 2;
     o.cache_chunks = cache;
-    auto tm = r.make(o);
-    ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
-    TierManager& m = **tm;
-    write_all(m, 1);
-    const std::vector<size_t> order = step_order(kLayers);
-    run_sequence(r, m, order, 1, false);
-    run_sequence(r, m, order, 1, false);
-    m.reset_stats();
-    run_sequence(r, m, order, 1, true);
-    read[cache ? 1 : 0] = m.stats().nvme_read_bytes;
+    const TierStats s = replayed_step(o, kLayers);
+    read[cache ? 1 : 0] = s.nvme_read_bytes;
     if (cache) {
-      EXPECT_GT(m.stats().cache_hits, 0u);
+      EXPECT_GT(s.cache_hits, 0u);
     }
   }
   EXPECT_LT(read[1], read[0]) << "a 4-chunk cache saved no read";
   EXPECT_LE(read[1] + 4 * kLayer, read[0]) << "the cache saved less than one turn's worth";
+}
+
+// Mixed sizes: where the token table and head dwarf the layers, a cache of the layers' bytes holds
+// every layer (buffers of a layer's size, not the largest chunk's: that would buy one), and a step
+// reads only the large chunks from NVMe; every acquire still sees the committed bytes.
+TEST(TierManager, ACacheOfTheLayersBytesHoldsEveryLayerBesideALargeTable) {
+  constexpr size_t kLayers = 6;
+  constexpr uint64_t kBig = 16 * 4096;
+  uint64_t read[2] = {0, 0};
+  for (bool cached : {false, true}) {
+    TierManagerOptions o = model_options(Tier::nvme, kLayers, 2);
+    o.chunk_bytes.front() = o.chunk_bytes.back() = kBig;
+    o.nvme_staging = 2;
+    if (cached) {
+      o.cache_chunks = tier_cache_chunks(o, kLayers * kLayer);
+      ASSERT_EQ(o.cache_chunks, kLayers) << "buffers of a layer's size";
+      EXPECT_EQ(tier_cache_bytes(o), kLayers * kLayer);
+    }
+    read[cached] = replayed_step(o, kLayers).nvme_read_bytes;
+  }
+  // The two staging buffers (the largest chunk's size) keep the table's and the head's copies.
+  EXPECT_GE(read[0], 4 * kLayer) << "without the cache, layers are read at the step's turns";
+  EXPECT_EQ(read[1], 0u) << "with it every layer stays in RAM";
 }
 
 // A cpu home has no reads to cache: asking for one is refused, naming it.
@@ -504,10 +540,13 @@ TEST_P(TierHomes, TheComputeWaitIsMeasuredForChunksNotYetArrived) {
   ASSERT_TRUE(m.release(2).is_ok());
   ASSERT_TRUE(r.backend->synchronize_all().is_ok());
   const TierStats s = m.stats();
-  EXPECT_EQ(s.compute_waits, 1u);
+  // The wait on the copy; with an NVMe home the host's read may be a second one, when the host
+  // itself was slowed (a loaded machine) over kLateArrivalSeconds while the compute stood idle.
+  EXPECT_GE(s.compute_waits, 1u);
+  EXPECT_LE(s.compute_waits, GetParam() == Tier::nvme ? 2u : 1u);
   EXPECT_GE(s.compute_wait_seconds, 0.010);
   EXPECT_LT(s.compute_wait_seconds, 5.0);
-  EXPECT_EQ(s.late_arrivals, 1u);  // 30 ms is far over kLateArrivalSeconds
+  EXPECT_EQ(s.late_arrivals, 1u) << "30 ms is far over kLateArrivalSeconds, and one acquire is late once";
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 1u);
 }
