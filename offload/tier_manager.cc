@@ -147,10 +147,10 @@ uint32_t tier_cache_chunks(const TierManagerOptions& o, uint64_t cache_bytes, ui
   return n;
 }
 
-uint64_t tier_cache_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
-  if (o.home != Tier::nvme || o.cache_chunks == 0) return 0;
+uint64_t tier_cache_bytes(const TierManagerOptions& o, uint32_t chunks, uint32_t store_alignment) {
+  if (o.home != Tier::nvme || chunks == 0) return 0;
   const uint64_t a = std::max<uint64_t>(store_alignment, 1);
-  return StagingRing::pinned_bytes(cache_sizes(o, a, o.cache_chunks), a);
+  return StagingRing::pinned_bytes(cache_sizes(o, a, chunks), a);
 }
 
 uint64_t tier_pinned_bytes(const TierManagerOptions& o, uint32_t store_alignment) {
@@ -479,7 +479,7 @@ void TierManager::prefetch() {
     if (!b.is_ok() || *b < 0) {
       // None free: a chunk every buffer holds ends the reads; a larger one may have found only
       // smaller cache buffers free, which the next chunks may fit.
-      if (buffer_size(options_.chunk_bytes[u], std::max<uint64_t>(store_->alignment(), 1)) <= smallest_staging_) break;
+      if (staging_need(u) <= smallest_staging_) break;
       continue;
     }
     Status st = begin_chunk_read(u, *b);
@@ -508,11 +508,15 @@ void TierManager::keep_copy(size_t c, int b, bool from_read) {
   staging_used_[b] = ++tick_;
 }
 
+uint64_t TierManager::staging_need(size_t c) const {
+  return buffer_size(options_.chunk_bytes[c], std::max<uint64_t>(store_->alignment(), 1));
+}
+
 StatusOr<int> TierManager::take_staging(size_t c, bool may_block, uint64_t needed_at) {
   const size_t n = staging_.size();
   auto at = [&](size_t i) { return static_cast<int>((staging_next_ + i) % n); };
   // Only buffers that hold chunk c's transfer (a cache buffer may be a smaller chunk's size).
-  const uint64_t need = buffer_size(options_.chunk_bytes[c], std::max<uint64_t>(store_->alignment(), 1));
+  const uint64_t need = staging_need(c);
   auto fits = [&](size_t b) { return staging_[b].bytes >= need; };
   auto take = [&](int b) {
     staging_next_ = static_cast<uint32_t>((b + 1) % n);

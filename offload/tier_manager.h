@@ -80,14 +80,19 @@ uint64_t tier_pinned_bytes(const TierManagerOptions& options, uint32_t store_ali
 // many as fit, at most one per chunk (all of them kept: beside the staging buffers every chunk has
 // a copy). 0 for a cpu home.
 uint32_t tier_cache_chunks(const TierManagerOptions& options, uint64_t cache_bytes, uint32_t store_alignment = 4096);
-// The pinned bytes of options.cache_chunks read-cache buffers (0 for a cpu home or no cache).
-uint64_t tier_cache_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
+// The pinned bytes of the first `chunks` read-cache buffers of `options` (tier_cache_chunks' order;
+// 0 for a cpu home or none).
+uint64_t tier_cache_bytes(const TierManagerOptions& options, uint32_t chunks, uint32_t store_alignment = 4096);
 // The pinned bytes of one staging buffer of `options`, the largest chunk's (0 for a cpu home).
 uint64_t tier_staging_buffer_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
 
 // A compute wait on a chunk longer than this is a late arrival (TierStats::late_arrivals): well above
 // the two host callbacks' own cost, well below a chunk's compute.
 inline constexpr double kLateArrivalSeconds = 100e-6;
+// The share of `acquires` whose chunk arrived in time, `late` of them not (1 with none).
+inline double arrived_in_time(uint64_t acquires, uint64_t late) {
+  return acquires ? double(acquires - (late < acquires ? late : acquires)) / double(acquires) : 1.0;
+}
 
 struct TierStats {
   uint64_t h2d_bytes = 0;         // bytes copied into device slots
@@ -125,6 +130,7 @@ struct TierStats {
   // acquire's fetch was in time, however late the host issued it (the host queues work ahead of
   // the compute stream, so a fetch begun at the acquire is often still ahead of the compute).
   uint64_t late_arrivals = 0;
+  uint64_t acquires() const { return hits + misses + staged_hits; }
 };
 
 // Ownership: the manager owns its slots (device blocks of `backend`), pinned buffers (from `pool`),
@@ -207,6 +213,7 @@ class TierManager final : public WeightSource {
   // (!may_block) passes `needed_at`, the next use of the chunk it reads: a copy needed no later is
   // kept.
   StatusOr<int> take_staging(size_t c, bool may_block, uint64_t needed_at = Prefetcher::kNever);
+  uint64_t staging_need(size_t c) const;  // the staging bytes chunk c's transfer takes
   // How much a buffer's bytes are still worth: kNever for no copy or a copy of a chunk on the
   // device (served from its slot), else its chunk's next use (`uses`: Prefetcher::next_uses).
   // Larger is taken first.

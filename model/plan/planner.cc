@@ -291,9 +291,7 @@ int64_t param_cache_for(const ModelConfig& config, const TrainOptions& options, 
   if (pinned >= usable) return 0;
   const std::shared_ptr<const ParamLayout> layout = working_layout(config, o);
   const TierManagerOptions wo = run_weight_options(*layout, o, config.name);
-  TierManagerOptions cached = wo;
-  cached.cache_chunks = tier_cache_chunks(wo, usable - pinned);
-  return int64_t(tier_cache_bytes(cached));
+  return int64_t(tier_cache_bytes(wo, tier_cache_chunks(wo, usable - pinned)));
 }
 
 StepTraffic plan_traffic(const ModelConfig& config, const TrainOptions& options, const World& world) {

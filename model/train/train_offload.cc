@@ -1,7 +1,6 @@
 // TrainOffload (train_offload.h): paged weights, NVMe store and trace of a `strata train` run.
 #include "model/train/train_offload.h"
 
-#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -102,14 +101,12 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                     : "",
                format_size(s.device_bytes), layer_slots, format_size(t->tiers_->prefetch_window()));
   if (nvme && !partitioned) {
-    TierManagerOptions one = to;
-    one.cache_chunks = 1;
-    const uint64_t smallest = tier_cache_bytes(one, t->store_->alignment());
+    const uint64_t smallest = tier_cache_bytes(to, 1, t->store_->alignment());
     if (to.cache_chunks > 0)
       spdlog::info("offload: a pinned read cache of {} of the {} paged chunks ({} in buffers of the size most chunks have, "
                    "then the larger chunks'; --param-cache {}) keeps weights read from or written to NVMe in RAM, beside the {} "
                    "staging buffers of {}",
-                   to.cache_chunks, to.chunk_bytes.size(), format_size(tier_cache_bytes(to, t->store_->alignment())),
+                   to.cache_chunks, to.chunk_bytes.size(), format_size(tier_cache_bytes(to, to.cache_chunks, t->store_->alignment())),
                    config.get_size_or_auto("param_cache").has_value()
                        ? format_size(uint64_t(o.param_cache))
                        : fmt::format("auto: what --cpu-mem leaves, {}", format_size(uint64_t(o.param_cache))),
@@ -251,14 +248,14 @@ std::optional<model::TransferMetrics> TrainOffload::step_transfers(const model::
 std::string TrainOffload::summary(double run_s) const {
   if (!tiers_) return "";
   const TierStats s = tiers_->stats();
-  const uint64_t acquires = s.hits + s.misses + s.staged_hits;
+  const uint64_t acquires = s.acquires();
   return fmt::format(
       "offload: {} acquires, {:.1f}% found resident or in flight ({} copies and {} NVMe reads issued ahead, {} "
       "fetched on demand), {:.1f}% arrived before the compute needed them ({} late), {} fetched ({}/s){}{}; access "
       "order recorded {}x, replayed {}x; compute waited {:.2f} s ({:.1f}% of the run)",
       acquires, acquires ? 100.0 * double(s.hits + s.staged_hits) / double(acquires) : 0.0, s.prefetches,
       s.prefetch_reads, s.misses,
-      acquires ? 100.0 * double(acquires - std::min(acquires, s.late_arrivals)) / double(acquires) : 100.0,
+      100.0 * arrived_in_time(acquires, s.late_arrivals),
       s.late_arrivals, format_size(s.h2d_bytes), format_size(run_s > 0 ? uint64_t(double(s.h2d_bytes) / run_s) : 0),
       s.nvme_read_bytes || s.nvme_write_bytes ? fmt::format(", nvme read {} written {}", format_size(s.nvme_read_bytes),
                                                             format_size(s.nvme_write_bytes))

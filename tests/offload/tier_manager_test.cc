@@ -302,8 +302,8 @@ TEST(TierManager, AReadCacheOfEveryChunkReadsEachChunkOnceAndServesItsCurrentByt
   // Staging buffers of the largest chunk (the head); cache buffers of the layers' size for the
   // layers and the smaller embedding, then one of the head's size.
   EXPECT_EQ(tier_staging_buffer_bytes(o), kHead);
-  EXPECT_EQ(tier_cache_bytes(o), (kLayers + 1) * kLayer + kHead);
-  EXPECT_EQ(tier_pinned_bytes(o), o.nvme_staging * kHead + tier_cache_bytes(o));
+  EXPECT_EQ(tier_cache_bytes(o, o.cache_chunks), (kLayers + 1) * kLayer + kHead);
+  EXPECT_EQ(tier_pinned_bytes(o), o.nvme_staging * kHead + tier_cache_bytes(o, o.cache_chunks));
   EXPECT_EQ(tier_cache_chunks(o, (kLayers + 1) * kLayer), kLayers + 1) << "the head's buffer comes last";
   auto tm = r.make(o);
   ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
@@ -382,7 +382,7 @@ TEST(TierManager, ACacheOfTheLayersBytesHoldsEveryLayerBesideALargeTable) {
     if (cached) {
       o.cache_chunks = tier_cache_chunks(o, kLayers * kLayer);
       ASSERT_EQ(o.cache_chunks, kLayers) << "buffers of a layer's size";
-      EXPECT_EQ(tier_cache_bytes(o), kLayers * kLayer);
+      EXPECT_EQ(tier_cache_bytes(o, o.cache_chunks), kLayers * kLayer);
     }
     read[cached] = replayed_step(o, kLayers).nvme_read_bytes;
   }

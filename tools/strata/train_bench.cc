@@ -59,10 +59,6 @@ BenchStep mean_of(const std::vector<BenchStep>& steps) {
   return m;
 }
 
-double fetches_in_time(const BenchStep& s) {
-  return s.acquires ? double(s.acquires - std::min(s.acquires, s.late_arrivals)) / double(s.acquires) : 1.0;
-}
-
 double gbps(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / kGB : 0.0; }
 
 std::string row(const std::string& label, const BenchStep& s, const std::optional<DiskBandwidth>& disk) {
@@ -141,7 +137,7 @@ std::string bench_table(const BenchReport& r) {
   if (r.mean.acquires > 0)
     out += fmt::format("weights: {:.1f}% of a step's {} acquires arrived before the compute needed them ({} late: the "
                        "compute stood over {:.0f} us for each)\n",
-                       100.0 * fetches_in_time(r.mean), r.mean.acquires, r.mean.late_arrivals,
+                       100.0 * arrived_in_time(r.mean.acquires, r.mean.late_arrivals), r.mean.acquires, r.mean.late_arrivals,
                        kLateArrivalSeconds * 1e6);
   const BenchBound b = bench_bound(r.mean, r.disk);
   if (r.disk) {
@@ -180,7 +176,7 @@ std::string bench_json_line(const BenchReport& r) {
   if (r.mean.acquires > 0) {
     j["acquires"] = r.mean.acquires;
     j["late_arrivals"] = r.mean.late_arrivals;
-    j["fetches_in_time"] = fetches_in_time(r.mean);
+    j["fetches_in_time"] = arrived_in_time(r.mean.acquires, r.mean.late_arrivals);
   }
   j["disk_read_gbps"] = r.disk ? nlohmann::ordered_json(r.disk->read_gbps) : nlohmann::ordered_json(nullptr);
   j["disk_write_gbps"] = r.disk ? nlohmann::ordered_json(r.disk->write_gbps) : nlohmann::ordered_json(nullptr);
@@ -208,7 +204,7 @@ TrainBench::Counters TrainBench::read(const model::Trainer& trainer) const {
     c.nvme_read_bytes += s.nvme_read_bytes;
     c.nvme_write_bytes += s.nvme_write_bytes;
     c.pcie_bytes += s.h2d_bytes;
-    c.acquires = s.hits + s.misses + s.staged_hits;
+    c.acquires = s.acquires();
     c.late_arrivals = s.late_arrivals;
   }
   const OptimizerPipelineStats o = trainer.state_stats();
