@@ -47,18 +47,19 @@ StatusOr<void*> DeviceGrads::allocate(uint64_t bytes, const std::string& tag) {
 Status DeviceGrads::allocate_sums() {
   if (!acc_.empty()) return Status::ok();
   const int ranks = comm_ != nullptr ? comm_->size() : 1;
+  const bool spread = comm_ != nullptr;  // even a world of one (strata train --comm local|nccl)
   uint64_t exchange = 0;  // floats
   partial_at_ = {0};
   stacks_.assign(work_.size(), nullptr);
   for (size_t c = 0; c < work_.size(); ++c) {
     const uint64_t stride = shards_[c].stride;
-    const uint64_t floats = ranks > 1 ? stride : elements(c);
+    const uint64_t floats = spread ? stride : elements(c);
     STRATA_ASSIGN_OR_RETURN(void* sum, allocate(floats * sizeof(float),
                                                 fmt::format("{} fp32 gradient sums ({}{})", name_, chunk_names_[c],
-                                                            ranks > 1 ? ", this rank's shard" : "")));
+                                                            spread ? ", this rank's shard" : "")));
     acc_.push_back(static_cast<float*>(sum));
     partial_at_.push_back(partial_at_.back() + (floats + kernels::kSumSquaresBlock - 1) / kernels::kSumSquaresBlock);
-    if (ranks == 1) continue;
+    if (!spread) continue;
     exchange = std::max(exchange, uint64_t(ranks) * stride);
     if (releases_[c] == 1) continue;
     STRATA_ASSIGN_OR_RETURN(void* stack, allocate(uint64_t(releases_[c]) * uint64_t(ranks) * stride * sizeof(float),
@@ -66,12 +67,12 @@ Status DeviceGrads::allocate_sums() {
                                                               name_, chunk_names_[c], releases_[c])));
     stacks_[c] = static_cast<float*>(stack);
   }
-  if (ranks > 1) {
+  if (spread) {
     STRATA_ASSIGN_OR_RETURN(void* buffer, allocate(exchange * sizeof(float),
                                                    fmt::format("{} gradients: a release by destination rank", name_)));
     exchange_ = static_cast<float*>(buffer);
   }
-  if (ranks > 1 && micro_batches_ > 1) {
+  if (spread && micro_batches_ > 1) {
     STRATA_ASSIGN_OR_RETURN(void* buffer, allocate(exchange * sizeof(float),
                                                    fmt::format("{} gradients: a later round's shards", name_)));
     received_ = static_cast<float*>(buffer);
@@ -86,14 +87,15 @@ Status DeviceGrads::allocate_sums() {
 
 uint64_t DeviceGrads::device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
                                    const std::vector<uint32_t>& releases, int ranks, uint64_t align,
-                                   uint64_t micro_batches) {
+                                   uint64_t micro_batches, bool spread) {
+  spread = spread || ranks > 1;
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   constexpr uint64_t kBlock = kernels::kSumSquaresBlock;
   uint64_t bytes = 0, partials = 0, exchange = 0;
   for (size_t c = 0; c < chunk_bytes.size(); ++c) {
     const uint64_t elements = chunk_bytes[c] / dtype_size(dtype);
     bytes += aligned(chunk_bytes[c]);
-    if (ranks == 1) {
+    if (!spread) {
       bytes += aligned(elements * sizeof(float));
       partials += (elements + kBlock - 1) / kBlock;
       continue;
@@ -104,7 +106,7 @@ uint64_t DeviceGrads::device_bytes(DType dtype, const std::vector<uint64_t>& chu
     exchange = std::max(exchange, uint64_t(ranks) * stride);
     if (releases.at(c) > 1) bytes += aligned(uint64_t(releases[c]) * uint64_t(ranks) * stride * sizeof(float));
   }
-  if (ranks > 1) bytes += (micro_batches > 1 ? 2 : 1) * aligned(exchange * sizeof(float));
+  if (spread) bytes += (micro_batches > 1 ? 2 : 1) * aligned(exchange * sizeof(float));
   return bytes + aligned(uint64_t(ranks) * partials * sizeof(double));
 }
 
@@ -136,8 +138,6 @@ Status DeviceGrads::spread_over_ranks(Communicator& comm, const std::vector<uint
   if (comm_ != nullptr) return error(Code::failed_precondition, "device gradients: already spread over ranks");
   if (!acc_.empty())
     return error(Code::failed_precondition, "device gradients: spread over ranks after a step (before the first)");
-  if (comm.size() < 2)
-    return error(Code::invalid_argument, "device gradients: spreading over a world of {} rank(s)", comm.size());
   if (releases.size() != work_.size())
     return error(Code::invalid_argument, "device gradients: {} release counts for {} chunks", releases.size(),
                  work_.size());

@@ -79,7 +79,8 @@ class DeviceGrads final : public GradSink {
   StatusOr<const float*> widened(size_t c);
 
   // ---- across ranks: the gradient partitioned (ZeRO) -------------------------------------------
-  // From the next step on, the step's gradient is summed over the ranks of `comm` (size() > 1) and
+  // From the next step on, the step's gradient is summed over the ranks of `comm` (any size: a world
+  // of one exchanges with itself, its shard the whole chunk, the same bits as unspread) and
   // each rank keeps only ITS SHARD of every chunk's sum (offload/chunk_shard.h: chunk_shard(
   // elements, size(), rank())), each rank running `micro_batches` micro-batches per step, all
   // ranks the same number, in rounds (round j: micro-batch j x size() + r of the step on rank r,
@@ -100,7 +101,7 @@ class DeviceGrads final : public GradSink {
   // stride (fp32), shared by every chunk, and with more than one micro-batch a rank a receive buffer
   // as large; for a chunk of R > 1 releases, a stack of R x size() x its stride; size() x the
   // norm's partials.
-  // Errors: invalid_argument (comm of size 1, a releases list of the wrong length or with a 0, 0
+  // Errors: invalid_argument (a releases list of the wrong length or with a 0, 0
   // micro-batches), failed_precondition when called twice or after the first step; the arena's
   // out_of_memory comes at the first step. A release beyond releases[c] in a backward, or
   // finish_step with a chunk released fewer times in the last one, is failed_precondition (another
@@ -117,11 +118,12 @@ class DeviceGrads final : public GradSink {
   // This rank's shard of chunk c (the whole chunk on one rank).
   const ChunkShard& shard(size_t c) const { return shards_.at(c); }
 
-  // The device bytes create and then spread_over_ranks (ranks > 1) allocate, each block aligned to
-  // `align` (the arena's): the planner's figure, to the byte.
+  // The device bytes create and then spread_over_ranks allocate, each block aligned to `align` (the
+  // arena's): the planner's figure, to the byte. Spread when ranks > 1 or `spread` (a world of one
+  // through a communicator); else create's alone.
   static uint64_t device_bytes(DType dtype, const std::vector<uint64_t>& chunk_bytes,
                                const std::vector<uint32_t>& releases, int ranks, uint64_t align,
-                               uint64_t micro_batches = 1);
+                               uint64_t micro_batches = 1, bool spread = false);
 
   size_t chunk_count() const { return work_.size(); }
   uint64_t chunk_bytes(size_t c) const { return bytes_.at(c); }

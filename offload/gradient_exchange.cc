@@ -65,8 +65,6 @@ StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::create(Backend& ba
   const GradientOffloaderOptions& w = options.chunks;
   const std::string& name = w.name;
   const int ranks = comm.size();
-  if (ranks < 2)
-    return error(Code::invalid_argument, "{} exchange: a world of {} rank(s) has nothing to exchange", name, ranks);
   const size_t chunks = w.chunk_bytes.size();
   if (options.releases.size() != chunks || w.chunk_group.size() != chunks)
     return error(Code::invalid_argument, "{} exchange: {} chunks but {} release counts and {} groups", name, chunks,

@@ -59,7 +59,7 @@ GradientOffloaderOptions gradient_shard_options(const GradientOffloaderOptions& 
 
 class GradientExchange final : public GradSink {
  public:
-  // Validates (invalid_argument naming what is wrong: a world under 2 ranks, release counts of the
+  // Validates (invalid_argument naming what is wrong: release counts of the
   // wrong length or zero, an `inner` whose chunks are not the shards) and allocates the slots, the
   // received blocks (one buffer the largest chunk's, plus a stack per chunk released more than
   // once) and the norm's exchange buffer; tags "<name> exchange ...". Over budget: the arena's

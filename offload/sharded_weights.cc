@@ -36,7 +36,6 @@ StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::create(Backend& backen
                                                                   const ShardedWeightsOptions& options) {
   const std::string& name = options.name;
   const int ranks = comm.size();
-  if (ranks < 2) return error(Code::invalid_argument, "{}: a world of {} rank(s) has nothing to partition", name, ranks);
   const size_t chunks = options.chunk_bytes.size();
   if (chunks == 0 || options.chunk_group.size() != chunks)
     return error(Code::invalid_argument, "{}: {} chunks but {} groups", name, chunks, options.chunk_group.size());

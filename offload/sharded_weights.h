@@ -49,7 +49,7 @@ std::vector<uint64_t> weight_shard_bytes(const std::vector<uint64_t>& chunk_byte
 
 class ShardedWeights final : public WeightSource {
  public:
-  // Validates (invalid_argument: a world under 2 ranks, an inner source whose chunks are not the
+  // Validates (invalid_argument: an inner source whose chunks are not the
   // shards, groups of the wrong length or without slots) and allocates the slots (tags "<name>
   // gathered (<group>) i/n") and one pinned whole-chunk update buffer. Over budget: the arena's
   // out_of_memory.

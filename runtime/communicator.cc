@@ -18,9 +18,16 @@ namespace strata {
 std::string_view comm_kind_name(CommKind k) {
   switch (k) {
     case CommKind::automatic: return "auto";
+    case CommKind::local: return "local";
     case CommKind::nccl: return "nccl";
   }
   return "?";
+}
+
+StatusOr<CommKind> parse_comm_kind(std::string_view name) {
+  for (CommKind k : {CommKind::automatic, CommKind::local, CommKind::nccl})
+    if (comm_kind_name(k) == name) return k;
+  return error(Code::invalid_argument, "communicator \"{}\": expected auto, local or nccl", name);
 }
 
 std::string_view launcher_name(Launcher l) {
@@ -134,6 +141,13 @@ StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, cons
   if (nccl_asked && backend.kind() != BackendKind::cuda)
     return error(Code::invalid_argument, "the NCCL communicator needs the CUDA backend (this run has the {} backend)",
                  backend_kind_name(backend.kind()));
+  if (options.kind == CommKind::local) {
+    if (launch.size > 1)
+      return error(Code::invalid_argument, "the local communicator is a world of one, but {} started {} ranks; "
+                   "across ranks leave the communicator at auto (MPI on the cpu backend, NCCL on cuda)",
+                   launcher_name(launch.launcher), launch.size);
+    return make_local_communicator(backend);
+  }
   if (launch.size == 1 && !nccl_asked) return make_local_communicator(backend);
   if (launch.size > 1 && launch.launcher != Launcher::mpirun && backend.kind() == BackendKind::cpu)
     return error(Code::unavailable,

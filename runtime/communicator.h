@@ -41,9 +41,12 @@ StatusOr<LaunchInfo> detect_launch();
 // Which communicator make_communicator builds.
 enum class CommKind : uint8_t {
   automatic,  // make_communicator's choice: local for a world of one, else MPI (CPU) or NCCL (CUDA)
+  local,      // the local communicator, asked for by name: a world of one only (`strata train --comm local`)
   nccl,       // NCCL even for a world of one (its tests, `strata bench comm --comm nccl`): CUDA only
 };
-std::string_view comm_kind_name(CommKind k);  // "auto", "nccl"
+std::string_view comm_kind_name(CommKind k);  // "auto", "local", "nccl"
+// The kind a name gives ("auto", "local", "nccl"); invalid_argument naming the choices otherwise.
+StatusOr<CommKind> parse_comm_kind(std::string_view name);
 
 struct CommOptions {
   // A collective in which no message to or from a peer completes for this many seconds fails
@@ -117,8 +120,9 @@ std::unique_ptr<Communicator> make_local_communicator(Backend& backend);
 // torchrun-style variables with a world above one: NCCL on CUDA, its unique id passed through
 // options.rendezvous_dir (invalid_argument without one), and unavailable on the CPU backend (its
 // collectives are MPI's: launch with mpirun). options.kind == nccl asks for NCCL at any world size: on the CPU backend
-// that is invalid_argument, without NCCL built in unavailable. `backend` must outlive the
-// communicator.
+// that is invalid_argument, without NCCL built in unavailable. options.kind == local is the local
+// communicator on any backend, and invalid_argument for a world above one. `backend` must outlive
+// the communicator.
 StatusOr<std::unique_ptr<Communicator>> make_communicator(Backend& backend, const LaunchInfo& launch,
                                                           const CommOptions& options = {});
 

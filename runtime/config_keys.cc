@@ -47,6 +47,15 @@ void add_runtime_config_keys(ConfigSchema& schema) {
                       "raised to twice the checkpoint's write at 100 MB/s); 0 waits forever",
               .min = 0,
               .max = 86400});
+  schema.add({.name = "comm",
+              .type = ValueType::choice,
+              .default_text = "auto",
+              .help = "The communicator a run's ranks exchange through: auto (none on one rank; across ranks MPI on "
+                      "the cpu backend, NCCL on cuda); local or nccl run one rank through the across-ranks path "
+                      "(the gradient exchanged, the optimizer state and, with --zero-stage 3, the weights "
+                      "partitioned, N = 1) on the local communicator (any backend) or on NCCL (cuda only): the same "
+                      "bits as auto, a check of that path without a second GPU; nccl across ranks is auto's choice",
+              .choices = {"auto", "local", "nccl"}});
   schema.add({.name = "rendezvous_dir",
               .type = ValueType::path,
               .help = "Across ranks launched torchrun-style (RANK, WORLD_SIZE; no mpirun) on GPUs: a directory "

@@ -21,7 +21,9 @@
 #            `mpirun -np 1` (NCCL's unique id over MPI: comm-bench-mpirun.txt) when mpirun is here
 #            (said and skipped when not); the all-gather and reduce-scatter rows go to the summary.
 #            With the kit's comm_mpi_check: its collectives on NCCL at one rank, and under mpirun
-#            on every GPU when there are two or more (the ordered sums across ranks, bit for bit)
+#            on every GPU when there are two or more (the ordered sums across ranks, bit for bit).
+#            Then strata train --comm nccl at a world of one against no communicator, figures and
+#            checkpoint bytes (tests/tools/train_solo_exchange_check.sh: comm-train-PRESET.log)
 #   train    strata train on random tokens in bf16, optimizer on the device, for each
 #            "preset:micro_batch" of GPU_CHECK_MODELS (default "gpt2-124m:16 gpt2-1.5b:8", T = 1024,
 #            GPU_CHECK_STEPS steps, default 30), beside bench/peers/torch_gpt_train.py on the same
@@ -336,6 +338,19 @@ if has_phase comm; then
     fi
   }
   comm_ranks one
+  # strata train through NCCL at a world of one (--comm nccl: the gradient exchange, the partitioned
+  # state, the weights' gather and ZeRO-3's shards) against the same runs without a communicator,
+  # figures and checkpoint bytes (comm-train-PRESET.log).
+  for case in gpt2-tiny:fp32 llama-tiny:bf16; do
+    log="$LOG_DIR/comm-train-${case%%:*}.log"
+    if within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" bash tests/tools/train_solo_exchange_check.sh \
+         nccl "${case%%:*}" "${case##*:}" "$STRATA" --device cuda; then
+      note "comm train: $(grep '^PASS' "$log")"
+    else
+      phase_failed "comm train: --comm nccl against no communicator, ${case%%:*} (rc $?); the end of $(basename "$log"):"
+      tail -5 "$log" | tee -a "$SUMMARY" >&2
+    fi
+  done
   if command -v mpirun > /dev/null; then
     mpi_flags=()
     # Open MPI: root in a container, no core binding, the kit's library path to the rank.

@@ -92,7 +92,7 @@ TierManagerOptions run_weight_options(const ParamLayout& layout, const TrainOpti
       paged_weight_options(layout, options.weight_home == Tier::nvme ? Tier::nvme : Tier::cpu, options.param_slots,
                            options.prefetch_bytes, options.nvme_staging, name,
                            resident_chunk_mask(layout, options.resident_layers));
-  if (options.weight_home == Tier::nvme && options.param_cache > 0 && options.ranks <= 1)
+  if (options.weight_home == Tier::nvme && options.param_cache > 0 && !options.across_ranks())
     o.cache_chunks = tier_cache_chunks(o, uint64_t(options.param_cache));
   return o;
 }
@@ -171,7 +171,7 @@ GradientOffloaderOptions gradient_slot_options(const ParamLayout& layout, DType 
 }
 
 std::vector<bool> device_update_mask(const ParamLayout& layout, const TrainOptions& options) {
-  if (!options.split_update || !options.paged_weights() || options.ranks > 1)
+  if (!options.split_update || !options.paged_weights() || options.across_ranks())
     return std::vector<bool>(layout.chunks.size(), false);
   return resident_chunk_mask(layout, options.resident_layers);
 }
@@ -457,10 +457,12 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
     // (with several micro-batches a rank, a receive buffer for the later rounds).
     d.gradients = DeviceGrads::device_bytes(o.dtype, chunk_bytes,
                                             Transformer::gradient_releases(config, layout.chunks.size()), o.ranks,
-                                            kArenaAlign, o.ranks > 1 ? o.rank_micro_batches() : 1);
-    d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states);
+                                            kArenaAlign, o.across_ranks() ? o.rank_micro_batches() : 1,
+                                            o.across_ranks());
+    d.optimizer =
+        DeviceOptimizer::device_bytes(layout, o.dtype, o.ranks, kArenaAlign, {}, o.adam_states, o.across_ranks());
     // Across ranks, the gather of a checkpoint's partitioned state (make_optimizer).
-    if (o.ranks > 1) d.optimizer += aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));
+    if (o.across_ranks()) d.optimizer += aligned(uint64_t(o.ranks) * weight_gather_round(layout, int(o.ranks)));
   } else if (const std::vector<bool> split = device_update_mask(layout, o);
              std::find(split.begin(), split.end(), true) != split.end()) {
     // A split update: the resident layers' DeviceGrads (one release each) and DeviceOptimizer state,
@@ -471,7 +473,7 @@ DeviceBytes estimate_device_bytes(const ModelConfig& config, const TrainOptions&
                   gradient_offloader_device_bytes(without_chunks(gradient_slot_options(layout, o.dtype, config.name),
                                                                  split));
     d.optimizer = DeviceOptimizer::device_bytes(layout, o.dtype, 1, kArenaAlign, split, o.adam_states);
-  } else if (o.ranks > 1) {
+  } else if (o.across_ranks()) {
     // Across ranks: the GradientExchange's whole-chunk slots, received blocks and norm partials,
     // the offloader's shard-sized slots, and the updated weights' gather buffer.
     const GradientOffloaderOptions whole = gradient_slot_options(layout, o.dtype, config.name);

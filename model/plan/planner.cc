@@ -87,7 +87,7 @@ void add_device(PlanBytes& b, const ModelConfig& config, const TrainOptions& o, 
   // estimate_device_bytes: m and v (or their 8-bit codes and scales), plus the fp32 masters of a
   // 16-bit model: on one rank what the same state takes beyond an fp32 model's, which has none.
   uint64_t masters = o.dtype == DType::f32 ? 0 : d.optimizer / 3;
-  if (o.dtype != DType::f32 && d.optimizer > 0 && ranks == 1 && o.ranks <= 1) {
+  if (o.dtype != DType::f32 && d.optimizer > 0 && ranks == 1 && !o.across_ranks()) {
     const std::shared_ptr<const ParamLayout> layout = working_layout(config, o);
     std::vector<bool> updated = device_update_mask(*layout, o);
     if (!o.cpu_optimizer()) updated.clear();  // every chunk
@@ -444,7 +444,7 @@ std::vector<TrainOptions> plan_placements(const TrainOptions& base, const PlanFi
           o.activation_checkpointing = ckpt;
           // A split update (the resident layers' on the device) only beside paged weights and on
           // one rank; open unless --optimizer-device fixed it.
-          const bool can_split = w != Tier::device && opt != Tier::device && base.ranks <= 1;
+          const bool can_split = w != Tier::device && opt != Tier::device && !base.across_ranks();
           o.split_update = can_split && base.split_update;
           out.push_back(o);
           if (can_split && !fixed.optimizer && !base.split_update) {

@@ -49,7 +49,7 @@ std::vector<DeviceOptimizer::Segment> DeviceOptimizer::segments(const ParamLayou
 // One pass over the params a rank (segments' lengths, without building them): the planner calls it
 // for every candidate it sizes.
 uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
-                                       const std::vector<bool>& updates, AdamStates states) {
+                                       const std::vector<bool>& updates, AdamStates states, bool spread) {
   const auto aligned = [align](uint64_t b) { return (b + align - 1) / align * align; };
   const uint64_t eb = layout.element_bytes;
   uint64_t largest = 0, widest_stride = 0, scales = 0;
@@ -75,7 +75,7 @@ uint64_t DeviceOptimizer::device_bytes(const ParamLayout& layout, DType dtype, i
   uint64_t bytes = states == AdamStates::q8
                        ? masters + 2 * aligned(largest) + 2 * aligned(scales * sizeof(float))  // codes, scales
                        : masters + 2 * aligned(largest * sizeof(float));                       // m, v
-  if (ranks > 1) bytes += aligned(uint64_t(ranks) * widest_stride * eb);  // the updated weights' gather
+  if (ranks > 1 || spread) bytes += aligned(uint64_t(ranks) * widest_stride * eb);  // the updated weights' gather
   return bytes;
 }
 

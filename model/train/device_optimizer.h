@@ -62,9 +62,11 @@ class DeviceOptimizer final : public Optimizer {
   ~DeviceOptimizer() override;
   // The device bytes create allocates for a model of `layout` trained in `dtype` over `ranks` ranks
   // (the largest rank's), each block aligned to `align` (the arena's), updating the chunks
-  // `updates` marks (empty: all): the planner's figure.
+  // `updates` marks (empty: all): the planner's figure. The updated weights' gather buffer when
+  // ranks > 1 or `spread` (gradients spread over a communicator of one).
   static uint64_t device_bytes(const ParamLayout& layout, DType dtype, int ranks, uint64_t align,
-                               const std::vector<bool>& updates = {}, AdamStates states = AdamStates::f32);
+                               const std::vector<bool>& updates = {}, AdamStates states = AdamStates::f32,
+                               bool spread = false);
   DeviceOptimizer(const DeviceOptimizer&) = delete;
   DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
 

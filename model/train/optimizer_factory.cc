@@ -99,9 +99,10 @@ StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, Pi
   const ParamLayout& layout = model.layout();
   const ParamLayout& masters = model.master_layout();
   if (options.split_update && options.optimizer_home != Tier::device) {
-    if (comm != nullptr && comm->size() > 1)
-      return error(Code::invalid_argument, "a split update (--optimizer-device split) runs on one rank; across {} "
-                   "ranks pass --optimizer-device cpu", comm->size());
+    if (comm != nullptr)
+      return error(Code::invalid_argument, "a split update (--optimizer-device split) runs on one rank without a "
+                   "communicator (its device part is not partitioned); across {} rank(s) pass --optimizer-device cpu",
+                   comm->size());
     const std::vector<bool> on_device = device_update_mask(layout, options);
     if (std::find(on_device.begin(), on_device.end(), true) != on_device.end()) {
       if (resident_part == nullptr)
@@ -133,7 +134,7 @@ StatusOr<OptimizerParts> make_optimizer(Backend& backend, Transformer& model, Pi
                                                                      *parts.state, layout, masters, options));
     return parts;
   }
-  if (comm != nullptr && comm->size() > 1) {
+  if (comm != nullptr) {
     STRATA_RETURN_IF_ERROR(make_rank_parts(backend, model, pinned, pool, options, trace, store, *comm, parts));
   } else {
     STRATA_ASSIGN_OR_RETURN(parts.gradients, make_gradient_offloader(backend, pinned, layout, options,

@@ -156,6 +156,7 @@ class TrainingRun {
   Config config_;
   RunHooks hooks_;
   LaunchInfo launch_;  // this process's rank and the world's size
+  CommKind comm_kind_ = CommKind::automatic;  // the key comm
   TrainOptions o_;
   ModelConfig mc_;
   uint64_t seed_ = 0;
@@ -170,7 +171,7 @@ class TrainingRun {
   std::optional<DirLock> resume_lock_;       // a reader's lock on the resumed run, until it is read
   std::optional<RunData> data_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> comm_;       // across ranks (world size > 1), else null
+  std::unique_ptr<Communicator> comm_;       // across ranks (o_.across_ranks()), else null
   int32_t* stop_flags_ = nullptr;            // across ranks: each rank's stop signal (device, world size int32)
   double comm_timeout_ = 0;                  // across ranks: seconds (join_world sizes the default)
   std::unique_ptr<PinnedPool> pinned_;

@@ -111,6 +111,10 @@ RunOutcome TrainingRun::preflight() {
   if (!parsed.is_ok()) return refused(parsed.status());
   o_ = std::move(*parsed);
   for (const std::string& w : o_.warnings) spdlog::warn("{}", w);
+  StatusOr<CommKind> comm_kind = parse_comm_kind(config_.get_text("comm"));
+  if (!comm_kind.is_ok()) return refused(comm_kind.status());
+  comm_kind_ = *comm_kind;
+  o_.solo_exchange = launch_.size == 1 && comm_kind_ != CommKind::automatic;
   if (Status s = check_trainer_options(o_); !s.is_ok()) return refused(s);
   StatusOr<ModelConfig> mc = resolve_run_model(config_, o_, init_weights_);
   if (!mc.is_ok()) return outcome_of(mc.status());
@@ -262,12 +266,19 @@ RunOutcome TrainingRun::place() {
   return check_checkpoint_dir_is_ours();
 }
 
-// Across ranks: what this run can spread (checked before anything is allocated; the trainer checks
-// the same again), and rank 0 alone writes files: the other ranks drop --metrics, TensorBoard,
-// --trace and --bench (they never open the checkpoint directory).
+// Across ranks (or one rank with --comm local|nccl, the same path at N = 1): what this run can
+// spread (checked before anything is allocated; the trainer checks the same again), and rank 0
+// alone writes files: the other ranks drop --metrics, TensorBoard, --trace and --bench (they never
+// open the checkpoint directory).
 RunOutcome TrainingRun::join_world() {
-  if (launch_.size == 1) return {};
+  if (!o_.across_ranks()) return {};
   const int n = launch_.size;
+  if (comm_kind_ == CommKind::local && n > 1)
+    return refuse("--comm local is a world of one, but {} started {} ranks; pass --comm auto (MPI on the cpu "
+                  "backend, NCCL on cuda)", launcher_name(launch_.launcher), n);
+  if (std::string why; comm_kind_ == CommKind::nccl && train_backend_kind(config_, &why) != BackendKind::cuda)
+    return refuse("--comm nccl needs the cuda backend, but this run computes on the cpu ({}); pass --comm local for "
+                  "the across-ranks path on the cpu{}", why, n > 1 ? " (one rank), or --comm auto for MPI" : "");
   // DeepSpeed's gradient_accumulation_steps counts a GPU's micro-batches; strata's grad_accum the
   // step's over all ranks (so N ranks give one rank's bits at the same value): a config file's
   // value is kept, and the log says what it means here and what gives DeepSpeed's batch.
@@ -292,8 +303,9 @@ RunOutcome TrainingRun::join_world() {
                     "of its chunk is never cut: a model width and key/value width that are multiples of 16 give that)", n, *split);
   }
   if (o_.split_update)
-    return refuse("--optimizer-device split runs on one rank (its device part is not partitioned); across {} ranks "
-                  "pass --optimizer-device cpu or device", n);
+    return refuse("--optimizer-device split runs on one rank without a communicator (its device part is not "
+                  "partitioned); {} pass --optimizer-device cpu or device", n > 1 ? fmt::format("across {} ranks", n)
+                  : fmt::format("with --comm {}", comm_kind_name(comm_kind_)));
   if (o_.zero_stage == 3) {
     if (o_.optimizer_home == Tier::device)
       return refuse("--zero-stage 3 partitions the weights, but the optimizer on the device updates whole resident "
@@ -325,6 +337,15 @@ RunOutcome TrainingRun::join_world() {
                  config_.get_real("comm_timeout"), format_size(parameter_count(mc_) * 12), write_seconds);
   }
   const uint64_t per_rank = o_.grad_accum / uint64_t(n);
+  if (n == 1) {
+    spdlog::info("world: one rank through the {} communicator (--comm {}): the across-ranks path at N = 1, the "
+                 "gradient exchanged into a shard that is the whole chunk, the optimizer state {}{}; the same bits "
+                 "as --comm auto", comm_kind_ == CommKind::nccl ? "NCCL" : "local", comm_kind_name(comm_kind_),
+                 o_.optimizer_home == Tier::device ? "on the device" : "in host memory",
+                 o_.zero_stage == 3 ? ", the weights gathered from their one shard (ZeRO-3)"
+                                    : ", the updated weights gathered");
+    return {};
+  }
   spdlog::info("world: {} ranks ({}); {}; each rank homes 1/{} of every chunk's gradient sum and optimizer state {} "
                "({}); {}",
                n, launcher_name(launch_.launcher),
@@ -377,9 +398,10 @@ RunOutcome TrainingRun::build() {
   if (!backend.is_ok()) return outcome_of(backend.status());
   backend_ = std::move(*backend);
   spdlog::info("device: {} backend, {} ({})", backend_kind_name(backend_->kind()), backend_->device().name, why);
-  if (launch_.size > 1) {
+  if (o_.across_ranks()) {
     StatusOr<std::unique_ptr<Communicator>> comm =
         make_communicator(*backend_, launch_, {.timeout_seconds = comm_timeout_,
+                                               .kind = comm_kind_,
                                                .rendezvous_dir = config_.get_text("rendezvous_dir")});
     if (!comm.is_ok()) return outcome_of(comm.status());
     comm_ = std::move(*comm);

@@ -81,7 +81,7 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
       spdlog::info("offload: gradients spill to nvme ({} of fp32 sums, accumulated through {} pinned buffers)",
                    format_size(gradient_offloader_nvme_bytes(go)), go.spill_buffers);
   }
-  const bool partitioned = o.partitions_weights() && comm != nullptr && comm->size() > 1;
+  const bool partitioned = o.partitions_weights() && comm != nullptr;
   if (partitioned && o.resident_layers > 0)
     return error(Code::invalid_argument, "--zero-stage 3 gathers every chunk from the ranks' shards: no layer stays "
                  "whole on a device; pass --resident-layers 0");
@@ -158,9 +158,9 @@ Status TrainOffload::partition_weights(const TrainOptions& o, const model::Model
                                                             .name = model.name + " weights"}));
   uint64_t mine = 0;
   for (uint64_t b : shards) mine += b;
-  spdlog::info("weights: partitioned over {} ranks (--zero-stage 3): this rank homes {} ({}), and each chunk is "
+  spdlog::info("weights: partitioned over {} rank{} (--zero-stage 3): this rank homes {} ({}), and each chunk is "
                "all-gathered into a device slot when the model needs it ({} of slots)",
-               ranks, format_size(mine), tiers_ ? "paged" : "resident on the device",
+               ranks, ranks == 1 ? "" : "s", format_size(mine), tiers_ ? "paged" : "resident on the device",
                format_size(ShardedWeights::slot_bytes({.chunk_bytes = whole,
                                                        .element_bytes = layout.element_bytes,
                                                        .chunk_group = groups.chunk_group,

@@ -59,10 +59,16 @@ struct TrainOptions {
   // (offload/chunk_shard.h), on its device or in its host memory; estimate_device_bytes counts a
   // rank's share and the exchange buffers.
   int ranks = 1;
+  // A world of one that runs the across-ranks path anyway (not a key: the run sets it when the key
+  // comm asks for a communicator, local or nccl, on one rank): the gradient exchanged into a shard
+  // that is the whole chunk, the state in one part, the updated weights gathered; the same bits as
+  // without, which is what it shows. across_ranks(): the run exchanges through a communicator.
+  bool solo_exchange = false;
+  bool across_ranks() const { return ranks > 1 || solo_exchange; }
   // Across ranks (the key zero_stage): 3 partitions the working weights too (offload/sharded_weights.h),
   // 0-2 the gradient sums and the optimizer state only (ZeRO-2).
   int zero_stage = 2;
-  bool partitions_weights() const { return ranks > 1 && zero_stage == 3; }
+  bool partitions_weights() const { return across_ranks() && zero_stage == 3; }
   uint64_t tokens_per_step() const { return micro_batch * seq * grad_accum; }
   // This rank's micro-batches a step: grad_accum / ranks across ranks (a multiple: check_world_batch),
   // all of them on one rank (the planner's per-rank options, rank_options, say ranks 1 and theirs).

@@ -50,7 +50,7 @@ bool runs_layer_major(const Transformer& model, const TrainOptions& options, uin
 // whole (each rank runs the same number of a step's micro-batches). TrainOptions::rank_micro_batches
 // with N from the communicator (a trainer built directly may leave options.ranks at 1) and checked.
 StatusOr<uint64_t> checked_rank_micro_batches(const TrainOptions& options, const Communicator* comm) {
-  if (comm == nullptr || comm->size() < 2) return options.grad_accum;
+  if (comm == nullptr) return options.grad_accum;
   const uint64_t n = uint64_t(comm->size());
   if (options.grad_accum % n != 0)
     return error(Code::invalid_argument, "across {} ranks each runs the same number of a step's micro-batches, so "
@@ -92,7 +92,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
                                                    ThreadPool* pool, const TrainOptions& options, TrainerIo io) {
   STRATA_ASSIGN_OR_RETURN(const uint64_t mine, checked_rank_micro_batches(options, io.comm));
   STRATA_RETURN_IF_ERROR(check_model_options(model, options, mine));
-  if (io.comm != nullptr && io.comm->size() > 1) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
+  if (io.comm != nullptr) STRATA_RETURN_IF_ERROR(partition_gradients(model, options, *io.comm));
   STRATA_ASSIGN_OR_RETURN(OptimizerParts parts,
                           make_optimizer(backend, model, pinned, pool, options, io.trace, io.store, io.comm,
                                          io.resident_part));
@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Backend& backend, Transformer
   if (t->parts_.sink() != nullptr) STRATA_RETURN_IF_ERROR(model.set_grad_sink(t->parts_.sink()));
   model.set_optimizer(t->parts_.optimizer.get());
   STRATA_RETURN_IF_ERROR(t->allocate(pinned));
-  if (comm != nullptr && comm->size() > 1) STRATA_RETURN_IF_ERROR(t->join_ranks(*comm));
+  if (comm != nullptr) STRATA_RETURN_IF_ERROR(t->join_ranks(*comm));
   STRATA_RETURN_IF_ERROR(t->init_masters());
   return t;
 }

@@ -72,7 +72,8 @@ Status check_trainer_options(const TrainOptions& options);
 struct TrainerIo {
   TraceRecorder* trace = nullptr;  // a span per transfer, accumulation and Adam chunk
   NvmeStore* store = nullptr;      // required for options.optimizer_home nvme: the optimizer state's extents
-  // A scale-out run's ranks (size() > 1; a world of one: leave null). Each rank runs micro-batch
+  // A scale-out run's ranks (null: one rank, no exchange; a world of one given here runs the
+  // across-ranks path at N = 1, the same bits as null: strata train --comm local|nccl). Each rank runs micro-batch
   // rank() of every step (options.grad_accum must equal size(): the step's micro-batches over all
   // ranks) and the step's gradient, norm, clip, update and loss are those of one rank running the
   // grad_accum micro-batches in turn, the same bits on every rank. The optimizer must be on the
@@ -249,7 +250,7 @@ class Trainer {
   std::vector<int32_t*> inputs_;    // device (B, T) each: micro_batches_ of them layer-major, else 1
   std::vector<int32_t*> targets_;   // device (B, T) each, as inputs_
   std::unique_ptr<Event> uploaded_, computed_, loss_copied_;
-  Communicator* comm_ = nullptr;  // across ranks (size() > 1), else null
+  Communicator* comm_ = nullptr;  // across ranks (TrainerIo::comm), else null
   double* rank_losses_ = nullptr; // device: per rank (its micro-batches' mean losses, counted tokens), across ranks
   // State of the run.
   std::optional<LossScaler> scaler_;  // fp16 only

@@ -219,5 +219,28 @@ TEST_F(LocalCommunicatorTest, NcclAskedForOnTheCpuBackendIsRefused) {
   EXPECT_EQ(comm_kind_name(CommKind::automatic), "auto");
 }
 
+// CommKind::local by name: the world of one on any backend; a larger world is refused, naming auto.
+TEST_F(LocalCommunicatorTest, LocalAskedForIsAWorldOfOneOnly) {
+  CommOptions options;
+  options.kind = CommKind::local;
+  auto one = make_communicator(*backend_, LaunchInfo{}, options);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  EXPECT_EQ((*one)->name(), "local");
+  EXPECT_EQ((*one)->size(), 1);
+  LaunchInfo two;
+  two.launcher = Launcher::mpirun;
+  two.size = 2;
+  auto refused = make_communicator(*backend_, two, options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), Code::invalid_argument);
+  EXPECT_NE(refused.status().message().find("mpirun started 2 ranks"), std::string::npos) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("leave the communicator at auto"), std::string::npos);
+  for (CommKind k : {CommKind::automatic, CommKind::local, CommKind::nccl})
+    EXPECT_EQ(parse_comm_kind(comm_kind_name(k)).value(), k);
+  auto bad = parse_comm_kind("mpi");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("expected auto, local or nccl"), std::string::npos) << bad.status().to_string();
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,4 +1,15 @@
-# Shared by the training-across-ranks checks (sourced; needs fail() defined by the caller).
+# Shared by the training-across-ranks checks (sourced).
+# fail MESSAGE: the check fails, saying why.
+fail() { echo "FAIL: $*"; exit 1; }
+# in_work_dir: a temporary directory as the working directory, removed at exit, with nvme/ for
+# --nvme-path; one BLAS thread a process (the ranks share CI's 2 cores).
+in_work_dir() {
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work" || exit 1
+  mkdir nvme
+  export OPENBLAS_NUM_THREADS=1
+}
 # figures FILE: step, loss, grad_norm, val_loss of each step line of a --metrics file, the figures
 # that must match to the last digit.
 figures() { python3 -c '

@@ -21,13 +21,8 @@ set -u
 np=$1 preset=$2 dtype=$3 strata=$4
 shift 4
 mpirun=("$@")
-. "$(dirname "$0")/train_ranks_lib.sh"  # figures, same_checkpoint, clipped
-fail() { echo "FAIL: $*"; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-mkdir nvme
-export OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/train_ranks_lib.sh"  # fail, in_work_dir, figures, same_checkpoint, clipped
+in_work_dir
 common=(train --preset "$preset" --dtype "$dtype" --micro-batch 2 --seq 32 --grad-accum "$np" --offload off
         --clip-grad-norm 0.5 --lr-schedule-steps 4 --threads 1 --eval-every 2 --log-every 1)
 device=(--optimizer-device device)
