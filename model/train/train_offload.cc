@@ -111,6 +111,10 @@ StatusOr<std::unique_ptr<TrainOffload>> TrainOffload::create(const Config& confi
                        ? format_size(uint64_t(o.param_cache))
                        : fmt::format("auto: what --cpu-mem leaves, {}", format_size(uint64_t(o.param_cache))),
                    to.nvme_staging, format_size(tier_staging_buffer_bytes(to, t->store_->alignment())));
+    else if (o.param_cache > 0 && o.across_ranks())
+      spdlog::info("offload: no read cache of the NVMe-homed weights (--param-cache {} is not used by a run through "
+                   "a communicator, across ranks or with --comm local|nccl): every chunk not in a staging buffer is "
+                   "read from NVMe when it is needed", format_size(uint64_t(o.param_cache)));
     else
       spdlog::info("offload: no read cache of the NVMe-homed weights ({}): every chunk not in a staging buffer is "
                    "read from NVMe when it is needed; --param-cache SIZE (or --cpu-mem with auto) keeps chunks in RAM",

@@ -5,7 +5,8 @@
 # the weights' shards at N = 1, and each run must give the plain run's (--comm auto: no
 # communicator) losses, gradient norms and validation losses to the last digit (clipping on) and
 # its final checkpoint the same bytes: the optimizer on the device (one and two micro-batches a
-# step; layer-major), on the CPU (pinned; on NVMe with the gradient sums spilled), and ZeRO-3 with
+# step; layer-major), on the CPU (pinned; on NVMe with the gradient sums spilled; the weights paged
+# from NVMe with a read cache asked for, which the path does not use and says so), and ZeRO-3 with
 # the weights on NVMe (two micro-batches: two rounds of the exchange a step). A plain checkpoint
 # resumes through the communicator onto the same bytes. On the CPU, --comm nccl is refused naming
 # --comm local, and a split update through a communicator is refused naming the flag.
@@ -48,6 +49,12 @@ same layer_major "${device[@]}" --grad-accum 2 --activation-checkpointing --step
 same pinned "${pinned[@]}"
 same on_nvme "${on_nvme[@]}"
 same zero3_nvme "${zero3_nvme[@]}" --grad-accum 2
+# Paged from NVMe with a read cache asked for: the plain run caches, the run through the
+# communicator says it does not (as across ranks); the bits are the same either way.
+same nvme_cached --optimizer-device cpu --offload-param nvme --nvme-path nvme --resident-layers 0 --param-cache 1MiB
+grep -q "a pinned read cache of" nvme_cached.plain.log || fail "the plain run with --param-cache did not cache"
+grep -q "param-cache 1 MiB is not used by a run through a communicator" nvme_cached.log ||
+  fail "--param-cache through the communicator: the log did not say it is not used: $(grep "read cache" nvme_cached.log)"
 grep -q "weights: partitioned over 1 rank" zero3_nvme.log ||
   fail "ZeRO-3 through the communicator did not partition the weights: $(grep "weights:" zero3_nvme.log | head -2)"
 [ -z "$(ls -A nvme)" ] || fail "a run left files under --nvme-path: $(ls nvme)"
@@ -67,4 +74,4 @@ if [ "$comm" = local ]; then
   grep -q -- "--comm nccl needs the cuda backend.*pass --comm local" refusal ||
     fail "--comm nccl on the cpu: no error naming --comm local: $(tail -2 refusal)"
 fi
-echo "PASS: $preset $dtype, --comm $comm at a world of one == no communicator (device optimizer x3, CPU optimizer pinned and on NVMe, ZeRO-3 on NVMe, a resume): $(figures device.jsonl | tail -1)"
+echo "PASS: $preset $dtype, --comm $comm at a world of one == no communicator (device optimizer x3, CPU optimizer pinned, on NVMe and paged from NVMe, ZeRO-3 on NVMe, a resume): $(figures device.jsonl | tail -1)"
