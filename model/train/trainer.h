@@ -73,14 +73,16 @@ struct TrainerIo {
   TraceRecorder* trace = nullptr;  // a span per transfer, accumulation and Adam chunk
   NvmeStore* store = nullptr;      // required for options.optimizer_home nvme: the optimizer state's extents
   // A scale-out run's ranks (null: one rank, no exchange; a world of one given here runs the
-  // across-ranks path at N = 1, the same bits as null: strata train --comm local|nccl). Each rank runs micro-batch
-  // rank() of every step (options.grad_accum must equal size(): the step's micro-batches over all
-  // ranks) and the step's gradient, norm, clip, update and loss are those of one rank running the
-  // grad_accum micro-batches in turn, the same bits on every rank. The optimizer must be on the
-  // device beside resident weights; the model's DeviceGrads are partitioned before the optimizer
-  // is made, so each rank homes and updates its shard of every chunk's gradient sum and state
-  // (offload/chunk_shard.h) and the new weights are all-gathered. Trainer::gradient() refuses
-  // then (no rank holds a whole sum).
+  // across-ranks path at N = 1, the same bits as null: strata train --comm local|nccl). Each rank
+  // runs grad_accum / size() of every step's micro-batches (grad_accum must be a multiple of
+  // size(): the step's micro-batches over all ranks; round j: micro-batch j x size() + rank() on
+  // this rank), and the step's gradient, norm, clip, update and loss are those of one rank running
+  // the grad_accum micro-batches in turn, the same bits on every rank. The gradient is partitioned
+  // before the optimizer is made -- the model's DeviceGrads for the optimizer on the device, a
+  // GradientExchange over this rank's shards for the optimizer on the CPU -- so each rank homes and
+  // updates its shard of every chunk's gradient sum and state (offload/chunk_shard.h) and the new
+  // weights are all-gathered (not with partitioned weights, ZeRO-3: each rank keeps its shard).
+  // Trainer::gradient() refuses then (no rank holds a whole sum).
   Communicator* comm = nullptr;
   // A split update (options.split_update): the resident source of the model's SplitWeights, whose
   // chunks the device updates (make_optimizer).
