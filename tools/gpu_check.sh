@@ -340,11 +340,13 @@ if has_phase comm; then
   comm_ranks one
   # strata train through NCCL at a world of one (--comm nccl: the gradient exchange, the partitioned
   # state, the weights' gather and ZeRO-3's shards) against the same runs without a communicator,
-  # figures and checkpoint bytes (comm-train-PRESET.log).
+  # figures and checkpoint bytes (comm-train-PRESET.log); its work directory (--nvme-path too) on
+  # the offload phase's swap filesystem.
+  mkdir -p "${GPU_CHECK_NVME:-$LOG_DIR/swap}"
   for case in gpt2-tiny:fp32 llama-tiny:bf16; do
     log="$LOG_DIR/comm-train-${case%%:*}.log"
-    if within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" bash tests/tools/train_solo_exchange_check.sh \
-         nccl "${case%%:*}" "${case##*:}" "$STRATA" --device cuda; then
+    if within "${GPU_CHECK_DEADLINE_COMM:-180}" "$log" "${STRATA_ENV[@]}" TMPDIR="${GPU_CHECK_NVME:-$LOG_DIR/swap}" \
+         bash tests/tools/train_solo_exchange_check.sh nccl "${case%%:*}" "${case##*:}" "$STRATA" --device cuda; then
       note "comm train: $(grep '^PASS' "$log")"
     else
       phase_failed "comm train: --comm nccl against no communicator, ${case%%:*} (rc $?); the end of $(basename "$log"):"
