@@ -47,7 +47,7 @@ StatusOr<void*> DeviceGrads::allocate(uint64_t bytes, const std::string& tag) {
 Status DeviceGrads::allocate_sums() {
   if (!acc_.empty()) return Status::ok();
   const int ranks = comm_ != nullptr ? comm_->size() : 1;
-  const bool spread = comm_ != nullptr;  // even a world of one (strata train --comm local|nccl)
+  const bool spread = partitioned();  // even a world of one (strata train --comm local|nccl)
   uint64_t exchange = 0;  // floats
   partial_at_ = {0};
   stacks_.assign(work_.size(), nullptr);
