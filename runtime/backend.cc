@@ -40,6 +40,8 @@ std::string_view stream_name(Stream s) {
       return "h2d";
     case Stream::d2h:
       return "d2h";
+    case Stream::comm:
+      return "comm";
   }
   return "unknown";
 }

@@ -1,8 +1,9 @@
 // Backend: the one interface between the model/offload layers and a compute device. It owns the
-// device memory (an Arena under a byte budget), three streams (compute, host->device copies,
-// device->host copies), events between them, and asynchronous copies. Two implementations:
-// CpuBackend (device memory is host memory under the same budget; each stream is a worker thread,
-// so overlap logic runs without a GPU) and CudaBackend (one cudaMalloc'd arena, CUDA streams).
+// device memory (an Arena under a byte budget), four streams (compute, host->device copies,
+// device->host copies, collectives beside the compute), events between them, and asynchronous
+// copies. Two implementations: CpuBackend (device memory is host memory under the same budget;
+// each stream is a worker thread, so overlap logic runs without a GPU) and CudaBackend (one
+// cudaMalloc'd arena, CUDA streams).
 // The compute ops (GEMM, norms, attention, loss, casts, AdamW) are ComputeOps (runtime/compute_ops.h),
 // reached through ops(). Not a tensor library: pointers and byte counts.
 #pragma once
@@ -25,9 +26,11 @@ enum class BackendKind : uint8_t { cpu, cuda };
 std::string_view backend_kind_name(BackendKind kind);
 
 // Work submitted to one stream runs in submission order; different streams run concurrently and
-// are ordered only through events.
-enum class Stream : uint8_t { compute = 0, h2d = 1, d2h = 2 };
-inline constexpr int kStreamCount = 3;
+// are ordered only through events. compute: the model's kernels (and the collectives of its
+// gradients); h2d / d2h: copies in and out; comm: collectives that run beside the compute (ZeRO-3's
+// weight gathers issued ahead, offload/sharded_weights.h).
+enum class Stream : uint8_t { compute = 0, h2d = 1, d2h = 2, comm = 3 };
+inline constexpr int kStreamCount = 4;
 std::string_view stream_name(Stream s);
 
 // An event marks a point in a stream. Created by Backend::create_event(), used only with the

@@ -107,6 +107,7 @@ class LocalCommunicator final : public Communicator {
   }
   Status barrier(Stream) override { return Status::ok(); }
   Status synchronize(Stream s) override { return backend_.synchronize(s); }
+  StatusOr<std::unique_ptr<Communicator>> duplicate() override { return make_local_communicator(backend_); }
 
  private:
   Status copy(std::string_view op, void* dst, const void* src, uint64_t bytes, Stream s) {

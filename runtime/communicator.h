@@ -109,6 +109,17 @@ class Communicator {
   // Host blocks until everything queued on `stream` completes; returns the first error of any
   // collective (sticky) or of the stream.
   virtual Status synchronize(Stream stream) = 0;
+
+  // A second communicator over the same ranks, in the same rank order, whose collectives are
+  // independent of this one's: the two may be driven from two streams at once (ZeRO-3 gathers the
+  // next chunk on Stream::comm while this one reduces gradients on Stream::compute). Each still
+  // obeys the contract above on its own: every rank issues its collectives in the same order.
+  // A collective: every rank calls it at the same point, with nothing queued on this communicator
+  // that has not completed. Local: another local communicator. MPI: MPI_Comm_dup, and only under
+  // MPI_THREAD_MULTIPLE (two threads then call MPI at once; unavailable below it, naming the
+  // level). NCCL: ncclCommSplit, within the timeout. Lifetime: this communicator and the backend
+  // outlive the duplicate.
+  virtual StatusOr<std::unique_ptr<Communicator>> duplicate() = 0;
 };
 
 // A world of one on any backend: gathers, all-to-all and the sums of one contribution are a copy

@@ -1,6 +1,6 @@
 // CpuBackend: the Backend whose "device memory" is host memory under the same byte budget as a
 // GPU. The budget is one mmap'd region (MAP_NORESERVE: pages are committed when first touched),
-// carved by an Arena; the three streams are CpuStream worker threads, so copies run
+// carved by an Arena; the four streams are CpuStream worker threads, so copies run
 // asynchronously and in stream order exactly as on CUDA. Compute ops are CpuComputeOps (fp32 only)
 // queued on the compute stream. Not a fast backend: it exists so everything runs without a GPU.
 // Thread-safety and lifetime: as Backend. The destructor runs all queued work, then unmaps.

@@ -173,6 +173,28 @@ class MpiCommunicator final : public Communicator {
     return sticky_error.is_ok() ? st : sticky_error;
   }
 
+  StatusOr<std::unique_ptr<Communicator>> duplicate() override EXCLUDES(run_mu_) {
+    STRATA_RETURN_IF_ERROR(sticky());
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      return error(Code::unavailable,
+                   "a second MPI communicator needs MPI_THREAD_MULTIPLE (two streams call MPI at once), but this MPI "
+                   "provides only {}",
+                   provided == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED" : "a lower thread level");
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    {
+      MutexLock run(run_mu_);  // no collective of this one runs meanwhile
+      rc = MPI_Comm_dup(comm_, &dup);
+    }
+    if (rc != MPI_SUCCESS)
+      return error(Code::unavailable, "MPI_Comm_dup on rank {} of {} failed: {}", rank_, size_, mpi_error_text(rc));
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    return std::unique_ptr<Communicator>(
+        std::make_unique<MpiCommunicator>(backend_, dup, rank_, size_, /*owns_init=*/false, options_));
+  }
+
  private:
   Status sticky() const EXCLUDES(mu_) {
     MutexLock lock(mu_);

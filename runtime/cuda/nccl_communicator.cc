@@ -218,6 +218,33 @@ class NcclCommunicator final : public Communicator {
     return backend_.synchronize(s);  // the stream's work after its last collective
   }
 
+  // ncclCommSplit with one color: the same ranks in the same order, a communicator of its own.
+  StatusOr<std::unique_ptr<Communicator>> duplicate() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    STRATA_RETURN_IF_ERROR(sticky());
+    STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(backend_.device_index()));
+    StatusOr<void*> words = backend_.allocate(4 * static_cast<uint64_t>(size_), "nccl barrier");
+    if (!words.is_ok()) return words.status().with_context("the duplicate NCCL communicator's barrier words");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // as the first: a rank that never splits is a timeout, not a hang
+    ncclComm_t dup = nullptr;
+    ncclResult_t r = ncclCommSplit(comm_, /*color=*/0, /*key=*/rank_, &dup, &config);
+    double waited = 0;
+    if (r == ncclInProgress || r == ncclSuccess) r = wait_nccl(comm_, options_.timeout_seconds, &waited);
+    if (r == ncclSuccess && dup != nullptr) r = wait_nccl(dup, options_.timeout_seconds, &waited);
+    if (r != ncclSuccess || dup == nullptr) {
+      std::string why = r == ncclInProgress
+                            ? fmt::format("the other ranks did not split within {:.1f} s (timeout {:.1f} s)", waited,
+                                          options_.timeout_seconds)
+                            : nccl_error_text(dup != nullptr ? dup : comm_, r);
+      if (dup != nullptr) ncclCommAbort(dup);
+      (void)backend_.release(*words);
+      return error(Code::unavailable, "ncclCommSplit on rank {} of {} failed: {}", rank_, size_, why);
+    }
+    return std::unique_ptr<Communicator>(
+        std::make_unique<NcclCommunicator>(backend_, dup, rank_, size_, /*owns_mpi=*/false, options_, *words));
+  }
+
  private:
   struct Block {
     const void* ptr;

@@ -13,6 +13,7 @@ TEST(Backend, NamesOfKindsAndStreams) {
   EXPECT_EQ(stream_name(Stream::compute), "compute");
   EXPECT_EQ(stream_name(Stream::h2d), "h2d");
   EXPECT_EQ(stream_name(Stream::d2h), "d2h");
+  EXPECT_EQ(stream_name(Stream::comm), "comm");
 }
 
 TEST(Backend, MakesACpuBackendWithTheBudgetAsked) {

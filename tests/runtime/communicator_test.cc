@@ -188,6 +188,32 @@ TEST_F(LocalCommunicatorTest, EveryCollectiveGivesItsSizeOneResult) {
   EXPECT_EQ(std::memcmp(a, x.data(), n * sizeof(float)), 0);
 }
 
+// duplicate(): another world of one, whose gather on the comm stream runs beside the first's on
+// the compute stream.
+TEST_F(LocalCommunicatorTest, ADuplicateIsAnotherWorldOfOneOnItsOwnStream) {
+  auto dup = comm_->duplicate();
+  ASSERT_TRUE(dup.is_ok()) << dup.status().to_string();
+  Communicator& second = **dup;
+  EXPECT_EQ(second.rank(), 0);
+  EXPECT_EQ(second.size(), 1);
+  EXPECT_EQ(second.name(), "local");
+  const size_t n = 1 << 16;
+  float* a = alloc(n);
+  float* b = alloc(n);
+  float* c = alloc(n);
+  float* d = alloc(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = float(i);
+    c[i] = -float(i);
+  }
+  ASSERT_TRUE(comm_->all_gather(a, b, n * sizeof(float), Stream::compute).is_ok());
+  ASSERT_TRUE(second.all_gather(c, d, n * sizeof(float), Stream::comm).is_ok());
+  ASSERT_TRUE(second.synchronize(Stream::comm).is_ok());
+  ASSERT_TRUE(comm_->synchronize(Stream::compute).is_ok());
+  EXPECT_EQ(std::memcmp(a, b, n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(c, d, n * sizeof(float)), 0);
+}
+
 TEST_F(LocalCommunicatorTest, BroadcastFromAMissingRankIsAnError) {
   float* a = alloc(4);
   Status st = comm_->broadcast(a, 16, 1, Stream::compute);

@@ -3,10 +3,10 @@
 // LocalCommunicator's on the same inputs (on the compute stream and on another, whose ordered sum
 // is fenced onto the compute stream); the sums equal the backend's accumulate_widened of the one
 // contribution (a -0.0 stays); bad arguments are refused before anything is queued and leave the
-// communicator usable. Several ranks need several GPUs (NCCL refuses two ranks on one device):
-// `mpirun -np N comm_mpi_check collectives cuda` checks the ordered sums across ranks bit for bit
-// (tools/gpu_check.sh's comm phase, with two or more GPUs). Skips with the reason without a GPU or
-// without NCCL built in.
+// communicator usable; a duplicate (ncclCommSplit) runs on the comm stream beside it. Several ranks
+// need several GPUs (NCCL refuses two ranks on one device): `mpirun -np N comm_mpi_check
+// collectives cuda` checks the ordered sums across ranks bit for bit (tools/gpu_check.sh's comm
+// phase, with two or more GPUs). Skips with the reason without a GPU or without NCCL built in.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -200,6 +200,36 @@ TEST_F(NcclWorldOfOne, BadArgumentsAreRefusedAndLeaveItUsable) {
   put(a, std::vector<float>(n, 2.5f));
   ASSERT_TRUE(nccl_->all_gather(a, b, n * 4, s).is_ok());
   EXPECT_EQ(get(*nccl_, s, b, n), std::vector<float>(n, 2.5f));
+}
+
+// duplicate(): a second NCCL communicator (ncclCommSplit) over the same world, driven on the comm
+// stream while the first reduces on the compute stream (ZeRO-3's gathers ahead beside the gradient
+// exchange): both give their bytes, and each still works alone afterwards.
+TEST_F(NcclWorldOfOne, ADuplicateGathersOnTheCommStreamBesideTheFirst) {
+  StatusOr<std::unique_ptr<Communicator>> dup = nccl_->duplicate();
+  ASSERT_TRUE(dup.is_ok()) << dup.status().to_string();
+  Communicator& second = **dup;
+  EXPECT_EQ(second.name(), "nccl");
+  EXPECT_EQ(second.rank(), 0);
+  EXPECT_EQ(second.size(), 1);
+  const size_t n = kMiB / 4 + 3;
+  const std::vector<float> x = awkward_floats(n, 3), y = awkward_floats(n, 4);
+  float* a = alloc(n);
+  float* b = alloc(n);
+  float* sums = alloc(n);
+  float* gathered = alloc(n);
+  ASSERT_TRUE(a && b && sums && gathered);
+  put(a, x);
+  put(b, y);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(nccl_->reduce_scatter(a, sums, n, Stream::compute).is_ok());
+    ASSERT_TRUE(second.all_gather(b, gathered, n * 4, Stream::comm).is_ok());
+  }
+  EXPECT_TRUE(same_bits(get(second, Stream::comm, gathered, n), y));
+  EXPECT_TRUE(same_bits(get(*nccl_, Stream::compute, sums, n), x));
+  (*dup).reset();  // the duplicate goes first; the first communicator still works
+  ASSERT_TRUE(nccl_->all_gather(b, gathered, n * 4, Stream::compute).is_ok());
+  EXPECT_TRUE(same_bits(get(*nccl_, Stream::compute, gathered, n), y));
 }
 
 }  // namespace
