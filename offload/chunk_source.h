@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/backend.h"
 #include "runtime/status.h"
 
 namespace strata {
@@ -42,6 +43,16 @@ class WeightSource {
   // while held (the tied embedding is used by the head too): each acquire needs its release.
   virtual StatusOr<std::byte*> acquire(size_t c) = 0;
   virtual Status release(size_t c) = 0;
+  // acquire(c), the data ready for work queued on `reader` after the call instead of
+  // Stream::compute (ZeRO-3's gather of a chunk's shard on Stream::comm, ahead of the compute).
+  // release(c) keeps its meaning, so the caller orders Stream::compute after the reader's last use
+  // (an event wait) before releasing. Default: acquire(c) for the compute stream; unavailable for
+  // another (a source that cannot order one).
+  virtual StatusOr<std::byte*> acquire_for(size_t c, Stream reader) {
+    if (reader == Stream::compute) return acquire(c);
+    return error(Code::unavailable, "this weight source orders its chunks for the compute stream only, not '{}'",
+                 stream_name(reader));
+  }
 
   // Writing new weights (load, init, the optimizer's update): update_buffer(c) is a host buffer of
   // chunk_bytes(c) to fill with chunk c's new working weights, valid until commit_update(c), which

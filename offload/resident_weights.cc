@@ -59,6 +59,13 @@ StatusOr<std::byte*> ResidentWeights::acquire(size_t c) {
   return chunks_[c];
 }
 
+StatusOr<std::byte*> ResidentWeights::acquire_for(size_t c, Stream reader) {
+  STRATA_RETURN_IF_ERROR(check_chunk(c, "acquire"));
+  if (reader != Stream::compute)
+    for (const auto& e : uploaded_) STRATA_RETURN_IF_ERROR(backend_.wait(reader, *e));
+  return chunks_[c];
+}
+
 Status ResidentWeights::release(size_t c) { return check_chunk(c, "release"); }
 
 StatusOr<std::byte*> ResidentWeights::update_buffer(size_t c) {

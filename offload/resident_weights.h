@@ -44,6 +44,8 @@ class ResidentWeights final : public WeightSource {
   Status begin_sequence(std::string_view) override { return Status::ok(); }
   Status end_sequence() override { return Status::ok(); }
   StatusOr<std::byte*> acquire(size_t c) override;
+  // Another reader waits for the uploads still in flight (the compute stream did at each commit).
+  StatusOr<std::byte*> acquire_for(size_t c, Stream reader) override;
   Status release(size_t c) override;
   StatusOr<std::byte*> update_buffer(size_t c) override;
   Status commit_update(size_t c) override;

@@ -2,14 +2,24 @@
 #include "offload/sharded_weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "offload/slot_group.h"
+#include "offload/tier_manager.h"  // kLateArrivalSeconds
 
 namespace strata {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 std::vector<uint64_t> weight_shard_bytes(const std::vector<uint64_t>& chunk_bytes, uint64_t element_bytes, int ranks) {
   std::vector<uint64_t> out;
@@ -33,9 +43,13 @@ uint64_t ShardedWeights::slot_bytes(const ShardedWeightsOptions& options, int ra
 StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::create(Backend& backend, Communicator& comm,
                                                                   WeightSource& inner, ShardGather& gather,
                                                                   PinnedPool& pinned,
-                                                                  const ShardedWeightsOptions& options) {
+                                                                  const ShardedWeightsOptions& options,
+                                                                  Communicator* ahead) {
   const std::string& name = options.name;
   const int ranks = comm.size();
+  if (ahead != nullptr && (ahead->size() != ranks || ahead->rank() != comm.rank()))
+    return error(Code::invalid_argument, "{}: the communicator for gathers ahead is rank {} of {}, not {} of {}", name,
+                 ahead->rank(), ahead->size(), comm.rank(), ranks);
   const size_t chunks = options.chunk_bytes.size();
   if (chunks == 0 || options.chunk_group.size() != chunks)
     return error(Code::invalid_argument, "{}: {} chunks but {} groups", name, chunks, options.chunk_group.size());
@@ -50,7 +64,7 @@ StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::create(Backend& backen
       return error(Code::invalid_argument, "{}: chunk {} is in group {}, which has no slots", name, c,
                    options.chunk_group[c]);
   }
-  std::unique_ptr<ShardedWeights> w(new ShardedWeights(backend, comm, inner, gather, options));
+  std::unique_ptr<ShardedWeights> w(new ShardedWeights(backend, comm, inner, gather, options, ahead));
   std::vector<uint64_t> widest(options.group_slots.size(), 0);
   uint64_t largest = 0;
   for (size_t c = 0; c < chunks; ++c) {
@@ -73,11 +87,23 @@ StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::create(Backend& backen
   }
   STRATA_ASSIGN_OR_RETURN(w->update_, pinned.acquire(largest));
   w->holds_.assign(chunks, 0);
+  w->pending_.assign(chunks, 0);
+  w->update_due_.assign(chunks, 0);
+  if (ahead != nullptr) {
+    for (size_t c = 0; c < chunks; ++c) w->gathered_.push_back(backend.create_event());
+    w->compute_mark_ = backend.create_event();
+  }
   return w;
 }
 
 ShardedWeights::~ShardedWeights() {
-  Status s = backend_.synchronize(Stream::compute);
+  // The gathers ahead first, through their communicator: one stuck on a dead peer ends at its
+  // timeout there (NCCL aborted), where the compute stream's wait on it would not.
+  Status s = ahead_ != nullptr ? ahead_->synchronize(Stream::comm) : Status::ok();
+  if (!s.is_ok()) spdlog::warn("{}: the gathers ahead: {}", options_.name, s);
+  s = drop_all();
+  if (!s.is_ok()) spdlog::warn("{}: dropping the gathers ahead: {}", options_.name, s);
+  s = backend_.synchronize(Stream::compute);
   if (!s.is_ok()) spdlog::warn("{}: releasing the gathered slots after a failed stream: {}", options_.name, s);
   for (void* block : blocks_) {
     s = backend_.release(block);
@@ -85,14 +111,46 @@ ShardedWeights::~ShardedWeights() {
   }
 }
 
+Status ShardedWeights::begin_sequence(std::string_view name) {
+  STRATA_RETURN_IF_ERROR(inner_.begin_sequence(name));
+  return ahead_ != nullptr ? order_.begin(name) : Status::ok();
+}
+
+// The host waits for the sequence's gathers ahead through their communicator (done before the
+// compute reached its last chunks): a gather stuck on a dead peer is its error here, at its
+// timeout, once a step.
+Status ShardedWeights::end_sequence() {
+  Status dropped = drop_all();
+  Status synced = ahead_ != nullptr ? ahead_->synchronize(Stream::comm) : Status::ok();
+  Status ended = ahead_ != nullptr ? order_.end() : Status::ok();
+  Status inner = inner_.end_sequence();
+  STRATA_RETURN_IF_ERROR(synced);
+  STRATA_RETURN_IF_ERROR(dropped);
+  STRATA_RETURN_IF_ERROR(ended);
+  return inner;
+}
+
 StatusOr<std::byte*> ShardedWeights::acquire(size_t c) {
   if (c >= chunk_count())
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunk_count());
+  if (ahead_ != nullptr) order_.on_access(c);
   if (holds_[c] > 0) {  // held (the tied table, by the head): gathered already
     ++holds_[c];
+    STRATA_RETURN_IF_ERROR(gather_next());
+    return slots_.held(c);
+  }
+  if (pending_[c]) {
+    STRATA_RETURN_IF_ERROR(take_ahead(c));
+    STRATA_RETURN_IF_ERROR(gather_next());
     return slots_.held(c);
   }
   std::byte* slot = slots_.take(c);
+  if (slot == nullptr) {
+    // The group's free slots went to gathers ahead that the order did not use: dropped.
+    for (size_t u = 0; u < chunk_count(); ++u)
+      if (pending_[u] && options_.chunk_group[u] == options_.chunk_group[c]) STRATA_RETURN_IF_ERROR(drop(u));
+    slot = slots_.take(c);
+  }
   if (slot == nullptr)
     return error(Code::failed_precondition, "{}: every gathered slot of chunk {}'s group is held", options_.name, c);
   // The shard is ready for compute work queued from here (WeightSource's contract): the gather is
@@ -105,7 +163,99 @@ StatusOr<std::byte*> ShardedWeights::acquire(size_t c) {
   STRATA_RETURN_IF_ERROR(gathered);
   STRATA_RETURN_IF_ERROR(released);
   holds_[c] = 1;
+  ++counts_.gathers;
+  STRATA_RETURN_IF_ERROR(gather_next());
   return slot;
+}
+
+Status ShardedWeights::gather_next() {
+  if (ahead_ == nullptr || !order_.replaying()) return Status::ok();
+  const std::vector<size_t> next = order_.upcoming(1, options_.chunk_bytes);  // the next chunk only
+  if (next.empty()) return Status::ok();
+  const size_t u = next.front();
+  if (holds_[u] > 0 || pending_[u] || update_due_[u] || updating_ == int64_t(u)) return Status::ok();
+  std::byte* slot = slots_.take(u);
+  if (slot == nullptr) return Status::ok();  // every slot of its group held: gathered on demand
+  // The gather starts after the compute work queued so far: the slot's last reader among it.
+  Status s = backend_.record(*compute_mark_, Stream::compute);
+  if (s.is_ok()) s = backend_.wait(Stream::comm, *compute_mark_);
+  StatusOr<std::byte*> shard = s.is_ok() ? inner_.acquire_for(u, Stream::comm) : StatusOr<std::byte*>(s);
+  if (!shard.is_ok()) {
+    slots_.put(u);
+    return shard.status();
+  }
+  const uint64_t block = shards_[u].stride * options_.element_bytes;
+  s = ahead_->all_gather(*shard, slot, block, Stream::comm);
+  if (s.is_ok()) s = backend_.record(*gathered_[u], Stream::comm);
+  if (!s.is_ok()) {
+    // Nothing more runs on a broken communicator; the compute stream is ordered after the comm
+    // stream before the shard and the slot go back.
+    (void)backend_.synchronize(Stream::comm);
+    (void)inner_.release(u);
+    slots_.put(u);
+    return s;
+  }
+  pending_[u] = 1;
+  return Status::ok();
+}
+
+Status ShardedWeights::take_ahead(size_t c) {
+  Event& gathered = *gathered_[c];
+  if (!backend_.query(gathered)) {  // not yet done as the host queues: the compute stream's wait is timed
+    std::shared_ptr<WaitClock> clock = wait_clock_;
+    const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
+    STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, gathered));
+    if (timed)
+      (void)backend_.host_callback(Stream::compute, [clock] {
+        const auto waited = uint64_t(std::max<int64_t>(0, steady_ns() - clock->start_ns.load()));
+        clock->total_ns.fetch_add(waited);
+        if (double(waited) * 1e-9 > kLateArrivalSeconds) clock->late.fetch_add(1);
+      });
+  }
+  pending_[c] = 0;
+  holds_[c] = 1;
+  ++counts_.gathers;
+  ++counts_.ahead;
+  return inner_.release(c);
+}
+
+Status ShardedWeights::drop(size_t c) {
+  pending_[c] = 0;
+  ++counts_.dropped;
+  Status waited = backend_.wait(Stream::compute, *gathered_[c]);
+  if (!waited.is_ok()) waited = backend_.synchronize(*gathered_[c]);  // ordered on the host instead
+  const Status released = inner_.release(c);
+  slots_.put(c);
+  STRATA_RETURN_IF_ERROR(waited);
+  return released;
+}
+
+Status ShardedWeights::drop_all() {
+  Status first;
+  for (size_t c = 0; c < pending_.size(); ++c) {
+    if (!pending_[c]) continue;
+    Status s = drop(c);
+    if (first.is_ok()) first = s;
+  }
+  return first;
+}
+
+void ShardedWeights::expect_update(size_t c, bool expected) {
+  if (c < update_due_.size()) {
+    update_due_[c] = expected ? 1 : 0;
+    if (expected && pending_[c]) {
+      const Status s = drop(c);  // its bytes are about to be replaced
+      if (!s.is_ok()) spdlog::warn("{}: dropping the gather ahead of chunk {}: {}", options_.name, c, s);
+    }
+  }
+  inner_.expect_update(c, expected);
+}
+
+ShardedWeightsStats ShardedWeights::stats() const {
+  ShardedWeightsStats s = counts_;
+  s.late = wait_clock_->late.load();
+  s.compute_wait_seconds = double(wait_clock_->total_ns.load()) * 1e-9;
+  return s;
 }
 
 Status ShardedWeights::release(size_t c) {
@@ -132,6 +282,8 @@ Status ShardedWeights::commit_update(size_t c) {
   if (updating_ != int64_t(c))
     return error(Code::failed_precondition, "{}: commit of chunk {} without its update buffer", options_.name, c);
   updating_ = -1;
+  if (pending_[c]) STRATA_RETURN_IF_ERROR(drop(c));
+  update_due_[c] = 0;
   const ChunkShard& shard = shards_[c];
   const uint64_t eb = options_.element_bytes;
   STRATA_ASSIGN_OR_RETURN(std::byte* mine, inner_.update_buffer(c));
@@ -143,6 +295,7 @@ Status ShardedWeights::commit_update(size_t c) {
 Status ShardedWeights::read(size_t c, std::byte* host) {
   if (c >= chunk_count())
     return error(Code::invalid_argument, "{}: chunk {} out of range ({} chunks)", options_.name, c, chunk_count());
+  STRATA_RETURN_IF_ERROR(drop_all());
   const ChunkShard& shard = shards_[c];
   const uint64_t eb = options_.element_bytes;
   shard_host_.resize(shard.stride * eb);

@@ -44,6 +44,11 @@ StatusOr<std::byte*> SplitWeights::acquire(size_t c) {
   return at.first->acquire(at.second);
 }
 
+StatusOr<std::byte*> SplitWeights::acquire_for(size_t c, Stream reader) {
+  STRATA_ASSIGN_OR_RETURN(auto at, find(c, "acquire"));
+  return at.first->acquire_for(at.second, reader);
+}
+
 Status SplitWeights::release(size_t c) {
   STRATA_ASSIGN_OR_RETURN(auto at, find(c, "release"));
   return at.first->release(at.second);

@@ -35,6 +35,7 @@ class SplitWeights final : public WeightSource {
   Status begin_sequence(std::string_view name) override;
   Status end_sequence() override;
   StatusOr<std::byte*> acquire(size_t c) override;
+  StatusOr<std::byte*> acquire_for(size_t c, Stream reader) override;
   Status release(size_t c) override;
   StatusOr<std::byte*> update_buffer(size_t c) override;
   Status commit_update(size_t c) override;

@@ -341,10 +341,19 @@ bool TierManager::compute_starved(const std::shared_ptr<std::atomic<int64_t>>& r
   return true;
 }
 
-void TierManager::wait_arrival(const DeviceSlot& sl, bool late) {
+void TierManager::wait_arrival(const DeviceSlot& sl, bool late, Stream reader) {
   // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
   // two callbacks on that stream time the wait.
   if (backend_.query(*sl.filled)) return;
+  if (reader != Stream::compute) {  // another reader (a gather ahead): ordered, not timed
+    Status w = backend_.wait(reader, *sl.filled);
+    if (!w.is_ok()) {
+      spdlog::warn("{}: {} wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
+                   stream_name(reader), w.to_string());
+      (void)backend_.synchronize(*sl.filled);
+    }
+    return;
+  }
   std::shared_ptr<WaitClock> clock = wait_clock_;
   const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
   Status w = backend_.wait(Stream::compute, *sl.filled);
@@ -366,7 +375,7 @@ void TierManager::wait_arrival(const DeviceSlot& sl, bool late) {
 
 // ---- acquire / release ---------------------------------------------------------------------------
 
-StatusOr<std::byte*> TierManager::acquire(size_t c) {
+StatusOr<std::byte*> TierManager::acquire_for(size_t c, Stream reader) {
   if (c >= chunks_.size()) return error(Code::invalid_argument, "{}: acquire of chunk {} (there are {})", options_.name, c, chunks_.size());
   STRATA_RETURN_IF_ERROR(write_error_.status());
   if (update_chunk_ == c)
@@ -418,7 +427,7 @@ StatusOr<std::byte*> TierManager::acquire(size_t c) {
   DeviceSlot& sl = slot_of(c);
   sl.holds++;
   sl.last_use = ++tick_;
-  wait_arrival(sl, late);
+  wait_arrival(sl, late, reader);
   prefetcher_.on_access(c);
   prefetch();
   return sl.ptr;

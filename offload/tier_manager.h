@@ -166,7 +166,10 @@ class TierManager final : public WeightSource {
   // unheld cached chunk used farthest ahead (then least recently), and fetches. failed_precondition
   // when every slot of the group is held. An NVMe read error (I/O, CRC) is returned naming the
   // chunk and extent, and leaves no slot holding the chunk. Then prefetches along the trace.
-  StatusOr<std::byte*> acquire(size_t c) override;
+  StatusOr<std::byte*> acquire(size_t c) override { return acquire_for(c, Stream::compute); }
+  // The same, the arrival ordered before `reader`'s later work (timed as a compute wait only on
+  // Stream::compute).
+  StatusOr<std::byte*> acquire_for(size_t c, Stream reader) override;
   Status release(size_t c) override;
   // cpu home: the chunk's pinned home itself (after any H2D reading it completed); nvme home: a
   // pinned staging buffer (padded_size bytes; the padding is zeroed on write). failed_precondition
@@ -229,7 +232,7 @@ class TierManager final : public WeightSource {
   void forget_copy(int b);           // staging b no longer stands for its chunk's committed bytes
   Status finish_chunk_write(size_t c);
   // `late`: this acquire already counted as a late arrival (the host's read starved the compute).
-  void wait_arrival(const DeviceSlot& slot, bool late);
+  void wait_arrival(const DeviceSlot& slot, bool late, Stream reader);
   // Around a host block on an acquire's NVMe read: a callback on the compute stream stamps when the
   // compute reaches this point (null when none could be queued); compute_starved then says whether
   // it ran out of queued work for over kLateArrivalSeconds while the host stood in the read (then

@@ -146,7 +146,10 @@ stage_asan() {
 
 stage_tsan() {
   configure_own build-tsan "${SANITIZER_BUILD[@]}" -DSTRATA_SANITIZE=thread
-  cmake --build build-tsan --parallel "$JOBS" --target strata_offload_tests strata_runtime_tests strata_model_tests
+  # offload_mpi_check: its `sharded` mode without mpirun (label offload) drives the compute and
+  # comm streams at once (ZeRO-3's gathers ahead through the local communicator's duplicate).
+  cmake --build build-tsan --parallel "$JOBS" --target strata_offload_tests strata_runtime_tests strata_model_tests \
+        offload_mpi_check
   built
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L offload
   ctest --test-dir build-tsan --output-on-failure --parallel "$JOBS" -L runtime \

@@ -50,7 +50,7 @@ Status check_world_batch(const World& w, uint64_t grad_accum) {
 TrainAcrossRanks train_across_ranks_today(const TrainOptions& o) {
   const bool zero3 = o.optimizer_home != Tier::device;
   return {.text = "train across ranks runs ZeRO-3 with the optimizer on the CPU (--zero-stage 3: the weights, the "
-                  "gradient sums and the optimizer state 1/N a rank, each chunk gathered when the model needs it) and "
+                  "gradient sums and the optimizer state 1/N a rank, each chunk gathered one chunk ahead of the compute) and "
                   "ZeRO-2 with either optimizer (the whole weights on each rank, resident or paged); fp32 or 8-bit "
                   "moments with either (8-bit where no rank's shard cuts a tensor's 256-element block)",
           .verdict = zero3 ? "train runs it across ranks as planned with --zero-stage 3"

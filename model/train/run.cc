@@ -238,7 +238,7 @@ RunOutcome TrainingRun::finish() {
   summary_.seconds = seconds_since(start_);
   summary_.mean_mfu = rates_->run_mfu(summary_.steps, summary_.seconds);
   spdlog::info("{}", format_run_summary(summary_));
-  if (const std::string s = offload_->summary(summary_.seconds); !s.empty()) spdlog::info("{}", s);
+  for (const std::string& line : offload_->summary(summary_.seconds)) spdlog::info("{}", line);
   const RunMeasured measured{.first_step = first_step_ + 1,
                              .steps = summary_.steps,
                              .mean_step_s = summary_.steps > 1 ? steady_s_ / double(summary_.steps - 1) : first_s_,

@@ -354,8 +354,8 @@ RunOutcome TrainingRun::join_world() {
                                            "micro-batch j x {} + r on rank r)", per_rank, per_rank, n, n),
                n,
                o_.optimizer_home == Tier::device ? "on its device" : "in its host memory, updated by its CPU",
-               o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered when "
-                                    "the model needs it"
+               o_.zero_stage == 3 ? "summed in rank order; ZeRO-3: its weights too, each chunk all-gathered for "
+                                    "its use"
                                   : "summed in rank order, the updated weights all-gathered",
                "each rank writes its shard of a checkpoint, rank 0 commits it and logs");
   return {};

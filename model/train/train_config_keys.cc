@@ -190,7 +190,7 @@ void add_train_config_keys(ConfigSchema& schema) {
               .default_text = "2",
               .help = "Across ranks (mpirun), what each rank homes 1/N of: 3 partitions the working weights too "
                       "(every chunk's shard on the rank's device, in its pinned memory or on NVMe as --offload-param "
-                      "says, all-gathered when the model needs the chunk; needs the optimizer on the CPU); 0-2 "
+                      "says, all-gathered one chunk ahead of the compute; needs the optimizer on the CPU); 0-2 "
                       "partition the gradient sums and the optimizer state (ZeRO-2; strata never replicates them, "
                       "which changes no bit). Ignored on one rank",
               .min = 0,

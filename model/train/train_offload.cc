@@ -153,18 +153,31 @@ Status TrainOffload::partition_weights(const TrainOptions& o, const model::Model
   STRATA_ASSIGN_OR_RETURN(gather_, ShardGather::create(backend, comm, model::weight_gather_round(layout, ranks),
                                                        model.name + " weight reads"));
   const GradientOffloaderOptions groups = model::gradient_slot_options(layout, o.dtype, model.name);
+  // The gathers ahead run on a communicator of their own (the run's reduces the gradients on the
+  // compute stream meanwhile); without one, each chunk is gathered when the model acquires it.
+  StatusOr<std::unique_ptr<Communicator>> ahead = comm.duplicate();
+  if (ahead.is_ok()) {
+    ahead_comm_ = std::move(*ahead);
+  } else {
+    if (ahead.status().code() != Code::unavailable) return ahead.status();
+    spdlog::warn("weights: each chunk is gathered when the model needs it, not ahead of it: {}", ahead.status());
+  }
   STRATA_ASSIGN_OR_RETURN(sharded_, ShardedWeights::create(backend, comm, *inner, *gather_, pinned_,
                                                            {.chunk_bytes = whole,
                                                             .element_bytes = layout.element_bytes,
                                                             .chunk_group = groups.chunk_group,
                                                             .group_slots = groups.group_slots,
                                                             .group_names = groups.group_names,
-                                                            .name = model.name + " weights"}));
+                                                            .name = model.name + " weights"},
+                                                           ahead_comm_.get()));
   uint64_t mine = 0;
   for (uint64_t b : shards) mine += b;
   spdlog::info("weights: partitioned over {} rank{} (--zero-stage 3): this rank homes {} ({}), and each chunk is "
-               "all-gathered into a device slot when the model needs it ({} of slots)",
+               "all-gathered into a device slot {} ({} of slots)",
                ranks, ranks == 1 ? "" : "s", format_size(mine), tiers_ ? "paged" : "resident on the device",
+               ahead_comm_ ? "one chunk ahead of the compute, on a second communicator (the order recorded in the "
+                             "first step)"
+                           : "when the model needs it",
                format_size(ShardedWeights::slot_bytes({.chunk_bytes = whole,
                                                        .element_bytes = layout.element_bytes,
                                                        .chunk_group = groups.chunk_group,
@@ -249,11 +262,20 @@ std::optional<model::TransferMetrics> TrainOffload::step_transfers(const model::
   return m;
 }
 
-std::string TrainOffload::summary(double run_s) const {
-  if (!tiers_) return "";
+std::vector<std::string> TrainOffload::summary(double run_s) const {
+  std::vector<std::string> lines;
+  if (sharded_) {
+    const ShardedWeightsStats g = sharded_->stats();
+    lines.push_back(fmt::format(
+        "weights: {} chunks all-gathered, {} of them ahead of the compute ({} gathered ahead and not used), {} "
+        "late; the compute waited {:.2f} s on gathers ahead ({:.1f}% of the run)",
+        g.gathers, g.ahead, g.dropped, g.late, g.compute_wait_seconds,
+        run_s > 0 ? 100.0 * g.compute_wait_seconds / run_s : 0.0));
+  }
+  if (!tiers_) return lines;
   const TierStats s = tiers_->stats();
   const uint64_t acquires = s.acquires();
-  return fmt::format(
+  lines.push_back(fmt::format(
       "offload: {} acquires, {:.1f}% found resident or in flight ({} copies and {} NVMe reads issued ahead, {} "
       "fetched on demand), {:.1f}% arrived before the compute needed them ({} late), {} fetched ({}/s){}{}; access "
       "order recorded {}x, replayed {}x; compute waited {:.2f} s ({:.1f}% of the run)",
@@ -266,7 +288,8 @@ std::string TrainOffload::summary(double run_s) const {
                                               : "",
       s.cache_hits ? fmt::format(", {} chunks served from the read cache", s.cache_hits) : "",
       s.sequences_recorded, s.sequences_replayed, s.compute_wait_seconds,
-      run_s > 0 ? 100.0 * s.compute_wait_seconds / run_s : 0.0);
+      run_s > 0 ? 100.0 * s.compute_wait_seconds / run_s : 0.0));
+  return lines;
 }
 
 Status TrainOffload::write_trace(const std::string& path) const {

@@ -75,9 +75,9 @@ class TrainOffload {
   // The transfers since the last call (the previous step), as rates over `step_s`; nullopt when
   // nothing is paged and no gradient streams (optimizer on the device).
   std::optional<model::TransferMetrics> step_transfers(const model::Trainer& trainer, double step_s);
-  // The end-of-run lines: fetches, hits, prefetches, traces replayed, total compute wait; empty
-  // when resident.
-  std::string summary(double run_s) const;
+  // The end-of-run lines: fetches, hits, prefetches, traces replayed, total compute wait (and
+  // under ZeRO-3 the gathers: how many ahead, the compute's wait on them); empty when resident.
+  std::vector<std::string> summary(double run_s) const;
   // Writes the --trace file (no-op without one); errors name the path.
   Status write_trace(const std::string& path) const;
 
@@ -99,6 +99,7 @@ class TrainOffload {
   // ZeRO-3: this rank's shards resident (with tiers_ for paged shards), their gather, the source.
   std::unique_ptr<ResidentWeights> resident_shards_;
   std::unique_ptr<ShardGather> gather_;
+  std::unique_ptr<Communicator> ahead_comm_;  // the gathers ahead's (a duplicate of the run's), or null
   std::unique_ptr<ShardedWeights> sharded_;
   TierStats last_tiers_;
   uint64_t last_d2h_ = 0;

@@ -8,6 +8,12 @@
 //     in one backward than its count refused.
 //   gather: ShardGather with blocks of every rank's own length, in rounds shorter than a block,
 //     `mine` inside `all` and a cut `all`: every rank's bytes in place, nothing written past the end.
+//   sharded: ShardedWeights (ZeRO-3's weights) over resident shards, gathering ahead on a duplicate
+//     communicator: every acquire sees the whole chunk's current bytes through a first pass
+//     (recording the order), a replay (gathers ahead used), an update announced and committed while
+//     the next chunk was gathered ahead (dropped, the new bytes seen), and a pass that departs from
+//     the order with a group's slots short (the gather ahead dropped); read() the whole chunk.
+//     Also runs without mpirun (a world of one: the local communicator and its duplicate).
 // Prints PASS or the first mismatch; exit 0 on every rank on success.
 #include <cmath>
 #include <cstdio>
@@ -21,7 +27,9 @@
 #include "kernels/cpu/half.h"
 #include "offload/gradient_exchange.h"
 #include "offload/gradient_offloader.h"
+#include "offload/resident_weights.h"
 #include "offload/shard_gather.h"
+#include "offload/sharded_weights.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/pinned_pool.h"
@@ -164,6 +172,117 @@ int run_gather(Backend& backend, Communicator& comm) {
   return 0;
 }
 
+// ---- sharded ------------------------------------------------------------------------------------
+// Chunk c's element i (bf16 bits) at weights version v.
+uint16_t weight(int v, size_t c, uint64_t i) { return uint16_t((v * 40503u + c * 7919u + i * 2654435761u) >> 3); }
+
+// Writes version v of chunk c through the source (every rank the whole chunk; it keeps its shard).
+Status write_chunk(WeightSource& w, size_t c, int v) {
+  STRATA_ASSIGN_OR_RETURN(std::byte* out, w.update_buffer(c));
+  auto* e = reinterpret_cast<uint16_t*>(out);
+  for (uint64_t i = 0; i < kElements[c]; ++i) e[i] = weight(v, c, i);
+  return w.commit_update(c);
+}
+
+// Acquires c, checks its whole bytes are version v once the compute stream has reached them (the
+// CPU backend's device memory is host memory), and leaves it held.
+Status acquire_checked(Backend& backend, WeightSource& w, size_t c, int v) {
+  STRATA_ASSIGN_OR_RETURN(std::byte* slot, w.acquire(c));
+  STRATA_RETURN_IF_ERROR(backend.synchronize(Stream::compute));
+  const auto* e = reinterpret_cast<const uint16_t*>(slot);
+  for (uint64_t i = 0; i < kElements[c]; ++i)
+    if (e[i] != weight(v, c, i))
+      return error(Code::internal, "chunk {} element {}: {} where version {} has {}", c, i, e[i], v, weight(v, c, i));
+  return Status::ok();
+}
+
+// A forward and a backward as the model runs them: each chunk acquired, used, released (the tied
+// table, chunk 0, again by the head while the last layer is held), then the layers in reverse.
+Status pass(Backend& backend, WeightSource& w, const std::vector<int>& version) {
+  STRATA_RETURN_IF_ERROR(w.begin_sequence("train"));
+  for (size_t c = 0; c < 4; ++c) {
+    STRATA_RETURN_IF_ERROR(acquire_checked(backend, w, c, version[c]));
+    if (c == 3) {
+      STRATA_RETURN_IF_ERROR(acquire_checked(backend, w, 0, version[0]));
+      STRATA_RETURN_IF_ERROR(w.release(0));
+    }
+    STRATA_RETURN_IF_ERROR(w.release(c));
+  }
+  for (size_t c = 4; c-- > 0;) {
+    STRATA_RETURN_IF_ERROR(acquire_checked(backend, w, c, version[c]));
+    STRATA_RETURN_IF_ERROR(w.release(c));
+  }
+  return w.end_sequence();
+}
+
+int run_sharded(Backend& backend, Communicator& comm) {
+  PinnedPoolOptions po;
+  po.allow_cuda = false;
+  po.slab_bytes = 4u << 20;
+  auto pool = PinnedPool::create(po);
+  if (!pool.is_ok()) return fail(comm, pool.status().to_string());
+  std::vector<uint64_t> whole;
+  for (uint64_t n : kElements) whole.push_back(n * 2);
+  const std::vector<uint64_t> shards = weight_shard_bytes(whole, 2, comm.size());
+  auto inner = ResidentWeights::create(backend, **pool, shards, {"a", "b", "c", "d"}, "check");
+  if (!inner.is_ok()) return fail(comm, inner.status().to_string());
+  auto gather = ShardGather::create(backend, comm, /*round=*/4096, "check");
+  if (!gather.is_ok()) return fail(comm, gather.status().to_string());
+  auto ahead = comm.duplicate();
+  if (!ahead.is_ok()) return fail(comm, ahead.status().to_string());
+  // Group 0 (the table) and group 1 (the layers), two slots each: one held, one gathered ahead.
+  auto sharded = ShardedWeights::create(backend, comm, **inner, **gather, **pool,
+                                        {.chunk_bytes = whole, .element_bytes = 2, .chunk_group = {0, 1, 1, 1},
+                                         .group_slots = {2, 2}, .group_names = {"table", "layers"}, .name = "check"},
+                                        ahead->get());
+  if (!sharded.is_ok()) return fail(comm, sharded.status().to_string());
+  ShardedWeights& w = **sharded;
+  std::vector<int> version = {1, 1, 1, 1};
+  for (size_t c = 0; c < 4; ++c)
+    if (Status s = write_chunk(w, c, version[c]); !s.is_ok()) return fail(comm, s.to_string());
+  // Pass 1 records the order; pass 2 replays it: of its 9 gathers (0 1 2 3 0 3 2 1 0), all ahead
+  // but the first and the backward's 3 (held when it was next: the head's 0 came while 3 was).
+  for (int p = 0; p < 2; ++p)
+    if (Status s = pass(backend, w, version); !s.is_ok()) return fail(comm, fmt::format("pass {}: {}", p + 1, s));
+  const ShardedWeightsStats replayed = w.stats();
+  if (replayed.gathers != 2 * 9 || replayed.ahead != 7 || replayed.dropped != 0)
+    return fail(comm, fmt::format("after a recording pass and a replay: {} gathers, {} ahead, {} dropped (want 18, "
+                                  "7, 0)", replayed.gathers, replayed.ahead, replayed.dropped));
+  // Chunk 1 is gathered ahead while 0 computes; then its update is announced and lands: the gather
+  // ahead is dropped and the acquire sees the new bytes.
+  Status s = w.begin_sequence("train");
+  if (s.is_ok()) s = acquire_checked(backend, w, 0, version[0]);
+  if (s.is_ok()) w.expect_update(1, true);
+  if (s.is_ok()) s = write_chunk(w, 1, version[1] = 2);
+  if (s.is_ok()) s = w.release(0);
+  // Departs from the order with the group's slots short: 1 held (2 gathered ahead into the group's
+  // other slot), 3 where 2 was: 2's gather ahead is dropped for 3's slot, and 2 gathers on demand.
+  if (s.is_ok()) s = acquire_checked(backend, w, 1, version[1]);
+  if (s.is_ok()) s = acquire_checked(backend, w, 3, version[3]);
+  if (s.is_ok()) s = w.release(3);
+  if (s.is_ok()) s = acquire_checked(backend, w, 2, version[2]);
+  if (s.is_ok()) s = w.release(2);
+  if (s.is_ok()) s = w.release(1);
+  if (s.is_ok()) s = w.end_sequence();
+  if (!s.is_ok()) return fail(comm, fmt::format("an update during a replay, then a departure: {}", s));
+  const ShardedWeightsStats after = w.stats();
+  if (after.dropped < 2)
+    return fail(comm, fmt::format("{} gathers ahead dropped (want at least 2: the updated chunk's, and one for a slot)",
+                                  after.dropped));
+  // The order recorded afresh replays, and read() gathers the whole chunk to the host.
+  for (int p = 0; p < 2; ++p)
+    if (Status r = pass(backend, w, version); !r.is_ok()) return fail(comm, fmt::format("pass {}: {}", p + 4, r));
+  std::vector<uint16_t> host(kElements[1]);
+  if (Status r = w.read(1, reinterpret_cast<std::byte*>(host.data())); !r.is_ok()) return fail(comm, r.to_string());
+  for (uint64_t i = 0; i < kElements[1]; ++i)
+    if (host[i] != weight(version[1], 1, i)) return fail(comm, fmt::format("read of chunk 1: element {} wrong", i));
+  const ShardedWeightsStats last = w.stats();
+  std::printf("PASS rank %d of %d: every acquire saw its chunk's current bytes; %llu gathers, %llu ahead, %llu "
+              "dropped\n", comm.rank(), comm.size(), (unsigned long long)last.gathers,
+              (unsigned long long)last.ahead, (unsigned long long)last.dropped);
+  return 0;
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -189,12 +308,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", comm.status().to_string().c_str());
     return 2;
   }
+  if (mode == "sharded") return run_sharded(**backend, **comm);  // any world size
   if ((*comm)->size() < 2) {
     std::fprintf(stderr, "run under mpirun with at least 2 ranks\n");
     return 2;
   }
   if (mode == "exchange") return run_exchange(**backend, **comm);
   if (mode == "gather") return run_gather(**backend, **comm);
-  std::fprintf(stderr, "usage: offload_mpi_check exchange|gather (under mpirun)\n");
+  std::fprintf(stderr, "usage: offload_mpi_check exchange|gather|sharded (under mpirun; sharded also without)\n");
   return 2;
 }
