@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -44,10 +45,36 @@ struct Piece {
   uint64_t bytes;
 };
 
+// The first failure among a communicator and its duplicates, which share one: a collective of one
+// that fails (a dead peer) ends the others' at their next poll, not at their own timeout (a
+// compute stream waiting on a failed gather would otherwise reach the next collective only then,
+// and wait a second timeout for the same dead rank).
+class WorldFailure {
+ public:
+  void set(const Status& s) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (!error_.is_ok()) return;
+    error_ = s;
+    failed_.store(true, std::memory_order_release);
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status error() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return error_;
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(Backend& backend, MPI_Comm comm, int rank, int size, bool owns_init, const CommOptions& options)
-      : backend_(backend), comm_(comm), rank_(rank), size_(size), owns_init_(owns_init), options_(options) {}
+  MpiCommunicator(Backend& backend, MPI_Comm comm, int rank, int size, bool owns_init, const CommOptions& options,
+                  std::shared_ptr<WorldFailure> world)
+      : backend_(backend), comm_(comm), rank_(rank), size_(size), owns_init_(owns_init), options_(options),
+        world_(std::move(world)) {}
 
   ~MpiCommunicator() override {
     for (int s = 0; s < kStreamCount; ++s) {
@@ -192,13 +219,17 @@ class MpiCommunicator final : public Communicator {
       return error(Code::unavailable, "MPI_Comm_dup on rank {} of {} failed: {}", rank_, size_, mpi_error_text(rc));
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     return std::unique_ptr<Communicator>(
-        std::make_unique<MpiCommunicator>(backend_, dup, rank_, size_, /*owns_init=*/false, options_));
+        std::make_unique<MpiCommunicator>(backend_, dup, rank_, size_, /*owns_init=*/false, options_, world_));
   }
 
  private:
+  // This communicator's first failure, else a duplicate's (the world is broken either way).
   Status sticky() const EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    return error_;
+    {
+      MutexLock lock(mu_);
+      if (!error_.is_ok()) return error_;
+    }
+    return world_->failed() ? world_->error() : Status::ok();
   }
 
   Status check_buffers(std::string_view op, const void* send, uint64_t send_bytes, const void* recv,
@@ -220,9 +251,9 @@ class MpiCommunicator final : public Communicator {
   // first failure of any body becomes the sticky error, and a body queued after it does nothing.
   Status enqueue(std::string_view op, Stream s, std::function<Status(uint64_t)> body) EXCLUDES(mu_) {
     uint64_t seq = 0;
+    STRATA_RETURN_IF_ERROR(sticky());
     {
       MutexLock lock(mu_);
-      if (!error_.is_ok()) return error_;
       seq = next_seq_++;
     }
     streams_used_.fetch_or(1u << static_cast<unsigned>(s));
@@ -231,8 +262,11 @@ class MpiCommunicator final : public Communicator {
       MutexLock run(run_mu_);  // one collective at a time uses MPI (MPI_THREAD_SERIALIZED suffices)
       Status result = body(seq);
       if (!result.is_ok()) {
-        MutexLock lock(mu_);
-        if (error_.is_ok()) error_ = result;
+        {
+          MutexLock lock(mu_);
+          if (error_.is_ok()) error_ = result;
+        }
+        world_->set(result);
       }
     });
     return st.with_context(fmt::format("{} on rank {} of {}", op, rank_, size_));
@@ -297,6 +331,8 @@ class MpiCommunicator final : public Communicator {
         last_progress = Clock::now();
         continue;
       }
+      if (world_->failed())  // a duplicate's collective found the world broken
+        return fail(fmt::format("stopped: {}", world_->error().message()));
       const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
       if (options_.timeout_seconds > 0 && waited > options_.timeout_seconds) {
         std::set<int> silent, not_receiving;
@@ -322,6 +358,7 @@ class MpiCommunicator final : public Communicator {
   const int size_;
   const bool owns_init_;
   const CommOptions options_;
+  const std::shared_ptr<WorldFailure> world_;  // shared with the duplicates
   std::atomic<unsigned> streams_used_{0};
 
   Mutex run_mu_;  // held by the stream worker for the whole of one collective
@@ -385,7 +422,8 @@ StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(Backend& backend, 
   if (rc != MPI_SUCCESS) return error(Code::unavailable, "MPI_Comm_dup failed: {}", mpi_error_text(rc));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(
-      std::make_unique<MpiCommunicator>(backend, comm, world.rank, world.size, world.owns_init, options));
+      std::make_unique<MpiCommunicator>(backend, comm, world.rank, world.size, world.owns_init, options,
+                                        std::make_shared<WorldFailure>()));
 }
 
 void abort_mpi_world(int code) {

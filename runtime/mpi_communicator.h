@@ -15,6 +15,8 @@ namespace strata {
 // a time holds the communicator's lock) unless already initialized, and builds a communicator on a
 // duplicate of MPI_COMM_WORLD whose errors return (MPI_ERRORS_RETURN) instead of aborting.
 // `backend` must be a CPU backend (invalid_argument otherwise) and outlive the communicator.
+// A duplicate (Communicator::duplicate) shares its first failure: a collective of either that
+// fails (a dead peer) ends the other's collectives at their next poll, with that error.
 // Destroying the communicator finalizes MPI when it initialized it, unless a collective failed (a
 // dead peer would make MPI_Finalize hang): then the process should exit non-zero promptly
 // (abort_mpi_world does, taking the other ranks down with it).

@@ -10,6 +10,9 @@
 # seconds>; rank 1's also SIGNALLED <epoch seconds>. A survivor killed by another survivor's MPI_Abort
 # before its wrapper reports has no RANK_EXIT: its error (written as it ran) must still name rank 1,
 # and mpirun's end bounds its time.
+# FAULT_CHECK_PLACEMENT: device (the default: ZeRO-2, the optimizer on the device) or zero3 (the
+# optimizer on the CPU and the weights partitioned: the gathers ahead run on a second communicator,
+# whose collectives must end at the timeout too).
 # Usage: train_fault_check.sh kill|term NP TIMEOUT LIMIT STRATA mpirun [mpirun args, without -np...]
 #        train_fault_check.sh --rank kill|term DIR STRATA ARGS...   (the per-rank wrapper)
 set -u
@@ -44,8 +47,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1
+case ${FAULT_CHECK_PLACEMENT:-device} in
+  device) placement=(--optimizer-device device) ;;
+  zero3) placement=(--optimizer-device cpu --zero-stage 3) ;;
+  *) fail "FAULT_CHECK_PLACEMENT is device or zero3, not '$FAULT_CHECK_PLACEMENT'" ;;
+esac
 out=$(timeout $((limit + 90)) "${mpirun[@]}" -np "$np" bash "$0" --rank "$mode" "$work" "$strata" train \
-        --preset gpt2-tiny --micro-batch 2 --seq 32 --grad-accum "$np" --optimizer-device device --threads 1 \
+        --preset gpt2-tiny --micro-batch 2 --seq 32 --grad-accum "$np" "${placement[@]}" --threads 1 \
         --steps 1000000 --comm-timeout "$comm_timeout" --log-every 1 --metrics "$work/metrics.jsonl" \
         --checkpoint-dir "$work/run" 2>&1)
 finished=$(date +%s)
