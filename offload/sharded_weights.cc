@@ -155,9 +155,19 @@ StatusOr<std::byte*> ShardedWeights::acquire(size_t c) {
     return error(Code::failed_precondition, "{}: every gathered slot of chunk {}'s group is held", options_.name, c);
   // The shard is ready for compute work queued from here (WeightSource's contract): the gather is
   // that work; its release after the gather is queued means the compute stream is done with it.
-  STRATA_ASSIGN_OR_RETURN(std::byte* shard, inner_.acquire(c));
+  StatusOr<std::byte*> shard = inner_.acquire(c);
+  if (!shard.is_ok() && shard.status().code() == Code::failed_precondition &&
+      std::find(pending_.begin(), pending_.end(), 1) != pending_.end()) {
+    // The inner source's slots are held by the shards of gathers ahead the order did not use.
+    const Status dropped = drop_all();
+    shard = dropped.is_ok() ? inner_.acquire(c) : StatusOr<std::byte*>(dropped);
+  }
+  if (!shard.is_ok()) {
+    slots_.put(c);
+    return shard.status();
+  }
   const uint64_t block = shards_[c].stride * options_.element_bytes;
-  Status gathered = comm_.all_gather(shard, slot, block, Stream::compute);
+  Status gathered = comm_.all_gather(*shard, slot, block, Stream::compute);
   const Status released = inner_.release(c);
   if (!gathered.is_ok() || !released.is_ok()) slots_.put(c);
   STRATA_RETURN_IF_ERROR(gathered);

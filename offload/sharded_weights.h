@@ -15,8 +15,8 @@
 // trace, the slots held, the updates announced), never of timing, so every rank issues the same
 // gathers in the same order on each communicator. Not gathered ahead: a chunk whose update is due
 // (expect_update) or held; with no free slot in its group. A gather ahead that the order does not
-// use (the sequence departs from its trace, an update is announced for it, the group's slots are
-// needed, the sequence ends) is dropped: waited for and its slot freed. Without `ahead`, every
+// use (the sequence departs from its trace, an update is announced for it, the group's slots or the
+// inner source's are needed, the sequence ends) is dropped: waited for and its slot freed. Without `ahead`, every
 // gather is queued on Stream::compute at its acquire through `comm`.
 // Writes (init, load, the optimizer's update): update_buffer(c) is a whole chunk's host buffer;
 // commit_update(c) keeps this rank's shard of it and commits that to the inner source (a CPU

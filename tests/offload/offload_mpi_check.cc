@@ -14,6 +14,9 @@
 //     the next chunk was gathered ahead (dropped, the new bytes seen), and a pass that departs from
 //     the order with a group's slots short (the gather ahead dropped); read() the whole chunk.
 //     Also runs without mpirun (a world of one: the local communicator and its duplicate).
+//   sharded-paged: the same over shards paged from pinned memory (a TierManager of one slot a
+//     group, a gathered slot more than the layers need): the departure's on-demand gather finds the
+//     tier's slot held by the shard of the gather ahead, which is dropped for it.
 // Prints PASS or the first mismatch; exit 0 on every rank on success.
 #include <cmath>
 #include <cstdio>
@@ -30,6 +33,7 @@
 #include "offload/resident_weights.h"
 #include "offload/shard_gather.h"
 #include "offload/sharded_weights.h"
+#include "offload/tier_manager.h"
 #include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/pinned_pool.h"
@@ -215,7 +219,7 @@ Status pass(Backend& backend, WeightSource& w, const std::vector<int>& version) 
   return w.end_sequence();
 }
 
-int run_sharded(Backend& backend, Communicator& comm) {
+int run_sharded(Backend& backend, Communicator& comm, bool paged) {
   PinnedPoolOptions po;
   po.allow_cuda = false;
   po.slab_bytes = 4u << 20;
@@ -224,16 +228,33 @@ int run_sharded(Backend& backend, Communicator& comm) {
   std::vector<uint64_t> whole;
   for (uint64_t n : kElements) whole.push_back(n * 2);
   const std::vector<uint64_t> shards = weight_shard_bytes(whole, 2, comm.size());
-  auto inner = ResidentWeights::create(backend, **pool, shards, {"a", "b", "c", "d"}, "check");
-  if (!inner.is_ok()) return fail(comm, inner.status().to_string());
+  std::unique_ptr<WeightSource> inner;
+  if (paged) {
+    TierManagerOptions to;
+    to.chunk_bytes = shards;
+    to.home = Tier::cpu;
+    to.chunk_group = {0, 1, 1, 1};
+    to.group_slots = {1, 1};
+    to.name = "check shards";
+    auto tiers = TierManager::create(backend, **pool, nullptr, nullptr, to);
+    if (!tiers.is_ok()) return fail(comm, tiers.status().to_string());
+    inner = std::move(*tiers);
+  } else {
+    auto resident = ResidentWeights::create(backend, **pool, shards, {"a", "b", "c", "d"}, "check");
+    if (!resident.is_ok()) return fail(comm, resident.status().to_string());
+    inner = std::move(*resident);
+  }
   auto gather = ShardGather::create(backend, comm, /*round=*/4096, "check");
   if (!gather.is_ok()) return fail(comm, gather.status().to_string());
   auto ahead = comm.duplicate();
   if (!ahead.is_ok()) return fail(comm, ahead.status().to_string());
-  // Group 0 (the table) and group 1 (the layers), two slots each: one held, one gathered ahead.
-  auto sharded = ShardedWeights::create(backend, comm, **inner, **gather, **pool,
+  // Group 0 (the table) and group 1 (the layers), two slots each: one held, one gathered ahead
+  // (paged: a third for the layers, so the departure below finds a gathered slot free and the
+  // tier's one slot held).
+  const std::vector<size_t> slots = {2, paged ? size_t{3} : size_t{2}};
+  auto sharded = ShardedWeights::create(backend, comm, *inner, **gather, **pool,
                                         {.chunk_bytes = whole, .element_bytes = 2, .chunk_group = {0, 1, 1, 1},
-                                         .group_slots = {2, 2}, .group_names = {"table", "layers"}, .name = "check"},
+                                         .group_slots = slots, .group_names = {"table", "layers"}, .name = "check"},
                                         ahead->get());
   if (!sharded.is_ok()) return fail(comm, sharded.status().to_string());
   ShardedWeights& w = **sharded;
@@ -256,7 +277,8 @@ int run_sharded(Backend& backend, Communicator& comm) {
   if (s.is_ok()) s = write_chunk(w, 1, version[1] = 2);
   if (s.is_ok()) s = w.release(0);
   // Departs from the order with the group's slots short: 1 held (2 gathered ahead into the group's
-  // other slot), 3 where 2 was: 2's gather ahead is dropped for 3's slot, and 2 gathers on demand.
+  // other slot), 3 where 2 was: 2's gather ahead is dropped for 3's slot (paged: for the tier's one
+  // slot, which 2's shard holds), and 2 gathers on demand.
   if (s.is_ok()) s = acquire_checked(backend, w, 1, version[1]);
   if (s.is_ok()) s = acquire_checked(backend, w, 3, version[3]);
   if (s.is_ok()) s = w.release(3);
@@ -308,13 +330,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", comm.status().to_string().c_str());
     return 2;
   }
-  if (mode == "sharded") return run_sharded(**backend, **comm);  // any world size
+  if (mode == "sharded") return run_sharded(**backend, **comm, /*paged=*/false);  // any world size
+  if (mode == "sharded-paged") return run_sharded(**backend, **comm, /*paged=*/true);
   if ((*comm)->size() < 2) {
     std::fprintf(stderr, "run under mpirun with at least 2 ranks\n");
     return 2;
   }
   if (mode == "exchange") return run_exchange(**backend, **comm);
   if (mode == "gather") return run_gather(**backend, **comm);
-  std::fprintf(stderr, "usage: offload_mpi_check exchange|gather|sharded (under mpirun; sharded also without)\n");
+  std::fprintf(stderr, "usage: offload_mpi_check exchange|gather|sharded|sharded-paged (under mpirun; sharded* also without)\n");
   return 2;
 }
