@@ -192,6 +192,9 @@ Status ShardedWeights::gather_next() {
   StatusOr<std::byte*> shard = s.is_ok() ? inner_.acquire_for(u, Stream::comm) : StatusOr<std::byte*>(s);
   if (!shard.is_ok()) {
     slots_.put(u);
+    // The inner source has no slot for it now (all held): gathered on demand instead. Its state is
+    // the call order's, so every rank skips the same gather.
+    if (shard.status().code() == Code::failed_precondition) return Status::ok();
     return shard.status();
   }
   const uint64_t block = shards_[u].stride * options_.element_bytes;

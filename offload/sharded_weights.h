@@ -14,7 +14,7 @@
 // then only makes Stream::compute wait for it. The rule is a function of the call order alone (the
 // trace, the slots held, the updates announced), never of timing, so every rank issues the same
 // gathers in the same order on each communicator. Not gathered ahead: a chunk whose update is due
-// (expect_update) or held; with no free slot in its group. A gather ahead that the order does not
+// (expect_update) or held; with no free slot in its group, or none in the inner source's. A gather ahead that the order does not
 // use (the sequence departs from its trace, an update is announced for it, the group's slots or the
 // inner source's are needed, the sequence ends) is dropped: waited for and its slot freed. Without `ahead`, every
 // gather is queued on Stream::compute at its acquire through `comm`.
