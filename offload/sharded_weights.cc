@@ -2,24 +2,14 @@
 #include "offload/sharded_weights.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "offload/slot_group.h"
-#include "offload/tier_manager.h"  // kLateArrivalSeconds
 
 namespace strata {
-namespace {
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::vector<uint64_t> weight_shard_bytes(const std::vector<uint64_t>& chunk_bytes, uint64_t element_bytes, int ranks) {
   std::vector<uint64_t> out;
@@ -213,18 +203,9 @@ Status ShardedWeights::gather_next() {
 }
 
 Status ShardedWeights::take_ahead(size_t c) {
-  Event& gathered = *gathered_[c];
-  if (!backend_.query(gathered)) {  // not yet done as the host queues: the compute stream's wait is timed
-    std::shared_ptr<WaitClock> clock = wait_clock_;
-    const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
-    STRATA_RETURN_IF_ERROR(backend_.wait(Stream::compute, gathered));
-    if (timed)
-      (void)backend_.host_callback(Stream::compute, [clock] {
-        const auto waited = uint64_t(std::max<int64_t>(0, steady_ns() - clock->start_ns.load()));
-        clock->total_ns.fetch_add(waited);
-        if (double(waited) * 1e-9 > kLateArrivalSeconds) clock->late.fetch_add(1);
-      });
-  }
+  const Event& gathered = *gathered_[c];
+  // Done already as the host queues: nothing to order. Else the compute stream's wait is timed.
+  if (!backend_.query(gathered)) STRATA_RETURN_IF_ERROR(timed_compute_wait(backend_, gathered, wait_clock_));
   pending_[c] = 0;
   holds_[c] = 1;
   ++counts_.gathers;
@@ -267,7 +248,7 @@ void ShardedWeights::expect_update(size_t c, bool expected) {
 ShardedWeightsStats ShardedWeights::stats() const {
   ShardedWeightsStats s = counts_;
   s.late = wait_clock_->late.load();
-  s.compute_wait_seconds = double(wait_clock_->total_ns.load()) * 1e-9;
+  s.compute_wait_seconds = wait_clock_->seconds();
   return s;
 }
 

@@ -30,7 +30,6 @@
 // returning its slots.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +37,7 @@
 
 #include "offload/chunk_shard.h"
 #include "offload/chunk_source.h"
+#include "offload/compute_wait_clock.h"
 #include "offload/prefetcher.h"
 #include "offload/shard_gather.h"
 #include "offload/slot_ring.h"
@@ -120,13 +120,6 @@ class ShardedWeights final : public WeightSource {
   Status drop(size_t c);
   Status drop_all();
 
-  // The compute stream's waits on gathers ahead, stamped by its callbacks.
-  struct WaitClock {
-    std::atomic<int64_t> start_ns{0};
-    std::atomic<uint64_t> total_ns{0};
-    std::atomic<uint64_t> late{0};
-  };
-
   Backend& backend_;
   Communicator& comm_;
   Communicator* const ahead_;  // null: no gathering ahead
@@ -146,7 +139,8 @@ class ShardedWeights final : public WeightSource {
   std::vector<uint8_t> update_due_;                // per chunk: expect_update(c, true) not yet ended
   std::vector<std::unique_ptr<Event>> gathered_;   // per chunk: its gather ahead's end on Stream::comm
   std::unique_ptr<Event> compute_mark_;            // Stream::comm waits for the compute stream's end
-  std::shared_ptr<WaitClock> wait_clock_ = std::make_shared<WaitClock>();
+  // The compute stream's waits on gathers ahead.
+  std::shared_ptr<ComputeWaitClock> wait_clock_ = std::make_shared<ComputeWaitClock>();
   ShardedWeightsStats counts_;                     // gathers, ahead, dropped (the waits: wait_clock_)
 };
 

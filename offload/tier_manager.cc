@@ -7,7 +7,6 @@
 #include "offload/tier_manager.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -19,11 +18,6 @@
 namespace strata {
 
 namespace {
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string group_name(const TierManagerOptions& o, size_t g) { return slot_group_name(o.group_names, g); }
 
@@ -179,20 +173,13 @@ struct TierManager::Chunk {
   bool update_due = false;           // expect_update: new bytes come before the next use; not fetched ahead
 };
 
-struct TierManager::WaitClock {
-  std::atomic<int64_t> start_ns{0};  // written and read only by compute-stream callbacks, in order
-  std::atomic<uint64_t> total_ns{0};
-  std::atomic<uint64_t> waits{0};
-  std::atomic<uint64_t> late{0};  // waits over kLateArrivalSeconds
-};
-
 // ---- lifetime ------------------------------------------------------------------------------------
 
 TierManager::TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace,
                          TierManagerOptions options)
     : backend_(backend), pool_(pool), store_(store), trace_(trace), options_(std::move(options)),
       staging_(store, trace, staging_options(options_.name)),
-      wait_clock_(std::make_shared<WaitClock>()) {}
+      wait_clock_(std::make_shared<ComputeWaitClock>()) {}
 
 StatusOr<std::unique_ptr<TierManager>> TierManager::create(Backend& backend, PinnedPool& pool, NvmeStore* store,
                                                            TraceRecorder* trace, TierManagerOptions options) {
@@ -342,34 +329,16 @@ bool TierManager::compute_starved(const std::shared_ptr<std::atomic<int64_t>>& r
 }
 
 void TierManager::wait_arrival(const DeviceSlot& sl, bool late, Stream reader) {
-  // Resident and arrived: nothing to order. Else the compute stream waits (the host does not), and
-  // two callbacks on that stream time the wait.
+  // Resident and arrived: nothing to order. Else the reader waits (the host does not); the compute
+  // stream's wait is timed (another reader's, a gather ahead, is not a compute wait).
   if (backend_.query(*sl.filled)) return;
-  if (reader != Stream::compute) {  // another reader (a gather ahead): ordered, not timed
-    Status w = backend_.wait(reader, *sl.filled);
-    if (!w.is_ok()) {
-      spdlog::warn("{}: {} wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
-                   stream_name(reader), w.to_string());
-      (void)backend_.synchronize(*sl.filled);
-    }
-    return;
-  }
-  std::shared_ptr<WaitClock> clock = wait_clock_;
-  const bool timed = backend_.host_callback(Stream::compute, [clock] { clock->start_ns.store(steady_ns()); }).is_ok();
-  Status w = backend_.wait(Stream::compute, *sl.filled);
+  const Status w = reader == Stream::compute ? timed_compute_wait(backend_, *sl.filled, wait_clock_, late)
+                                             : backend_.wait(reader, *sl.filled);
   if (!w.is_ok()) {
     // No wait could be queued: order by blocking the host instead, so the data is never used early.
-    spdlog::warn("{}: compute wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
-                 w.to_string());
+    spdlog::warn("{}: {} wait on a chunk arrival failed ({}); synchronizing on the host", options_.name,
+                 stream_name(reader), w.to_string());
     (void)backend_.synchronize(*sl.filled);
-  }
-  if (timed) {
-    (void)backend_.host_callback(Stream::compute, [clock, late] {
-      const auto waited = static_cast<uint64_t>(std::max<int64_t>(0, steady_ns() - clock->start_ns.load()));
-      clock->total_ns.fetch_add(waited);
-      clock->waits.fetch_add(1);
-      if (!late && static_cast<double>(waited) * 1e-9 > kLateArrivalSeconds) clock->late.fetch_add(1);
-    });
   }
 }
 
@@ -718,7 +687,7 @@ TierStats TierManager::stats() const {
   for (const SlotGroup& g : groups_)
     for (size_t i = 0; i < g.size(); i++)
       if (g[i].chunk >= 0) s.device_cached_bytes += options_.chunk_bytes[g[i].chunk];
-  s.compute_wait_seconds = static_cast<double>(wait_clock_->total_ns.load()) * 1e-9;
+  s.compute_wait_seconds = wait_clock_->seconds();
   s.compute_waits = wait_clock_->waits.load();
   s.late_arrivals = wait_clock_->late.load();
   return s;
@@ -728,9 +697,7 @@ void TierManager::reset_stats() {
   counters_ = TierStats();
   staging_.reset_stats();
   prefetch_base_ = prefetcher_.stats();
-  wait_clock_->total_ns.store(0);
-  wait_clock_->waits.store(0);
-  wait_clock_->late.store(0);
+  wait_clock_->reset();
 }
 
 }  // namespace strata

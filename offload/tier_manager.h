@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "offload/chunk_source.h"
+#include "offload/compute_wait_clock.h"
 #include "offload/nvme_store.h"
 #include "offload/prefetcher.h"
 #include "offload/slot_group.h"
@@ -86,9 +87,6 @@ uint64_t tier_cache_bytes(const TierManagerOptions& options, uint32_t chunks, ui
 // The pinned bytes of one staging buffer of `options`, the largest chunk's (0 for a cpu home).
 uint64_t tier_staging_buffer_bytes(const TierManagerOptions& options, uint32_t store_alignment = 4096);
 
-// A compute wait on a chunk longer than this is a late arrival (TierStats::late_arrivals): well above
-// the two host callbacks' own cost, well below a chunk's compute.
-inline constexpr double kLateArrivalSeconds = 100e-6;
 // The share of `acquires` whose chunk arrived in time, `late` of them not (1 with none).
 inline double arrived_in_time(uint64_t acquires, uint64_t late) {
   return acquires ? double(acquires - (late < acquires ? late : acquires)) / double(acquires) : 1.0;
@@ -196,8 +194,6 @@ class TierManager final : public WeightSource {
 
  private:
   struct Chunk;
-  struct WaitClock;  // shared with the compute-wait callbacks
-
   TierManager(Backend& backend, PinnedPool& pool, NvmeStore* store, TraceRecorder* trace, TierManagerOptions options);
   Status carve();
 
@@ -263,7 +259,7 @@ class TierManager final : public WeightSource {
   uint64_t tick_ = 0;                // LRU clock
   TierStats counters_;               // the counter fields of stats()
   PrefetcherStats prefetch_base_;    // prefetcher stats at reset_stats()
-  std::shared_ptr<WaitClock> wait_clock_;
+  std::shared_ptr<ComputeWaitClock> wait_clock_;  // shared with the compute-wait callbacks
 };
 
 }  // namespace strata

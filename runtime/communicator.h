@@ -118,8 +118,8 @@ class Communicator {
   // that has not completed. Local: another local communicator. MPI: MPI_Comm_dup, and only under
   // MPI_THREAD_MULTIPLE (two threads then call MPI at once; unavailable below it, naming the
   // level), and the two share their first failure: a dead peer found by one ends the other's
-  // collectives at once, not at a second timeout. NCCL: ncclCommSplit, within the timeout. Lifetime: this communicator and the backend
-  // outlive the duplicate.
+  // collectives at once, not at a second timeout. NCCL: ncclCommSplit, within the timeout.
+  // Lifetime: this communicator and the backend outlive the duplicate.
   virtual StatusOr<std::unique_ptr<Communicator>> duplicate() = 0;
 };
 

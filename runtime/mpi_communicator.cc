@@ -13,11 +13,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <memory>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
