@@ -3,7 +3,7 @@
 // head size is 64 or 128 and every pointer is 16-byte aligned. Same contract and layouts as
 // attention.cuh: q, out, dout (B, T, NH, HS); k, v (B, T, NKV, HS); lse (B, NH, T) fp32;
 // dq, dk, dv accumulated (+=, formed in fp32 and rounded once).
-// INTERNAL: called by attention.cu only. Deterministic: every output element has one owner that
+// INTERNAL: called by attention.cu (and its gpu tests, for WarpRows). Deterministic: every output element has one owner that
 // sums in a fixed order (no atomics), so results are bit-identical run to run.
 #pragma once
 
@@ -14,13 +14,21 @@
 
 namespace strata::kernels::cuda::flash {
 
+// Rows each warp owns: query rows in the forward and dq kernels, keys in the dk, dv kernel; 16 (one
+// m16 tile) or 32 (two, each fragment read from shared memory once for both). Every row goes
+// through the same operations in the same order either way, so the results are the same bits;
+// `automatic` is 32 at head size 64 and 16 at 128 (two tiles' accumulators do not fit in the
+// registers there: m32 at 128 is not built and returns cudaErrorInvalidValue). A choice for the
+// tests, which hold the two equal.
+enum class WarpRows { automatic, m16, m32 };
+
 // True when the tiled kernels handle this element type, head size and these pointers.
 template <typename T>
 bool supported(int64_t HS, std::initializer_list<const void*> pointers);
 
 template <typename T>
 cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len, int64_t NH,
-                    int64_t NKV, int64_t HS, cudaStream_t stream);
+                    int64_t NKV, int64_t HS, cudaStream_t stream, WarpRows rows = WarpRows::automatic);
 
 // scratch (stream-ordered device scratch; may be null): when it holds 2 B NH T floats, the dq
 // kernel leaves each query row's D = rowsum(dout * out) and lse there for the dk, dv kernel, which
@@ -28,6 +36,7 @@ cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int6
 template <typename T>
 cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                      const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                     cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0);
+                     cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0,
+                     WarpRows rows = WarpRows::automatic);
 
 }  // namespace strata::kernels::cuda::flash
