@@ -234,6 +234,7 @@ __global__ void add_column_partials_kernel(T* dst, const float* partials, int64_
   store_or_add(dst + c, total, overwrite);
 }
 
+#if defined(__CUDACC__)  // a launch: nvcc only (tests/kernels/flash_emulation.h compiles the rest on the host)
 // partials (partial_floats fp32, device scratch, stream-ordered) enables the two-pass form when
 // it holds column_sum_row_blocks(N, C) * C floats; null or smaller: one pass. overwrite: dst = the
 // sums instead of dst += (with N == 0 too: the sums are then 0).
@@ -263,6 +264,7 @@ cudaError_t add_column_sums(T* dst, int64_t N, int64_t C, Value value, cudaStrea
                                                                  overwrite);
   return cudaGetLastError();
 }
+#endif
 
 // Rejects negative sizes and grids of one block per row beyond the x-dimension limit.
 inline bool valid_rows(int64_t rows) { return rows >= 0 && rows <= 0x7fffffff; }

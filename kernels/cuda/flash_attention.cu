@@ -21,6 +21,8 @@
 // buffers) while the current ones are used. Two kernels for the backward (dq apart from dk, dv)
 // instead of atomics: deterministic. P and dS enter the tensor cores rounded to the element type,
 // as in FlashAttention; sums stay fp32.
+// The PTX (mma.sync, ldmatrix, cp.async, ex2) is in flash_primitives.cuh; a CPU test compiles this
+// file against host emulations of those names (tests/kernels/flash_emulation.h) and runs it.
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; A holds rows
 // g, g + 8 and columns 2t, 2t + 1 (+ 8); B columns g, rows 2t, 2t + 1 (+ 8); C rows g, g + 8 and
 // columns 2t, 2t + 1. Shared tiles have a pitch of HS + 8 elements so ldmatrix rows fall in
@@ -30,6 +32,9 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
+#if !defined(STRATA_FLASH_EMULATION)  // else tests/kernels/flash_emulation.h, included first, has them
+#include "kernels/cuda/flash_primitives.cuh"
+#endif
 
 namespace strata::kernels::cuda::flash {
 namespace {
@@ -56,86 +61,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HS>
 constexpr int kPitch = HS + 8;
-
-// One mma.sync m16n8k16 for each 16-bit type: d += a . b.
-template <typename T>
-struct Mma;
-template <>
-struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  // Two floats as a packed pair, `lo` in the low half (the lower column), round to nearest even: one
-  // cvt for both (the same bits as detail::f32_to_bf16_bits for every value but NaN, whose payload
-  // the hardware does not keep).
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-};
-template <>
-struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {  // as above, IEEE fp16
-    uint32_t r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-};
-
-// 2^x on the special-function unit alone (results below 2^-126 flush to 0; exp2f adds a range fix
-// of three instructions per score for them). Every kernel here uses it, so the backward's P is the
-// forward's to the bit.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(p)));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(p)));
-}
-
-// 16 bytes global -> shared, zero-filled when !valid (cp.async with src-size 0 reads nothing).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-// 4 bytes global -> shared, zero-filled when !valid.
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 
 // Queues rows [row0, row0 + kN) of a (T, ld) row-major tensor (HS elements used per row) into
 // a kN x kPitch shared tile; rows at or past T become zeros. The caller waits and syncs.
@@ -275,7 +200,7 @@ template <typename T, int HS, int kM>
 __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
                                                            Shape s, float scale_log2) {
   static_assert(kRows<kM> <= 2 * kTile, "Q is staged in buffer 1's two tiles");
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem();
   // Two (K, V) buffers [K0 V0 K1 V1]: tile kt in buffer kt % 2 while tile kt + 1 arrives in the
   // other. (Offsets, not arrays of pointers: a run-time index would put an array in local memory.)
   T* const base = reinterpret_cast<T*>(smem);
@@ -467,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, kDqBlocksPerSm<HS, kM>) dq_kernel(T*
                                                                               float scale_log2, float scale,
                                                                               RowTerms terms) {
   constexpr bool kFragsHeld = kM == 1;  // Q's and dO's A fragments in registers for the whole walk
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem();
   // Two (K, V) buffers [K0 V0 K1 V1], as the forward; then (kM = 2) Q's and dO's rows.
   T* const base = reinterpret_cast<T*>(smem);
   constexpr int kTileElems = kTile * kPitch<HS>;
@@ -646,7 +571,7 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS, kM>) dkv_kernel(
   constexpr int kKeys = kRows<kM>;        // keys of the block
   constexpr int kCols = kKeyCols<kM>;     // queries of a tile taken at a time
   constexpr int kNT = kCols / 8;          // their n-tiles
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem();
   // [K V Q0 dO0 Q1 dO1 | D0 lse0 D1 lse1]: K and V (kKeys rows each) for the whole walk, two
   // (Q, dO, D, lse2) buffers: step i in buffer i % 2 while step i + 1 arrives in the other.
   constexpr int kTileElems = kTile * kPitch<HS>;
@@ -791,24 +716,12 @@ constexpr size_t tile_bytes() {
   return static_cast<size_t>(kTile) * kPitch<HS> * sizeof(T);
 }
 
-// Launches `kernel` with `smem` bytes of dynamic shared memory, raising its limit past 48 KiB once.
-template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
-        e != cudaSuccess)
-      return e;
-  }
-  kernel<<<grid, kThreads, smem, stream>>>(args...);
-  return cudaGetLastError();
-}
-
 template <typename T, int HS, int kM>
 cudaError_t forward_hs(T* out, float* lse, const T* q, const T* k, const T* v, Shape s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kRows<kM> - 1) / kRows<kM>));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HS));
-  return launch(forward_kernel<T, HS, kM>, grid, 4 * tile_bytes<HS, T>(), stream, out, lse, q, k, v, s, scale_log2);
+  return launch(forward_kernel<T, HS, kM>, grid, kThreads, 4 * tile_bytes<HS, T>(), stream, out, lse, q, k, v, s,
+                scale_log2);
 }
 
 template <typename T, int HS, int kM>
@@ -820,18 +733,18 @@ cudaError_t backward_hs(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   RowTerms terms;
   if (scratch != nullptr && 2 * rows <= scratch_floats) terms = RowTerms{scratch, scratch + rows};
   const dim3 dq_grid(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kRows<kM> - 1) / kRows<kM>));
-  if (cudaError_t e = launch(dq_kernel<T, HS, kM>, dq_grid, dq_smem_bytes<T, HS, kM>(), stream, dq, dout, q, k, v,
-                             out, lse, s, scale_log2, scale, terms);
+  if (cudaError_t e = launch(dq_kernel<T, HS, kM>, dq_grid, kThreads, dq_smem_bytes<T, HS, kM>(), stream, dq, dout,
+                             q, k, v, out, lse, s, scale_log2, scale, terms);
       e != cudaSuccess)
     return e;
   const dim3 grid(static_cast<unsigned>(s.B * s.NKV), static_cast<unsigned>((s.T + kRows<kM> - 1) / kRows<kM>));
   const size_t smem = dkv_smem_bytes<T, HS, kM>();
   if (terms.d != nullptr) {
-    return launch(dkv_kernel<T, HS, kM, true>, grid, smem, stream, dk, dv, dout, q, k, v, out, lse, s, scale_log2,
-                  scale, terms);
+    return launch(dkv_kernel<T, HS, kM, true>, grid, kThreads, smem, stream, dk, dv, dout, q, k, v, out, lse, s,
+                  scale_log2, scale, terms);
   }
-  return launch(dkv_kernel<T, HS, kM, false>, grid, smem, stream, dk, dv, dout, q, k, v, out, lse, s, scale_log2,
-                scale, terms);
+  return launch(dkv_kernel<T, HS, kM, false>, grid, kThreads, smem, stream, dk, dv, dout, q, k, v, out, lse, s,
+                scale_log2, scale, terms);
 }
 
 // The m-tiles a warp of the three kernels owns at head size HS for `rows`; 0 when that choice is

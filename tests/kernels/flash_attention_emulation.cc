@@ -1,0 +1,166 @@
+// The tiled attention kernels (kernels/cuda/flash_attention.cu) compiled for the host and run on the
+// CPU under tests/kernels/flash_emulation.h: their tile walks, masks, skips, barriers, cp.async
+// waits and mma/ldmatrix fragment layouts, checked without a GPU. Against the CPU reference
+// (kernels/cpu/ops_attention.h) at whole and partial tiles, grouped heads, head sizes 64 and 128
+// and gradients accumulated onto non-zero values; and the same bits for 32 rows a warp as for 16
+// (flash::WarpRows), and with the per-row scratch as without. The emulated mma sums in another
+// order than the tensor cores, so these are not the GPU's bits: the gpu tests
+// (cuda_flash_attention_gpu_test.cc) hold those; this test holds the logic where no GPU is.
+// Built with the CUDA backend (it needs the CUDA headers only); CTest label `kernels`.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/flash_emulation.h"
+// The emulation above, not flash_primitives.cuh's PTX.
+#define STRATA_FLASH_EMULATION 1
+#include "kernels/cuda/flash_attention.cu"
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/ops_attention.h"
+#include "tests/kernels/ops_test_support.h"
+
+namespace strata::kernels::cuda::flash {
+namespace {
+
+using strata::kernels::testing::all_close;
+using strata::kernels::testing::random_floats;
+
+template <typename T>
+constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+
+// A host tensor of T: its 16-bit elements, and their values.
+template <typename T>
+struct HostTensor {
+  std::vector<uint16_t> bits;
+  explicit HostTensor(const std::vector<float>& values) : bits(values.size()) {
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = emulated::round_bits(values[i], kBf16<T>);
+  }
+  T* data() { return reinterpret_cast<T*>(bits.data()); }
+  std::vector<float> values() const {
+    std::vector<float> v(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = emulated::unpack_lo(bits[i], kBf16<T>);
+    return v;
+  }
+};
+
+std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+struct Case {
+  int64_t B, T_len, NH, NKV, HS;
+};
+
+// Tolerances of the gpu tests (cuda_gpu_test_support.h's reduction_tolerance): fp32 sums in another
+// order than the CPU's, one rounding of each output to T.
+template <typename T>
+std::pair<double, double> tolerance() {
+  if constexpr (kBf16<T>) return {3e-2, 2e-2};
+  return {7.5e-3, 5e-3};
+}
+
+// Everything one WarpRows choice computes for a case: out, lse, then dq, dk, dv without and with
+// scratch.
+template <typename T>
+std::vector<std::vector<float>> run_kernels(const Case& c, WarpRows rows, const std::vector<std::vector<float>>& in,
+                                            const std::vector<float>& out_ref, const std::vector<float>& lse_ref) {
+  const int64_t nq = c.B * c.T_len * c.NH * c.HS, nl = c.B * c.NH * c.T_len;
+  HostTensor<T> q(in[0]), k(in[1]), v(in[2]), dout(in[3]), out(std::vector<float>(static_cast<size_t>(nq)));
+  HostTensor<T> out_t(out_ref);
+  std::vector<float> lse(static_cast<size_t>(nl)), lse_in = lse_ref;
+  std::vector<std::vector<float>> results;
+  EXPECT_EQ(forward<T>(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
+                       rows),
+            cudaSuccess);
+  results.push_back(out.values());
+  results.push_back(lse);
+  for (const bool with_scratch : {false, true}) {
+    HostTensor<T> dq(in[4]), dk(in[5]), dv(in[6]);
+    std::vector<float> scratch(static_cast<size_t>(2 * nl), std::numeric_limits<float>::quiet_NaN());
+    EXPECT_EQ(backward<T>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out_t.data(),
+                          lse_in.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
+                          with_scratch ? scratch.data() : nullptr, with_scratch ? scratch.size() : 0, rows),
+              cudaSuccess);
+    results.push_back(dq.values());
+    results.push_back(dk.values());
+    results.push_back(dv.values());
+  }
+  return results;
+}
+
+template <typename T>
+class FlashAttentionEmulated : public ::testing::Test {};
+using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
+struct HalfTypeNames {
+  template <typename T>
+  static std::string GetName(int) {
+    return kBf16<T> ? "bf16" : "fp16";
+  }
+};
+TYPED_TEST_SUITE(FlashAttentionEmulated, HalfTypes, HalfTypeNames);
+
+TYPED_TEST(FlashAttentionEmulated, MatchesCpuAndEveryWarpRowsChoiceGivesTheSameBits) {
+  using T = TypeParam;
+  // T 1 and 65: one partial tile; 130 and 200: a partial 128-row block (warps whose rows all lie
+  // past T, warps that skip a block's last key tile or first query tile); NH / NKV 1, 2 and 3.
+  for (const Case c : {Case{1, 1, 2, 1, 64}, Case{2, 65, 4, 2, 64}, Case{1, 130, 2, 2, 64}, Case{1, 200, 3, 1, 64},
+                       Case{1, 70, 2, 1, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T_len << " NH " << c.NH << " NKV " << c.NKV
+                                      << " HS " << c.HS);
+    const int64_t nq = c.B * c.T_len * c.NH * c.HS, nkv = c.B * c.T_len * c.NKV * c.HS, nl = c.B * c.NH * c.T_len;
+    // Inputs, rounded to T: q, k (scores of a few units), v, dout, and the gradients' starting values.
+    std::vector<std::vector<float>> in;
+    const int64_t sizes[] = {nq, nkv, nkv, nq, nq, nkv, nkv};
+    for (int i = 0; i < 7; ++i) {
+      const float span = i < 2 ? 2.0f : 1.0f;
+      in.push_back(HostTensor<T>(random_floats(static_cast<size_t>(sizes[i]), 81 + i, -span, span)).values());
+    }
+    std::vector<float> out(static_cast<size_t>(nq)), lse(static_cast<size_t>(nl));
+    attention_forward(out.data(), lse.data(), in[0].data(), in[1].data(), in[2].data(), c.B, c.T_len, c.NH, c.NKV,
+                      c.HS);
+    const std::vector<float> out_t = HostTensor<T>(out).values();
+    std::vector<float> dq = in[4], dk = in[5], dv = in[6];
+    attention_backward(dq.data(), dk.data(), dv.data(), in[3].data(), in[0].data(), in[1].data(), in[2].data(),
+                       out_t.data(), lse.data(), c.B, c.T_len, c.NH, c.NKV, c.HS);
+
+    std::vector<WarpRows> choices = {WarpRows::m16};
+    if (c.HS == 64) choices.push_back(WarpRows::m32);
+    std::vector<std::vector<std::vector<float>>> runs;
+    for (const WarpRows rows : choices) runs.push_back(run_kernels<T>(c, rows, in, out_t, lse));
+
+    const auto [atol, rtol] = tolerance<T>();
+    const std::vector<float>* want[] = {&out, &lse, &dq, &dk, &dv};
+    const char* names[] = {"out", "lse", "dq", "dk", "dv", "dq (scratch)", "dk (scratch)", "dv (scratch)"};
+    for (size_t r = 0; r < runs.size(); ++r) {
+      SCOPED_TRACE(r == 0 ? "16 rows a warp" : "32 rows a warp");
+      ASSERT_EQ(runs[r].size(), 8u);
+      for (size_t i = 0; i < 8; ++i) {
+        const size_t w = i < 5 ? i : i - 3;
+        // lse: fp32 sums of exp2 instead of exp, in another order (relative 1e-5 of ~log(T) + 4).
+        const double a = w == 1 ? 2e-5 : atol, rt = w == 1 ? 2e-5 : rtol;
+        EXPECT_TRUE(all_close(runs[r][i], widen(*want[w]), a, rt)) << names[i];
+      }
+      for (size_t i = 2; i < 5; ++i)
+        EXPECT_EQ(std::memcmp(runs[r][i].data(), runs[r][i + 3].data(), runs[r][i].size() * sizeof(float)), 0)
+            << names[i] << ": the per-row scratch changed a bit";
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t i = 0; i < 8; ++i)
+        EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[r][i].data(), runs[0][i].size() * sizeof(float)), 0)
+            << names[i] << ": 32 rows a warp changed a bit";
+  }
+}
+
+TYPED_TEST(FlashAttentionEmulated, ThirtyTwoRowsAtHeadSize128IsRefused) {
+  using T = TypeParam;
+  std::vector<uint16_t> x(64 * 128);
+  std::vector<float> l(64);
+  T* p = reinterpret_cast<T*>(x.data());
+  EXPECT_EQ(forward<T>(p, l.data(), p, p, p, 1, 64, 1, 1, 128, nullptr, WarpRows::m32), cudaErrorInvalidValue);
+  EXPECT_EQ(backward<T>(p, p, p, p, p, p, p, p, l.data(), 1, 64, 1, 1, 128, nullptr, nullptr, 0, WarpRows::m32),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda::flash
