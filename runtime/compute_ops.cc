@@ -435,6 +435,31 @@ Status ComputeOps::crossentropy_backward_inplace(DType dt, void* logits_to_dlogi
   return queue_crossentropy_backward_inplace(dt, logits_to_dlogits, lse, targets, dloss, N, V, ldl);
 }
 
+Status ComputeOps::crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                                         kernels::CrossEntropyResult* result, void* logits_to_dlogits,
+                                                         const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                         int64_t logits_stride) {
+  OpArgs a(*this, "crossentropy_forward_backward_inplace");
+  a.activations(dt).sizes({{"N", N}, {"V", V}}).require(V >= 1, "vocabulary size V = {} must be at least 1", V);
+  const int64_t ldl = a.row_stride("logits_stride", logits_stride, "V", V);
+  a.tensor("lse", lse, 4, {N}).tensor("losses", losses, 4, {N});
+  a.tensor("result", result, sizeof(kernels::CrossEntropyResult), {1}, true);
+  a.strided("logits_to_dlogits", logits_to_dlogits, dt, N, V, ldl).tensor("targets", targets, 4, {N});
+  STRATA_RETURN_IF_ERROR(a.status());
+  return queue_crossentropy_forward_backward_inplace(dt, lse, losses, result, logits_to_dlogits, targets, dloss, N, V,
+                                                     ldl);
+}
+
+Status ComputeOps::queue_crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                                               kernels::CrossEntropyResult* result,
+                                                               void* logits_to_dlogits, const int32_t* targets,
+                                                               float dloss, int64_t N, int64_t V,
+                                                               int64_t logits_stride) {
+  STRATA_RETURN_IF_ERROR(
+      queue_crossentropy_forward(dt, lse, losses, result, logits_to_dlogits, targets, N, V, logits_stride));
+  return queue_crossentropy_backward_inplace(dt, logits_to_dlogits, lse, targets, dloss, N, V, logits_stride);
+}
+
 Status ComputeOps::cast(void* dst, DType to, const void* src, DType from, int64_t n) {
   OpArgs a(*this, "cast");
   a.float_format(to, "destination").float_format(from, "source").sizes({{"n", n}});

@@ -179,6 +179,13 @@ class ComputeOps {
   // The padding columns keep whatever they held.
   Status crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse, const int32_t* targets,
                                        float dloss, int64_t N, int64_t V, int64_t logits_stride = 0);
+  // crossentropy_forward, then crossentropy_backward_inplace with the lse it wrote: the same bits as
+  // the two calls. A backend may do both in one pass over each row (CUDA does: the logits read once,
+  // not twice); the default queues the two.
+  Status crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                               kernels::CrossEntropyResult* result, void* logits_to_dlogits,
+                                               const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                               int64_t logits_stride = 0);
 
   // ---- casts, gradient checks, optimizer (every backend: fp32, bf16, fp16) ---------------------
   // dst (n elements of `to`) = src (n elements of `from`), round to nearest even, NaN kept quiet
@@ -278,6 +285,11 @@ class ComputeOps {
   virtual Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
                                                      const int32_t* targets, float dloss, int64_t N, int64_t V,
                                                      int64_t logits_stride) = 0;
+  virtual Status queue_crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                                              kernels::CrossEntropyResult* result,
+                                                              void* logits_to_dlogits, const int32_t* targets,
+                                                              float dloss, int64_t N, int64_t V,
+                                                              int64_t logits_stride);
   virtual Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) = 0;
   virtual Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) = 0;
   virtual Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) = 0;

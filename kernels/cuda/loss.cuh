@@ -38,4 +38,13 @@ cudaError_t crossentropy_backward_inplace(T* logits_to_dlogits, const float* lse
                                           float dloss, int64_t N, int64_t V, cudaStream_t stream,
                                           int64_t logits_stride = 0);
 
+// crossentropy_forward, then crossentropy_backward_inplace with its lse, in one kernel: each row read
+// from memory once (staged in shared memory when its groups take at most 112 KiB) and written once,
+// where the two read it twice and write it once. The same bits.
+template <typename T>
+cudaError_t crossentropy_forward_backward_inplace(float* lse, float* losses, CrossEntropyResult* result,
+                                                  T* logits_to_dlogits, const int32_t* targets, float dloss,
+                                                  int64_t N, int64_t V, cudaStream_t stream,
+                                                  int64_t logits_stride = 0);
+
 }  // namespace strata::kernels::cuda

@@ -299,6 +299,20 @@ Status Transformer::release_head_table(size_t k) {
 // ---- forward -------------------------------------------------------------------------------------
 
 Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  return forward_pass(inputs, targets, B, T, std::nullopt);
+}
+
+Status Transformer::forward_with_loss_gradient(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                                               int64_t counted_targets, float grad_scale) {
+  if (counted_targets < 0 || counted_targets > B * T) {
+    return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
+                 counted_targets, B * T);
+  }
+  return forward_pass(inputs, targets, B, T, dloss_of(counted_targets, grad_scale, B * T));
+}
+
+Status Transformer::forward_pass(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                                 std::optional<float> dloss) {
   if (B < 1 || T < 1 || B > options_.batch || T > options_.seq_len) {
     return error(Code::invalid_argument,
                  "transformer '{}': forward on B={} T={} but buffers were sized for B<={} T<={}; create the model "
@@ -322,7 +336,7 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
     STRATA_RETURN_IF_ERROR(weights_->release(layer_chunk(l)));
   }
   STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
-  STRATA_RETURN_IF_ERROR(head_forward(head));
+  STRATA_RETURN_IF_ERROR(head_forward(head, dloss));
   return weights_->release(head_chunk());
 }
 
@@ -357,8 +371,10 @@ Status Transformer::embedding_forward_tile(size_t k, const GlobalParams& emb, co
 }
 
 // Final norm, head (tied to wte or lm_head) one table tile at a time into its columns of the
-// logits, then the fused cross-entropy -> mean loss on the device.
-Status Transformer::head_forward(std::byte* head) {
+// logits, then the fused cross-entropy -> mean loss on the device (and, given dloss, its gradient
+// over the logits in the same pass).
+Status Transformer::head_forward(std::byte* head, std::optional<float> dloss) {
+  dlogits_dloss_.reset();
   const int64_t N = B_ * T_, V = config_.vocab;
   GlobalParams g;
   bind_globals(g, head_chunk(), head);
@@ -375,8 +391,14 @@ Status Transformer::head_forward(std::byte* head) {
             norm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.n_layer), g.lnf_w, g.lnf_b));
       STRATA_RETURN_IF_ERROR(head_table_forward(head_table_chunk(k), table));
       if (k + 1 < tiles) return Status::ok();
-      return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits,
-                                       targets_, N, V, Vp);
+      if (!dloss) {
+        return ops_.crossentropy_forward(options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits,
+                                         targets_, N, V, Vp);
+      }
+      STRATA_RETURN_IF_ERROR(ops_.crossentropy_forward_backward_inplace(
+          options_.dtype, acts_.ce_lse, acts_.ce_losses, acts_.loss, acts_.logits, targets_, *dloss, N, V, Vp));
+      dlogits_dloss_ = dloss;
+      return Status::ok();
     }));
     STRATA_RETURN_IF_ERROR(release_head_table(k));
   }
@@ -503,8 +525,8 @@ Status Transformer::norm_forward(std::byte* out, float* mean, float* rstd, const
 
 // ---- backward ------------------------------------------------------------------------------------
 
-float Transformer::dloss_of(int64_t counted_targets, float grad_scale) const {
-  return grad_scale / float(counted_targets > 0 ? counted_targets : B_ * T_);
+float Transformer::dloss_of(int64_t counted_targets, float grad_scale, int64_t rows) {
+  return grad_scale / float(counted_targets > 0 ? counted_targets : rows);
 }
 
 Status Transformer::backward(int64_t counted_targets, float grad_scale) {
@@ -518,9 +540,17 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   }
   if (grad_sink_ == nullptr)
     return error(Code::failed_precondition, "transformer '{}': backward() without a gradient sink", config_.name);
+  const float dloss = dloss_of(counted_targets, grad_scale);
+  if (dlogits_dloss_ && *dlogits_dloss_ != dloss) {
+    return error(Code::failed_precondition,
+                 "transformer '{}': backward(counted_targets {}, grad_scale {}) gives a loss gradient of {} per "
+                 "target, but the forward wrote {} over the logits; pass forward_with_loss_gradient the same "
+                 "counted_targets and grad_scale",
+                 config_.name, counted_targets, grad_scale, dloss, *dlogits_dloss_);
+  }
   GradSink& sink = *grad_sink_;
   STRATA_ASSIGN_OR_RETURN(std::byte* head, acquire_chunk(head_chunk()));
-  STRATA_RETURN_IF_ERROR(head_backward(head, dloss_of(counted_targets, grad_scale), sink, /*stash=*/nullptr));
+  STRATA_RETURN_IF_ERROR(head_backward(head, dloss, sink, /*stash=*/nullptr));
   STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     if (layer_chunks_ > 1) {
@@ -542,8 +572,11 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
 Status Transformer::head_backward(std::byte* head, float dloss, GradSink& sink, std::byte* const* stash) {
   const int64_t N = B_ * T_, C = config_.dim, V = config_.vocab, L = config_.n_layer;
   const int64_t Vp = logits_stride();  // dlogits keep the logits' padded rows
-  STRATA_RETURN_IF_ERROR(
-      ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
+  if (!dlogits_dloss_) {  // else the forward wrote them (for this dloss: backward() checked)
+    STRATA_RETURN_IF_ERROR(
+        ops_.crossentropy_backward_inplace(options_.dtype, acts_.logits, acts_.ce_lse, targets_, dloss, N, V, Vp));
+  }
+  dlogits_dloss_.reset();
   const std::byte* dlogits = acts_.logits;
   GlobalParams p, g;
   bind_globals(p, head_chunk(), head);

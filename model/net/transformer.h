@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -185,6 +186,13 @@ class Transformer {
   // the mean loss over counted targets into loss_result(). invalid_argument if B or T exceed
   // the options or T > max_seq.
   Status forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // forward(), with the loss's gradient for the backward that follows written over the logits in
+  // the same pass (what backward() would write there first: the same bits; on CUDA the logits are
+  // read once instead of twice). The next backward() must pass the same counted_targets and
+  // grad_scale (failed_precondition otherwise). For a training micro-batch; evaluation keeps
+  // forward(), whose logits stay logits.
+  Status forward_with_loss_gradient(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                                    int64_t counted_targets, float grad_scale);
   // Queues the backward of the last forward, ACCUMULATING into the gradient sink's chunks. Each counted
   // row's loss gets gradient grad_scale / counted_targets (counted_targets 0 means B * T: no -1
   // targets). Micro-batch accumulation: pass grad_scale = 1 / micro_batches. Destroys logits().
@@ -302,15 +310,22 @@ class Transformer {
   using EmbeddingTileWork = std::function<Status(size_t k, const GlobalParams& emb, const GlobalParams& first)>;
   Status for_embedding_tiles(const EmbeddingTileWork& work);
   Status embedding_backward_tiles(GradSink& sink);
-  // The head's forward (final norm, logits by table tile, loss) from the acquired head chunk.
-  Status head_forward(std::byte* head);
+  // The head's forward (final norm, logits by table tile, loss) from the acquired head chunk; given
+  // `dloss`, the loss's gradient too, written over the logits (head_backward then starts from it).
+  Status head_forward(std::byte* head, std::optional<float> dloss = std::nullopt);
+  Status forward_pass(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                      std::optional<float> dloss);
   // The loss's and the head's backward into dres, from the acquired head chunk. `stash`: null, or
   // (tied) per table tile a device buffer the tile's gradient is written to instead of the sink.
   Status head_backward(std::byte* head, float dloss, GradSink& sink, std::byte* const* stash);
   // Layer l's recomputation (checkpointing, when `recompute`) and backward with its acquired
   // weights `w`, the gradient into the sink.
   Status layer_backward_step(int l, std::byte* w, GradSink& sink, bool recompute);
-  float dloss_of(int64_t counted_targets, float grad_scale) const;
+  // Each counted target's loss gradient: grad_scale / counted_targets (0: every one of `rows`).
+  static float dloss_of(int64_t counted_targets, float grad_scale, int64_t rows);
+  float dloss_of(int64_t counted_targets, float grad_scale) const {
+    return dloss_of(counted_targets, grad_scale, B_ * T_);
+  }
   // Layer-major: the activations carved for micro-batch k's (B, T), its residual stream, d
   // residual, inputs and targets.
   void use_micro_batch(const MicroBatch& mb, size_t k);
@@ -404,6 +419,9 @@ class Transformer {
   const int32_t* inputs_ = nullptr;   // of the last forward
   const int32_t* targets_ = nullptr;
   int64_t B_ = 0, T_ = 0;
+  // The dloss whose gradient the last head_forward wrote over the logits (forward_with_loss_gradient,
+  // layer-major); none: the logits hold logits.
+  std::optional<float> dlogits_dloss_;
 };
 
 }  // namespace strata::model

@@ -76,10 +76,12 @@ Status Transformer::step_layer_major(std::span<const MicroBatch> batches, float 
   }
   STRATA_RETURN_IF_ERROR(each([&](size_t k) -> Status {
     sink.set_last_micro_batch(k + 1 == K);
-    STRATA_RETURN_IF_ERROR(head_forward(head));
+    // The loss and its gradient over the logits in one pass (head_backward starts from them).
+    const float dloss = dloss_of(batches[k].counted_targets, grad_scale);
+    STRATA_RETURN_IF_ERROR(head_forward(head, dloss));
     if (hooks.loss_ready) STRATA_RETURN_IF_ERROR(hooks.loss_ready(k));
     std::byte* const* stash = config_.tied_head && k > 0 ? &tied_stash_[(k - 1) * tiles] : nullptr;
-    return head_backward(head, dloss_of(batches[k].counted_targets, grad_scale), sink, stash);
+    return head_backward(head, dloss, sink, stash);
   }));
   if (table_hold != nullptr) STRATA_RETURN_IF_ERROR(weights_->release(head_table_chunk(0)));
   STRATA_RETURN_IF_ERROR(weights_->release(head_chunk()));

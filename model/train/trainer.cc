@@ -482,11 +482,14 @@ StatusOr<StepResult> Trainer::step(const NextBatch& next) {
       // The first forward applies the previous step's pending update chunk by chunk, just before
       // each chunk is acquired (the model calls the optimizer's prepare(c)); then the gradient it
       // read is free to reset.
-      STRATA_RETURN_IF_ERROR(model_.forward(inputs_[0], targets_[0], batch.batch_size, batch.seq_len));
+      // The forward writes the loss's gradient over the logits too (one pass over them).
+      const float grad_scale = float(loss_scale / double(K));
+      STRATA_RETURN_IF_ERROR(model_.forward_with_loss_gradient(inputs_[0], targets_[0], batch.batch_size,
+                                                               batch.seq_len, counted, grad_scale));
       if (k == 0) STRATA_RETURN_IF_ERROR(begin_gradient());
       model_.grad_sink()->set_last_micro_batch(k + 1 == mine);
       STRATA_RETURN_IF_ERROR(queue_loss_copy(k));
-      STRATA_RETURN_IF_ERROR(model_.backward(counted, float(loss_scale / double(K))));
+      STRATA_RETURN_IF_ERROR(model_.backward(counted, grad_scale));
       r.tokens += uint64_t(counted);
     }
   }

@@ -387,6 +387,18 @@ Status CudaComputeOps::queue_crossentropy_backward_inplace(DType dt, void* logit
   });
 }
 
+Status CudaComputeOps::queue_crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                                                   kernels::CrossEntropyResult* result,
+                                                                   void* logits_to_dlogits, const int32_t* targets,
+                                                                   float dloss, int64_t N, int64_t V,
+                                                                   int64_t logits_stride) {
+  return launch(dt, "crossentropy_forward_backward_inplace", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kc::crossentropy_forward_backward_inplace(lse, losses, result, as<T>(logits_to_dlogits), targets, dloss, N,
+                                                     V, stream_, logits_stride);
+  });
+}
+
 Status CudaComputeOps::queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return STRATA_CUDA_STATUS(kc::convert(dst, format_of(to), src, format_of(from), static_cast<size_t>(n), stream_));

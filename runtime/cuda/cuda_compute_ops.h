@@ -102,6 +102,10 @@ class CudaComputeOps final : public ComputeOps {
   Status queue_crossentropy_backward_inplace(DType dt, void* logits_to_dlogits, const float* lse,
                                              const int32_t* targets, float dloss, int64_t N, int64_t V,
                                              int64_t logits_stride) override;
+  Status queue_crossentropy_forward_backward_inplace(DType dt, float* lse, float* losses,
+                                                      kernels::CrossEntropyResult* result, void* logits_to_dlogits,
+                                                      const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                                      int64_t logits_stride) override;
   Status queue_cast(void* dst, DType to, const void* src, DType from, int64_t n) override;
   Status queue_grad_norm_squared(float* sum_squares, const void* grad, DType format, int64_t n) override;
   Status queue_grad_check_finite(int32_t* all_finite, const void* grad, DType format, int64_t n) override;

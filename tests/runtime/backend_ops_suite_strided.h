@@ -194,6 +194,53 @@ TEST_P(StridedOpsTest, CrossEntropyWithPaddedRowsNeverTouchesThePadding) {
   expect_strided(logits, N, V, S, want_inplace, logits_p, logits_before, "strided in-place dlogits");
 }
 
+// The forward and the in-place backward in one call (one pass over each row on CUDA) against the
+// two calls, bit for bit: lse, losses, the result and the gradient over the logits, on packed and
+// on NaN-padded rows (the padding untouched by either), over vocabularies of several 16-byte
+// groups a thread with a ragged end -- 4099 (CUDA stages the row in shared memory under 48 KiB),
+// 30001 (over 48 KiB in 16 bits; over the staging limit in fp32: read twice) -- with targets at
+// both ends of a row and one ignored.
+TEST_P(StridedOpsTest, CrossEntropyForwardAndGradientInOneCallEqualTheTwoCalls) {
+  struct Rows {
+    int64_t V, stride;  // stride 0: packed
+  };
+  for (const Rows r : {Rows{4099, 0}, Rows{4099, 4160}, Rows{30001, 0}, Rows{30001, 30080}}) {
+    const int64_t N = 5, V = r.V, S = r.stride;
+    SCOPED_TRACE(::testing::Message() << "V " << V << (S == 0 ? ", packed rows" : ", padded rows"));
+    const std::vector<int32_t> ids = {7, -1, int32_t(V - 1), 0, int32_t(V / 2)};
+    const std::vector<double> values = random(N * V, -6.0, 6.0);
+    const float dloss = 0.125f;
+    Tensor two = S == 0 ? act(N * V, values) : padded(N, V, S, values, kPadNaN);
+    Tensor one = S == 0 ? act(N * V, values) : padded(N, V, S, values, kPadNaN);
+    Tensor targets = ints(ids), lse2 = f32(N), losses2 = f32(N), lse1 = f32(N), losses1 = f32(N);
+    Tensor result2 = tensor(DType::u8, sizeof(kernels::CrossEntropyResult));
+    Tensor result1 = tensor(DType::u8, sizeof(kernels::CrossEntropyResult));
+    ASSERT_TRUE(ops()
+                    .crossentropy_forward(dt(), lse2.f(), losses2.f(),
+                                          static_cast<kernels::CrossEntropyResult*>(result2.data), two.data,
+                                          targets.i(), N, V, S)
+                    .is_ok());
+    ASSERT_TRUE(
+        ops().crossentropy_backward_inplace(dt(), two.data, lse2.f(), targets.i(), dloss, N, V, S).is_ok());
+    ASSERT_TRUE(ops()
+                    .crossentropy_forward_backward_inplace(dt(), lse1.f(), losses1.f(),
+                                                           static_cast<kernels::CrossEntropyResult*>(result1.data),
+                                                           one.data, targets.i(), dloss, N, V, S)
+                    .is_ok());
+    EXPECT_EQ(read_bytes(lse1), read_bytes(lse2)) << "lse";
+    EXPECT_EQ(read_bytes(losses1), read_bytes(losses2)) << "losses";
+    EXPECT_EQ(read_bytes(result1), read_bytes(result2)) << "loss sum, count and mean";
+    EXPECT_EQ(read_bytes(one), read_bytes(two)) << "the gradient over the logits (and their padding)";
+    // And it is a gradient: row 2's (target V - 1, the last column) sums to ~0 over the row.
+    const std::vector<double> d = read(one);
+    const int64_t ld = S == 0 ? V : S;
+    double row_sum = 0.0;
+    for (int64_t i = 0; i < V; ++i) row_sum += d[2 * ld + i];
+    EXPECT_NEAR(row_sum, 0.0, 1e-2) << "softmax - onehot sums to 0";
+    EXPECT_LT(d[2 * ld + V - 1], 0.0) << "the target's term is negative";
+  }
+}
+
 // A row stride below the row length, and a strided span past its block, are invalid_argument
 // naming the argument, and queue nothing.
 TEST_P(StridedOpsTest, BadRowStridesAreInvalidArgument) {

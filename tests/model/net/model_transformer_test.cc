@@ -1,7 +1,8 @@
 // The Transformer's error paths and initialisation (model/net/transformer.h): budgets, batch limits,
 // call order, loading the wrong checkpoint, unknown names, that init() gives a model whose
-// first loss is ln(V) (near-uniform logits) deterministically in the seed, and that the logits'
-// padded rows (padded_vocab) carry the loss exactly while their padding is never written.
+// first loss is ln(V) (near-uniform logits) deterministically in the seed, that the logits'
+// padded rows (padded_vocab) carry the loss exactly while their padding is never written, and that
+// forward_with_loss_gradient + backward gives forward + backward's loss and gradients bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -211,6 +212,86 @@ TEST(TransformerTest, PaddedLogitsRowsCarryTheLossAndLeaveThePadding) {
   double norm = 0.0;
   for (float g : dwte) norm += double(g) * g;
   EXPECT_TRUE(std::isfinite(norm) && norm > 0.0) << norm;
+  EXPECT_TRUE(backend->release(dev).is_ok());
+}
+
+// The loss's gradient written by the forward (forward_with_loss_gradient) against the backward's
+// own: the same loss, the same dlogits (padding untouched) and the same gradient of every parameter
+// checked, bit for bit; a backward with another loss gradient is refused and names both; a plain
+// forward after it trains as before.
+TEST(TransformerTest, ForwardWithLossGradientEqualsForwardThenBackward) {
+  auto backend = cpu_backend();
+  ModelConfig c = expect_value(model_preset("gpt2-tiny"));
+  c.vocab = 250;  // padded logits rows, as GPT-2's
+  const int64_t B = 2, T = 16, N = B * T;
+  auto model = expect_value(Transformer::create(*backend, c, {.batch = B, .seq_len = T}));
+  ASSERT_TRUE(model->init(5).is_ok());
+  std::vector<int32_t> ids(2 * N);
+  int64_t counted = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    ids[i] = int32_t((i * 41) % c.vocab);
+    ids[N + i] = i % 7 == 3 ? kernels::kIgnoreTarget : int32_t((i * 29 + 5) % c.vocab);
+    counted += ids[N + i] != kernels::kIgnoreTarget;
+  }
+  auto* dev = static_cast<int32_t*>(expect_value(backend->allocate(2 * N * 4, "tokens")));
+  ASSERT_TRUE(backend->copy_to_device(dev, ids.data(), 2 * N * 4, Stream::h2d).is_ok());
+  ASSERT_TRUE(backend->synchronize(Stream::h2d).is_ok());
+  const float grad_scale = 0.375f;
+  const std::vector<std::string> checked = {"transformer.wte.weight", "transformer.wpe.weight",
+                                            "transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_fc.bias",
+                                            "transformer.ln_f.weight"};
+  struct Run {
+    kernels::CrossEntropyResult loss;
+    std::vector<uint8_t> dlogits;
+    std::vector<std::vector<float>> grads;
+  };
+  const auto run = [&](bool fused) {
+    Run r;
+    EXPECT_TRUE(model->zero_grad().is_ok());
+    EXPECT_TRUE((fused ? model->forward_with_loss_gradient(dev, dev + N, B, T, counted, grad_scale)
+                       : model->forward(dev, dev + N, B, T))
+                    .is_ok());
+    r.loss = expect_value(model->read_loss());
+    EXPECT_TRUE(model->backward(counted, grad_scale).is_ok());
+    r.dlogits.resize(size_t(N * model->logits_stride() * 4));
+    EXPECT_TRUE(backend->synchronize(Stream::compute).is_ok());
+    EXPECT_TRUE(backend->copy_to_host(r.dlogits.data(), model->activations().logits, r.dlogits.size(), Stream::d2h)
+                    .is_ok());
+    EXPECT_TRUE(backend->synchronize(Stream::d2h).is_ok());
+    for (const std::string& name : checked)
+      r.grads.push_back(expect_value(model->copy_parameter_to_host(name, ParamState::gradients)));
+    return r;
+  };
+  const Run plain = run(false), fused = run(true);
+  EXPECT_EQ(std::memcmp(&plain.loss, &fused.loss, sizeof(plain.loss)), 0) << "the loss";
+  EXPECT_EQ(plain.dlogits, fused.dlogits) << "dlogits (and the padding)";
+  for (size_t i = 0; i < checked.size(); ++i) {
+    EXPECT_EQ(plain.grads[i], fused.grads[i]) << checked[i];
+    double norm = 0.0;
+    for (float g : fused.grads[i]) norm += double(g) * g;
+    EXPECT_GT(norm, 0.0) << checked[i] << ": a gradient that cannot tell";
+  }
+
+  // The forward itself leaves dlogits: each counted row of softmax - onehot (times dloss) sums to 0.
+  ASSERT_TRUE(model->forward_with_loss_gradient(dev, dev + N, B, T, counted, grad_scale).is_ok());
+  const int64_t Vp = model->logits_stride();
+  std::vector<float> held(size_t(N * Vp));
+  ASSERT_TRUE(backend->synchronize(Stream::compute).is_ok());
+  ASSERT_TRUE(backend->copy_to_host(held.data(), model->activations().logits, held.size() * 4, Stream::d2h).is_ok());
+  ASSERT_TRUE(backend->synchronize(Stream::d2h).is_ok());
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0.0;
+    for (int64_t v = 0; v < c.vocab; ++v) sum += held[size_t(n * Vp + v)];
+    EXPECT_NEAR(sum, 0.0, 1e-5) << "row " << n << " after forward_with_loss_gradient";
+  }
+  const Status other = model->backward(counted, 2 * grad_scale);
+  EXPECT_EQ(other.code(), Code::failed_precondition);
+  EXPECT_NE(other.message().find("forward_with_loss_gradient the same counted_targets and grad_scale"),
+            std::string::npos)
+      << other.to_string();
+  EXPECT_EQ(model->forward_with_loss_gradient(dev, dev + N, B, T, N + 1, grad_scale).code(), Code::invalid_argument);
+  const Run again = run(false);
+  EXPECT_EQ(again.dlogits, plain.dlogits) << "a plain forward after a refused backward";
   EXPECT_TRUE(backend->release(dev).is_ok());
 }
 
