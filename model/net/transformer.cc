@@ -304,10 +304,7 @@ Status Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
 
 Status Transformer::forward_with_loss_gradient(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                                                int64_t counted_targets, float grad_scale) {
-  if (counted_targets < 0 || counted_targets > B * T) {
-    return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
-                 counted_targets, B * T);
-  }
+  STRATA_RETURN_IF_ERROR(check_counted_targets(counted_targets, B * T));
   return forward_pass(inputs, targets, B, T, dloss_of(counted_targets, grad_scale, B * T));
 }
 
@@ -525,6 +522,12 @@ Status Transformer::norm_forward(std::byte* out, float* mean, float* rstd, const
 
 // ---- backward ------------------------------------------------------------------------------------
 
+Status Transformer::check_counted_targets(int64_t counted_targets, int64_t rows) const {
+  if (counted_targets >= 0 && counted_targets <= rows) return Status::ok();
+  return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
+               counted_targets, rows);
+}
+
 float Transformer::dloss_of(int64_t counted_targets, float grad_scale, int64_t rows) {
   return grad_scale / float(counted_targets > 0 ? counted_targets : rows);
 }
@@ -533,11 +536,7 @@ Status Transformer::backward(int64_t counted_targets, float grad_scale) {
   if (inputs_ == nullptr) {
     return error(Code::failed_precondition, "transformer '{}': backward() before any forward()", config_.name);
   }
-  const int64_t N = B_ * T_;
-  if (counted_targets < 0 || counted_targets > N) {
-    return error(Code::invalid_argument, "transformer '{}': counted_targets {} outside [0, B*T = {}]", config_.name,
-                 counted_targets, N);
-  }
+  STRATA_RETURN_IF_ERROR(check_counted_targets(counted_targets, B_ * T_));
   if (grad_sink_ == nullptr)
     return error(Code::failed_precondition, "transformer '{}': backward() without a gradient sink", config_.name);
   const float dloss = dloss_of(counted_targets, grad_scale);

@@ -321,6 +321,8 @@ class Transformer {
   // Layer l's recomputation (checkpointing, when `recompute`) and backward with its acquired
   // weights `w`, the gradient into the sink.
   Status layer_backward_step(int l, std::byte* w, GradSink& sink, bool recompute);
+  // invalid_argument unless 0 <= counted_targets <= rows (B * T).
+  Status check_counted_targets(int64_t counted_targets, int64_t rows) const;
   // Each counted target's loss gradient: grad_scale / counted_targets (0: every one of `rows`).
   static float dloss_of(int64_t counted_targets, float grad_scale, int64_t rows);
   float dloss_of(int64_t counted_targets, float grad_scale) const {

@@ -36,12 +36,12 @@ template <typename T>
 struct HostTensor {
   std::vector<uint16_t> bits;
   explicit HostTensor(const std::vector<float>& values) : bits(values.size()) {
-    for (size_t i = 0; i < values.size(); ++i) bits[i] = emulated::round_bits(values[i], kBf16<T>);
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(emulated::kFormat<T>, values[i]);
   }
   T* data() { return reinterpret_cast<T*>(bits.data()); }
   std::vector<float> values() const {
     std::vector<float> v(bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) v[i] = emulated::unpack_lo(bits[i], kBf16<T>);
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = half_to_float(emulated::kFormat<T>, bits[i]);
     return v;
   }
 };

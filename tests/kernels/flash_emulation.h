@@ -7,8 +7,9 @@
 //     __shfl_xor_sync; the block's dynamic shared memory (fresh, poisoned with 0xA5, per block);
 //   - flash_primitives.cuh's names: mma.sync m16n8k16 (A row-major, B column-major, fp32 sums in
 //     k order: not the tensor cores' order, so not their bits), the cvt packing (round to nearest
-//     even), ex2.approx.ftz (exp2f, results below 2^-126 flushed), ldmatrix .x4 and .x4.trans
-//     (each lane's row address, the PTX ISA's fragment layouts), cp.async (each committed group
+//     even: kernels/cpu/half.h's conversions), ex2.approx.ftz (exp2f, results below 2^-126
+//     flushed), ldmatrix .x4 and .x4.trans (each lane's row address, the PTX ISA's fragment
+//     layouts), cp.async (each committed group
 //     lands, by a seeded coin, at once or only at the cp.async.wait_group that lets it: the
 //     earliest and the latest the hardware may, so a copy into a buffer still read and a read
 //     before its wait both show), and the launch itself;
@@ -32,6 +33,8 @@
 #include <functional>
 #include <random>
 #include <vector>
+
+#include "kernels/cpu/half.h"
 
 namespace strata::emulation {
 
@@ -237,32 +240,21 @@ V __shfl_xor_sync(unsigned /*mask: all lanes*/, V value, int lane_mask) {
   const auto all = ::strata::emulation::warp_exchange(value);
   return all[static_cast<size_t>(::strata::emulation::lane_id() ^ lane_mask)];
 }
-inline float __uint_as_float(unsigned x) {
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned x;
-  std::memcpy(&x, &f, sizeof x);
-  return x;
-}
+inline float __uint_as_float(unsigned x) { return ::strata::kernels::bits_float(x); }
+inline unsigned __float_as_uint(float f) { return ::strata::kernels::float_bits(f); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 
 namespace strata::kernels::cuda::flash {
 
 namespace emulated {
-inline float unpack_lo(uint32_t v, bool bf16) {
-  const uint16_t h = static_cast<uint16_t>(v & 0xffffu);
-  return bf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16) : __half2float(__ushort_as_half(h));
-}
-inline float unpack_hi(uint32_t v, bool bf16) { return unpack_lo(v >> 16, bf16); }
-inline uint16_t round_bits(float x, bool bf16) {
-  if (bf16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  return __half_as_ushort(__float2half_rn(x));
-}
+// The 16-bit format of T (kernels/cpu/half.h's conversions are the rounding the hardware's cvt.rn does).
+template <typename T>
+constexpr FloatFormat kFormat = std::is_same_v<T, __nv_bfloat16> ? FloatFormat::bf16 : FloatFormat::f16;
+// The low and high halves of a packed pair, as floats.
+inline float unpack_lo(uint32_t v, FloatFormat f) { return half_to_float(f, static_cast<uint16_t>(v & 0xffffu)); }
+inline float unpack_hi(uint32_t v, FloatFormat f) { return unpack_lo(v >> 16, f); }
 // d += A (16 x 16) . B (16 x 8): the operands gathered from the warp's fragments.
-inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, FloatFormat format) {
   struct Frag {
     uint32_t a[4], b[2];
   };
@@ -273,13 +265,13 @@ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
     const Frag& f = all[static_cast<size_t>(lane)];
     const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
     for (int r = 0; r < 4; ++r) {
-      A[rows[r]][cols[r]] = unpack_lo(f.a[r], bf16);
-      A[rows[r]][cols[r] + 1] = unpack_hi(f.a[r], bf16);
+      A[rows[r]][cols[r]] = unpack_lo(f.a[r], format);
+      A[rows[r]][cols[r] + 1] = unpack_hi(f.a[r], format);
     }
-    B[2 * t][g] = unpack_lo(f.b[0], bf16);
-    B[2 * t + 1][g] = unpack_hi(f.b[0], bf16);
-    B[2 * t + 8][g] = unpack_lo(f.b[1], bf16);
-    B[2 * t + 9][g] = unpack_hi(f.b[1], bf16);
+    B[2 * t][g] = unpack_lo(f.b[0], format);
+    B[2 * t + 1][g] = unpack_hi(f.b[0], format);
+    B[2 * t + 8][g] = unpack_lo(f.b[1], format);
+    B[2 * t + 9][g] = unpack_hi(f.b[1], format);
   }
   const int lane = ::strata::emulation::lane_id(), g = lane >> 2, t = lane & 3;
   for (int e = 0; e < 4; ++e) {
@@ -311,13 +303,12 @@ inline void ldmatrix(uint32_t (&r)[4], const void* p, bool transposed) {
 
 template <typename T>
 struct Mma {
-  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    emulated::mma(d, a, b0, b1, kBf16);
+    emulated::mma(d, a, b0, b1, emulated::kFormat<T>);
   }
   static uint32_t pack(float lo, float hi) {
-    return static_cast<uint32_t>(emulated::round_bits(lo, kBf16)) |
-           (static_cast<uint32_t>(emulated::round_bits(hi, kBf16)) << 16);
+    return static_cast<uint32_t>(float_to_half(emulated::kFormat<T>, lo)) |
+           (static_cast<uint32_t>(float_to_half(emulated::kFormat<T>, hi)) << 16);
   }
 };
 inline float fast_exp2(float x) {
