@@ -154,7 +154,9 @@ Status ComputeOps::matmul_backward_input_sum(DType dt, void* dinp, std::span<con
   a.require(!terms.empty() && terms.size() <= kMaxInputGradTerms, "{} terms; give 1 to {}", terms.size(),
             kMaxInputGradTerms);
   for (const InputGradTerm& t : terms) {
-    a.sizes({{"OC", t.OC}}).tensor("dout", t.dout, dt, {N, t.OC}).tensor("weight", t.weight, dt, {t.OC, C});
+    a.sizes({{"OC", t.OC}});
+    const int64_t ldd = a.row_stride("dout_stride", t.dout_stride, "OC", t.OC);
+    a.strided("dout", t.dout, dt, N, t.OC, ldd).tensor("weight", t.weight, dt, {t.OC, C});
     a.require(t.dout != dinp && t.weight != dinp, "a term's dout or weight aliases dinp");
   }
   STRATA_RETURN_IF_ERROR(a.status());
@@ -352,49 +354,56 @@ void check_attention_args(OpArgs& a, int64_t B, int64_t T, int64_t NH, int64_t N
 }  // namespace
 
 Status ComputeOps::rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                                float theta, int64_t pos_offset) {
+                                float theta, int64_t pos_offset, int64_t stride) {
   OpArgs a(*this, "rope_forward");
   a.activations(dt);
   check_rope_args(a, B, T, NH, HS, theta, pos_offset);
-  a.tensor("out", out, dt, {B, T, NH, HS}).tensor("inp", inp, dt, {B, T, NH, HS});
+  const int64_t ld = a.row_stride("stride", stride, "NH * HS", NH * HS);
+  a.strided("out", out, dt, B * T, NH * HS, ld).strided("inp", inp, dt, B * T, NH * HS, ld);
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_rope_forward(dt, out, inp, B, T, NH, HS, theta, pos_offset);
+  return queue_rope_forward(dt, out, inp, B, T, NH, HS, theta, pos_offset, stride);
 }
 
 Status ComputeOps::rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
-                                 int64_t HS, float theta, int64_t pos_offset) {
+                                 int64_t HS, float theta, int64_t pos_offset, int64_t stride) {
   OpArgs a(*this, "rope_backward");
   a.activations(dt);
   check_rope_args(a, B, T, NH, HS, theta, pos_offset);
-  a.tensor("dinp", dinp, dt, {B, T, NH, HS}).tensor("dout", dout, dt, {B, T, NH, HS});
-  a.require(dinp != dout || B * T * NH * HS == 0, "dinp must not alias dout");
+  const int64_t ld = a.row_stride("stride", stride, "NH * HS", NH * HS);
+  a.strided("dinp", dinp, dt, B * T, NH * HS, ld).strided("dout", dout, dt, B * T, NH * HS, ld);
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_rope_backward(dt, dinp, dout, B, T, NH, HS, theta, pos_offset);
+  return queue_rope_backward(dt, dinp, dout, B, T, NH, HS, theta, pos_offset, stride);
 }
 
 Status ComputeOps::attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v,
-                                     int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                                     int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
   OpArgs a(*this, "attention_forward");
   a.activations(dt);
   check_attention_args(a, B, T, NH, NKV, HS);
-  a.tensor("out", out, dt, {B, T, NH, HS}).tensor("lse", lse, 4, {B, NH, T}).tensor("q", q, dt, {B, T, NH, HS});
-  a.tensor("k", k, dt, {B, T, NKV, HS}).tensor("v", v, dt, {B, T, NKV, HS});
+  const int64_t q_ld = a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);
+  const int64_t kv_ld = qkv_stride != 0 ? q_ld : NKV * HS;
+  a.tensor("out", out, dt, {B, T, NH, HS}).tensor("lse", lse, 4, {B, NH, T});
+  a.strided("q", q, dt, B * T, NH * HS, q_ld).strided("k", k, dt, B * T, NKV * HS, kv_ld);
+  a.strided("v", v, dt, B * T, NKV * HS, kv_ld);
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_attention_forward(dt, out, lse, q, k, v, B, T, NH, NKV, HS);
+  return queue_attention_forward(dt, out, lse, q, k, v, B, T, NH, NKV, HS, qkv_stride);
 }
 
 Status ComputeOps::attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                       const void* k, const void* v, const void* out, const float* lse, int64_t B,
-                                      int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                                      int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
   OpArgs a(*this, "attention_backward");
   a.activations(dt);
   check_attention_args(a, B, T, NH, NKV, HS);
-  a.tensor("dq", dq, dt, {B, T, NH, HS}).tensor("dk", dk, dt, {B, T, NKV, HS});
-  a.tensor("dv", dv, dt, {B, T, NKV, HS}).tensor("dout", dout, dt, {B, T, NH, HS});
-  a.tensor("q", q, dt, {B, T, NH, HS}).tensor("k", k, dt, {B, T, NKV, HS}).tensor("v", v, dt, {B, T, NKV, HS});
+  const int64_t q_ld = a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);
+  const int64_t kv_ld = qkv_stride != 0 ? q_ld : NKV * HS;
+  a.strided("dq", dq, dt, B * T, NH * HS, q_ld).strided("dk", dk, dt, B * T, NKV * HS, kv_ld);
+  a.strided("dv", dv, dt, B * T, NKV * HS, kv_ld).tensor("dout", dout, dt, {B, T, NH, HS});
+  a.strided("q", q, dt, B * T, NH * HS, q_ld).strided("k", k, dt, B * T, NKV * HS, kv_ld);
+  a.strided("v", v, dt, B * T, NKV * HS, kv_ld);
   a.tensor("out", out, dt, {B, T, NH, HS}).tensor("lse", lse, 4, {B, NH, T});
   STRATA_RETURN_IF_ERROR(a.status());
-  return queue_attention_backward(dt, dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS);
+  return queue_attention_backward(dt, dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, qkv_stride);
 }
 
 Status ComputeOps::crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,

@@ -50,11 +50,13 @@ namespace strata {
 enum class GradStore : uint8_t { add, overwrite };
 
 // One projection's share of an input gradient (matmul_backward_input_sum): dout (N, OC) @ weight
-// (OC, C), both `dt` elements, packed rows.
+// (OC, C), both `dt` elements; dout's rows start dout_stride elements apart (0 means OC, else >=
+// OC), so the terms may be column blocks of one tensor (the fused q, k, v projection's gradient).
 struct InputGradTerm {
   const void* dout = nullptr;
   const void* weight = nullptr;
   int64_t OC = 0;
+  int64_t dout_stride = 0;
 };
 
 class ComputeOps {
@@ -82,7 +84,9 @@ class ComputeOps {
   // gradient of projections that share one input (q, k and v). In a 16-bit type it is formed in
   // fp32 over all the terms and rounded once, where one matmul_backward per term would round after
   // each; an fp32 dinp is its own accumulator (one fp32 add per term, as separate calls). 1 to
-  // kMaxInputGradTerms terms, none aliasing dinp.
+  // kMaxInputGradTerms terms, none aliasing dinp. The CPU backend sums term by term (one sgemm
+  // each, so the layout never changes its bits); the CUDA backend runs adjacent terms (column
+  // blocks of one dout in the same rows, row blocks of one weight) as one GEMM over their joined K.
   static constexpr size_t kMaxInputGradTerms = 4;
   Status matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N, int64_t C,
                                    GradStore dinp_store = GradStore::add);
@@ -149,20 +153,27 @@ class ComputeOps {
                                   int64_t C, int64_t V, int64_t row_begin = 0);
 
   // ---- rotary embedding over (B, T, NH, HS), "rotate half" pairing, HS even, theta > 0 ----------
-  // Position of row t is pos_offset + t (pos_offset >= 0). out may equal inp. dinp += inverse.
+  // Position of row t is pos_offset + t (pos_offset >= 0). out may equal inp. dinp = the inverse
+  // rotation of dout, overwritten; dinp may equal dout. stride: the row stride in elements between
+  // consecutive positions (b, t) of both tensors (0 means NH * HS, else >= NH * HS), so q or k may
+  // be a column block of the fused projection's output; other columns are never touched.
   Status rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                      float theta, int64_t pos_offset);
+                      float theta, int64_t pos_offset, int64_t stride = 0);
   Status rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                       float theta, int64_t pos_offset);
+                       float theta, int64_t pos_offset, int64_t stride = 0);
 
   // ---- causal attention, grouped-query heads (NH % NKV == 0), scale 1 / sqrt(HS) ---------------
   // q, out (B, T, NH, HS); k, v (B, T, NKV, HS); lse (B, NH, T) fp32 saved for the backward.
+  // qkv_stride (both): the row stride in elements between consecutive positions (b, t) of q, k, v,
+  // dq, dk and dv, so that they may be column blocks of one (B * T, qkv_stride) tensor (the fused
+  // projection's output); 0 means packed, else >= NH * HS. out, dout and lse are always packed. The
+  // values never depend on it.
   Status attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v, int64_t B,
-                           int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                           int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride = 0);
   // dq +=, dk +=, dv += (none may be null) given dout and the forward's out and lse.
   Status attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
                             const void* v, const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                            int64_t NKV, int64_t HS);
+                            int64_t NKV, int64_t HS, int64_t qkv_stride = 0);
 
   // ---- fused softmax cross-entropy over logits (N, V), V >= 1, targets (N) ----------------------
   // logits_stride: the row stride of logits and dlogits in elements (0 means V, else >= V); the
@@ -266,16 +277,18 @@ class ComputeOps {
                                                int64_t N, int64_t C, int64_t V, int64_t row_begin) = 0;
   virtual Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens,
                                                 int64_t N, int64_t C, int64_t V, int64_t row_begin) = 0;
+  // stride and qkv_stride as the public op's (0: packed), checked.
   virtual Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
-                                    int64_t HS, float theta, int64_t pos_offset) = 0;
+                                    int64_t HS, float theta, int64_t pos_offset, int64_t stride) = 0;
   virtual Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
-                                     int64_t HS, float theta, int64_t pos_offset) = 0;
+                                     int64_t HS, float theta, int64_t pos_offset, int64_t stride) = 0;
   virtual Status queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k,
-                                         const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                         int64_t HS) = 0;
+                                         const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                         int64_t qkv_stride) = 0;
   virtual Status queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                           const void* k, const void* v, const void* out, const float* lse,
-                                          int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) = 0;
+                                          int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                          int64_t qkv_stride) = 0;
   virtual Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
                                             const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                             int64_t logits_stride) = 0;

@@ -111,7 +111,7 @@ Status CpuComputeOps::queue_matmul_backward(DType dt, void* dinp, void* dweight,
 Status CpuComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms,
                                                       int64_t N, int64_t C, GradStore dinp_store) {
   for (const InputGradTerm& t : terms) {
-    STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward_input_sum", N, C, t.OC, 0));
+    STRATA_RETURN_IF_ERROR(check_blas_dims("matmul_backward_input_sum", N, C, t.OC, t.dout_stride));
   }
   // The queued work outlives `terms`: a copy (at most kMaxInputGradTerms, checked by the caller).
   std::array<InputGradTerm, kMaxInputGradTerms> held{};
@@ -120,8 +120,9 @@ Status CpuComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std:
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
     float* d = grad_view(a, dinp, N * C, dinp_store);
     for (const InputGradTerm& t : std::span(held.data(), count)) {
-      kernels::matmul_backward(d, nullptr, nullptr, a.in(t.dout, N * t.OC), nullptr, a.in(t.weight, t.OC * C), N, C,
-                               t.OC);
+      const int64_t ldd = t.dout_stride != 0 ? t.dout_stride : t.OC;
+      kernels::matmul_backward(d, nullptr, nullptr, a.in_rows(t.dout, N, t.OC, ldd), nullptr,
+                               a.in(t.weight, t.OC * C), N, C, t.OC, ldd);
     }
   });
 }
@@ -271,38 +272,50 @@ Status CpuComputeOps::queue_token_embedding_backward(DType dt, void* dwte, const
   });
 }
 
+// RoPE and attention take rows (b, t) `stride` elements apart: the widened views keep that layout
+// and convert only each row's own columns, so q, k and v (and dq, dk, dv), column blocks of one
+// tensor, are each widened and narrowed without touching the others.
 Status CpuComputeOps::queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH,
-                                         int64_t HS, float theta, int64_t pos_offset) {
-  const int64_t n = B * T * NH * HS;
+                                         int64_t HS, float theta, int64_t pos_offset, int64_t stride) {
+  const int64_t rows = B * T, cols = NH * HS, ld = stride != 0 ? stride : cols;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::rope_forward(a.out(out, n), a.in(inp, n), B, T, NH, HS, theta, pos_offset);
+    kernels::rope_forward(a.out_rows(out, rows, cols, ld), a.in_rows(inp, rows, cols, ld), B, T, NH, HS, theta,
+                          pos_offset, ld);
   });
 }
 
 Status CpuComputeOps::queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH,
-                                          int64_t HS, float theta, int64_t pos_offset) {
-  const int64_t n = B * T * NH * HS;
+                                          int64_t HS, float theta, int64_t pos_offset, int64_t stride) {
+  const int64_t rows = B * T, cols = NH * HS, ld = stride != 0 ? stride : cols;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::rope_backward(a.inout(dinp, n), a.in(dout, n), B, T, NH, HS, theta, pos_offset);
+    kernels::rope_backward(a.out_rows(dinp, rows, cols, ld), a.in_rows(dout, rows, cols, ld), B, T, NH, HS, theta,
+                           pos_offset, ld);
   });
 }
 
 Status CpuComputeOps::queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k,
-                                              const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                              int64_t HS) {
-  const int64_t nq = B * T * NH * HS, nkv = B * T * NKV * HS;
+                                              const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                              int64_t qkv_stride) {
+  const int64_t rows = B * T, qc = NH * HS, kvc = NKV * HS;
+  const int64_t q_ld = qkv_stride != 0 ? qkv_stride : qc, kv_ld = qkv_stride != 0 ? qkv_stride : kvc;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::attention_forward(a.out(out, nq), lse, a.in(q, nq), a.in(k, nkv), a.in(v, nkv), B, T, NH, NKV, HS);
+    kernels::attention_forward(a.out(out, rows * qc), lse, a.in_rows(q, rows, qc, q_ld), a.in_rows(k, rows, kvc, kv_ld),
+                               a.in_rows(v, rows, kvc, kv_ld), B, T, NH, NKV, HS, qkv_stride);
   });
 }
 
 Status CpuComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                                const void* k, const void* v, const void* out, const float* lse,
-                                               int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  const int64_t nq = B * T * NH * HS, nkv = B * T * NKV * HS;
+                                               int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                               int64_t qkv_stride) {
+  const int64_t rows = B * T, qc = NH * HS, kvc = NKV * HS;
+  const int64_t q_ld = qkv_stride != 0 ? qkv_stride : qc, kv_ld = qkv_stride != 0 ? qkv_stride : kvc;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
-    kernels::attention_backward(a.inout(dq, nq), a.inout(dk, nkv), a.inout(dv, nkv), a.in(dout, nq), a.in(q, nq),
-                                a.in(k, nkv), a.in(v, nkv), a.in(out, nq), lse, B, T, NH, NKV, HS);
+    kernels::attention_backward(a.inout_rows(dq, rows, qc, q_ld), a.inout_rows(dk, rows, kvc, kv_ld),
+                                a.inout_rows(dv, rows, kvc, kv_ld), a.in(dout, rows * qc),
+                                a.in_rows(q, rows, qc, q_ld), a.in_rows(k, rows, kvc, kv_ld),
+                                a.in_rows(v, rows, kvc, kv_ld), a.in(out, rows * qc), lse, B, T, NH, NKV, HS,
+                                qkv_stride);
   });
 }
 

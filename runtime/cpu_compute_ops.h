@@ -54,14 +54,15 @@ class CpuComputeOps final : public ComputeOps {
   Status queue_token_embedding_backward(DType dt, void* dwte, const void* dout, const int32_t* tokens, int64_t N,
                                         int64_t C, int64_t V, int64_t row_begin) override;
   Status queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                            float theta, int64_t pos_offset) override;
+                            float theta, int64_t pos_offset, int64_t stride) override;
   Status queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             float theta, int64_t pos_offset) override;
+                             float theta, int64_t pos_offset, int64_t stride) override;
   Status queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v,
-                                 int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) override;
+                                 int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                 int64_t qkv_stride) override;
   Status queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                   const void* k, const void* v, const void* out, const float* lse, int64_t B,
-                                  int64_t T, int64_t NH, int64_t NKV, int64_t HS) override;
+                                  int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) override;
   Status queue_crossentropy_forward(DType dt, float* lse, float* losses, kernels::CrossEntropyResult* result,
                                     const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                     int64_t logits_stride) override;

@@ -37,18 +37,25 @@ float dot(const float* a, const float* b, int64_t n) {
 // The shapes of one call and the offsets into its tensors.
 struct AttentionShape {
   int64_t B, T, NH, NKV, HS;
+  int64_t qkv_stride;  // 0: packed
   int64_t group() const { return NH / NKV; }
-  // Offset of row (b, t, h) in a (B, T, NH, HS) tensor.
-  int64_t q_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * NH + h) * HS; }
-  // Offset of row (b, t, kh) in a (B, T, NKV, HS) tensor.
-  int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const { return ((b * T + t) * NKV + kh) * HS; }
+  // Offset of head h at position (b, t) in a packed (B, T, NH, HS) tensor: out, dout.
+  int64_t out_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * NH + h) * HS; }
+  // Offset of query head h at position (b, t) in q or dq.
+  int64_t q_offset(int64_t b, int64_t t, int64_t h) const {
+    return (b * T + t) * (qkv_stride != 0 ? qkv_stride : NH * HS) + h * HS;
+  }
+  // Offset of kv head kh at position (b, t) in k, v, dk or dv.
+  int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const {
+    return (b * T + t) * (qkv_stride != 0 ? qkv_stride : NKV * HS) + kh * HS;
+  }
 };
 
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                       int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  const AttentionShape s{B, T, NH, NKV, HS};
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  const AttentionShape s{B, T, NH, NKV, HS, qkv_stride};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // Row r = (b * NH + h) * T + t, the same order as lse.
   parallel_ranges(B * NH * T, kRowGrain, [&](int64_t r0, int64_t r1) {
@@ -70,7 +77,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         for (int64_t i = 0; i < HS; ++i) acc[i] += p * vj[i];
       }
       const float inv_sum = static_cast<float>(1.0 / sum);
-      float* ot = out + s.q_offset(b, t, h);
+      float* ot = out + s.out_offset(b, t, h);
       for (int64_t i = 0; i < HS; ++i) ot[i] = acc[i] * inv_sum;
       lse[r] = max_score + static_cast<float>(std::log(sum));
     }
@@ -79,8 +86,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t NKV, int64_t HS) {
-  const AttentionShape s{B, T, NH, NKV, HS};
+                        int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  const AttentionShape s{B, T, NH, NKV, HS, qkv_stride};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 
   // D (B, NH, T): row r = (b * NH + h) * T + t, as lse.
@@ -88,7 +95,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   parallel_ranges(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
-      const int64_t off = s.q_offset(b, t, h);
+      const int64_t off = s.out_offset(b, t, h);
       dout_dot_out[r] = dot(dout + off, out + off, HS);
     }
   });
@@ -100,7 +107,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH), kh = h / s.group();
       const int64_t off = s.q_offset(b, t, h);
       const float* qt = q + off;
-      const float* dot_t = dout + off;
+      const float* dot_t = dout + s.out_offset(b, t, h);
       for (int64_t i = 0; i < HS; ++i) acc[i] = 0.0f;
       for (int64_t j = 0; j <= t; ++j) {
         const float* kj = k + s.kv_offset(b, j, kh);
@@ -125,9 +132,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       for (int64_t h = kh * s.group(); h < (kh + 1) * s.group(); ++h) {
         const int64_t row0 = (b * NH + h) * T;  // lse / D row of (b, h, t = 0)
         for (int64_t t = j; t < T; ++t) {
-          const int64_t off = s.q_offset(b, t, h);
-          const float* qt = q + off;
-          const float* dot_t = dout + off;
+          const float* qt = q + s.q_offset(b, t, h);
+          const float* dot_t = dout + s.out_offset(b, t, h);
           const float p = std::exp(scale * dot(qt, kj, HS) - lse[row0 + t]);
           const float ds = p * (dot(dot_t, vj, HS) - dout_dot_out[row0 + t]);
           for (int64_t i = 0; i < HS; ++i) {

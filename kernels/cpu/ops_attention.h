@@ -8,6 +8,10 @@
 // is 2 MiB per sequence instead of 2 GiB).
 // Every output element is owned by one task that sums in a fixed order: bit-identical results
 // whatever the thread count. The backward ACCUMULATES (+=) into dq, dk, dv.
+// qkv_stride (both functions): the row stride in elements between consecutive positions (b, t) of
+// q, k, v, dq, dk and dv, so that they may be column blocks of one (B * T, qkv_stride) tensor (the
+// fused projection's output); 0 means packed (NH * HS for q and dq, NKV * HS for the others), else
+// >= NH * HS. out, dout and lse are always packed. The values never depend on the stride.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +21,12 @@ namespace strata::kernels {
 // q (B, T, NH, HS), k and v (B, T, NKV, HS), NH % NKV == 0; out (B, T, NH, HS);
 // lse (B, NH, T) = log sum_{j <= t} exp(scale * q_t . k_j), scale = 1 / sqrt(HS).
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                       int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride = 0);
 
 // Given dout (B, T, NH, HS), the forward's out and lse: dq (B, T, NH, HS) +=, dk and dv
 // (B, T, NKV, HS) += (summed over the query heads that share each kv head). None may be null.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t NKV, int64_t HS);
+                        int64_t NKV, int64_t HS, int64_t qkv_stride = 0);
 
 }  // namespace strata::kernels

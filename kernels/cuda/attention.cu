@@ -18,11 +18,14 @@ using detail::warp_sum;
 constexpr int kSlots = static_cast<int>(kAttentionMaxHeadSize / 32);
 constexpr int kWarpsPerBlock = 4;
 
+// q_ld, kv_ld: the row strides of q and dq, and of k, v, dk and dv (qkv_stride resolved); out and
+// dout are packed.
 struct Shape {
-  int64_t B, T, NH, NKV, HS;
+  int64_t B, T, NH, NKV, HS, q_ld, kv_ld;
   __device__ int64_t group() const { return NH / NKV; }
-  __device__ int64_t q_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * NH + h) * HS; }
-  __device__ int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const { return ((b * T + t) * NKV + kh) * HS; }
+  __device__ int64_t out_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * NH + h) * HS; }
+  __device__ int64_t q_offset(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * q_ld + h * HS; }
+  __device__ int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const { return (b * T + t) * kv_ld + kh * HS; }
 };
 
 // One HS-vector spread over the lanes of a warp; slots past HS hold 0.
@@ -85,7 +88,7 @@ __global__ void forward_kernel(T* out, float* lse, const T* q, const T* k, const
     max_score = new_max;
   }
   const float inv_sum = 1.0f / sum;
-  T* ot = out + s.q_offset(b, t, h);
+  T* ot = out + s.out_offset(b, t, h);
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int e = 0; e < kSlots; ++e) {
@@ -101,10 +104,10 @@ __global__ void dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T*
   const int64_t r = warp_row();
   if (r >= s.B * s.NH * s.T) return;
   const int64_t t = r % s.T, h = (r / s.T) % s.NH, b = r / (s.T * s.NH), kh = h / s.group();
-  const int64_t off = s.q_offset(b, t, h);
+  const int64_t off = s.q_offset(b, t, h), out_off = s.out_offset(b, t, h);
   const Lanes qt = load_lanes(q + off, s.HS);
-  const Lanes dot_t = load_lanes(dout + off, s.HS);
-  const float D = dot(dot_t, load_lanes(out + off, s.HS));
+  const Lanes dot_t = load_lanes(dout + out_off, s.HS);
+  const float D = dot(dot_t, load_lanes(out + out_off, s.HS));
   Lanes acc = {};
   for (int64_t j = 0; j <= t; ++j) {
     const Lanes kj = load_lanes(k + s.kv_offset(b, j, kh), s.HS);
@@ -130,10 +133,10 @@ __global__ void dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, 
   for (int64_t h = kh * s.group(); h < (kh + 1) * s.group(); ++h) {
     const int64_t row0 = (b * s.NH + h) * s.T;
     for (int64_t t = j; t < s.T; ++t) {
-      const int64_t off = s.q_offset(b, t, h);
-      const Lanes qt = load_lanes(q + off, s.HS);
-      const Lanes dot_t = load_lanes(dout + off, s.HS);
-      const float D = dot(dot_t, load_lanes(out + off, s.HS));
+      const int64_t out_off = s.out_offset(b, t, h);
+      const Lanes qt = load_lanes(q + s.q_offset(b, t, h), s.HS);
+      const Lanes dot_t = load_lanes(dout + out_off, s.HS);
+      const float D = dot(dot_t, load_lanes(out + out_off, s.HS));
       const float p = expf(scale * dot(qt, kj) - lse[row0 + t]);
       const float ds = p * (dot(dot_t, vj) - D);
 #pragma unroll
@@ -147,8 +150,13 @@ __global__ void dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, 
   add_lanes(dv + kv_off, dv_acc, 1.0f, s.HS);
 }
 
-bool valid(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS) {
-  return B >= 0 && T_len >= 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && HS >= 1 && HS <= kAttentionMaxHeadSize;
+bool valid(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  return B >= 0 && T_len >= 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && HS >= 1 && HS <= kAttentionMaxHeadSize &&
+         (qkv_stride == 0 || qkv_stride >= NH * HS);
+}
+
+Shape shape_of(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  return {B, T_len, NH, NKV, HS, qkv_stride != 0 ? qkv_stride : NH * HS, qkv_stride != 0 ? qkv_stride : NKV * HS};
 }
 
 unsigned blocks_for_rows(int64_t rows) {
@@ -161,13 +169,15 @@ bool rows_fit(int64_t rows) { return (rows + kWarpsPerBlock - 1) / kWarpsPerBloc
 
 template <typename T>
 cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len,
-                              int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream) {
-  if (!valid(B, T_len, NH, NKV, HS)) return cudaErrorInvalidValue;
+                              int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream, int64_t qkv_stride) {
+  if (!valid(B, T_len, NH, NKV, HS, qkv_stride)) return cudaErrorInvalidValue;
   const int64_t rows = B * NH * T_len;
   if (!rows_fit(rows)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  if (flash::supported<T>(HS, {out, q, k, v})) return flash::forward(out, lse, q, k, v, B, T_len, NH, NKV, HS, stream);
-  const Shape s{B, T_len, NH, NKV, HS};
+  if (flash::supported<T>(HS, qkv_stride, {out, q, k, v})) {
+    return flash::forward(out, lse, q, k, v, B, T_len, NH, NKV, HS, stream, qkv_stride);
+  }
+  const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   forward_kernel<<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, stream>>>(out, lse, q, k, v, s, scale);
   return cudaGetLastError();
@@ -176,17 +186,17 @@ cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const 
 template <typename T>
 cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                                const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                               cudaStream_t stream, float* scratch, size_t scratch_floats) {
-  if (!valid(B, T_len, NH, NKV, HS)) return cudaErrorInvalidValue;
+                               cudaStream_t stream, float* scratch, size_t scratch_floats, int64_t qkv_stride) {
+  if (!valid(B, T_len, NH, NKV, HS, qkv_stride)) return cudaErrorInvalidValue;
   if (dq == nullptr || dk == nullptr || dv == nullptr) return cudaErrorInvalidValue;
   const int64_t q_rows = B * NH * T_len, kv_rows = B * NKV * T_len;
   if (!rows_fit(q_rows)) return cudaErrorInvalidValue;
   if (q_rows == 0) return cudaSuccess;
-  if (flash::supported<T>(HS, {dq, dk, dv, dout, q, k, v, out})) {
+  if (flash::supported<T>(HS, qkv_stride, {dq, dk, dv, dout, q, k, v, out})) {
     return flash::backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_len, NH, NKV, HS, stream, scratch,
-                           scratch_floats);
+                           scratch_floats, qkv_stride);
   }
-  const Shape s{B, T_len, NH, NKV, HS};
+  const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   dq_kernel<<<blocks_for_rows(q_rows), 32 * kWarpsPerBlock, 0, stream>>>(dq, dout, q, k, v, out, lse, s, scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
@@ -196,10 +206,10 @@ cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
 
 #define STRATA_INSTANTIATE_ATTENTION(T)                                                                           \
   template cudaError_t attention_forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t,  \
-                                            int64_t, int64_t, cudaStream_t);                                      \
+                                            int64_t, int64_t, cudaStream_t, int64_t);                             \
   template cudaError_t attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,        \
                                              const float*, int64_t, int64_t, int64_t, int64_t, int64_t,           \
-                                             cudaStream_t, float*, size_t);
+                                             cudaStream_t, float*, size_t, int64_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_ATTENTION)
 #undef STRATA_INSTANTIATE_ATTENTION
 

@@ -9,6 +9,11 @@
 // online softmax, k/v read through the cache. Both deterministic (each output element has one
 // owner that sums in a fixed order); O(T^2 HS) work per head as any exact attention.
 // Limits: 1 <= HS <= kAttentionMaxHeadSize, NH % NKV == 0 (else cudaErrorInvalidValue).
+// qkv_stride (both functions): the row stride in elements between consecutive positions (b, t) of
+// q, k, v, dq, dk and dv, so that they may be column blocks of one (B * T, qkv_stride) tensor (the
+// fused projection's output); 0 means packed (NH * HS for q and dq, NKV * HS for the others), else
+// >= NH * HS (cudaErrorInvalidValue otherwise). out, dout and lse are always packed. The values
+// never depend on the stride; the tiled kernels need it a multiple of 8 elements (16 bytes).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,7 +30,7 @@ inline constexpr int64_t kAttentionMaxHeadSize = 256;
 // lse (B, NH, T) = log sum_{j <= t} exp(scale q_t . k_j), scale = 1 / sqrt(HS).
 template <typename T>
 cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len,
-                              int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream);
+                              int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream, int64_t qkv_stride = 0);
 
 // Given dout (B, T, NH, HS), the forward's out and lse: dq +=, dk and dv (B, T, NKV, HS) += (summed
 // over the query heads sharing each kv head). None may be null. scratch (stream-ordered device
@@ -33,6 +38,7 @@ cudaError_t attention_forward(T* out, float* lse, const T* q, const T* k, const 
 template <typename T>
 cudaError_t attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                                const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                               cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0);
+                               cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0,
+                               int64_t qkv_stride = 0);
 
 }  // namespace strata::kernels::cuda

@@ -151,7 +151,8 @@ __global__ void residual_backward_kernel(T* da, T* db, const T* dout, int64_t n)
 // rounded to float), when they fit; then one thread per rotated pair (i fastest, so the x1 and x2
 // loads of a warp are coalesced runs of a row). Products are explicit round-to-nearest operations
 // (no FMA contraction), the same operations as the CPU loop. Forward: (x1 c - x2 s, x2 c + x1 s);
-// inverse (accumulating): (x1 c + x2 s, x2 c - x1 s).
+// inverse: (x1 c + x2 s, x2 c - x1 s). Rows (b, t) start `ld` elements apart; dst may equal src (a
+// thread reads its pair before writing it).
 inline constexpr int64_t kRopeTableMax = 1024;  // half head sizes with a shared cos/sin table
 inline constexpr int64_t kRopePairsPerThread = 4;
 
@@ -164,7 +165,7 @@ __device__ __forceinline__ void rope_angle(int64_t t, int64_t i, int64_t HS, flo
 }
 
 template <typename T, bool kInverse>
-__global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int64_t HS, int64_t rows,
+__global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int64_t HS, int64_t ld, int64_t rows,
                             int64_t rows_per_block, float theta, int64_t pos_offset) {
   __shared__ float cos_table[kRopeTableMax], sin_table[kRopeTableMax];
   const int64_t half = HS / 2, t = blockIdx.x;
@@ -182,7 +183,7 @@ __global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int
   for (uint32_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
     const uint32_t r = static_cast<uint32_t>(r0) + idx / half32, i = idx % half32;
     const int64_t b = r / static_cast<uint32_t>(NH), h = r % static_cast<uint32_t>(NH);
-    const int64_t offset = ((b * T_len + t) * NH + h) * HS;
+    const int64_t offset = (b * T_len + t) * ld + h * HS;
     float c, s;
     if (table) {
       c = cos_table[i];
@@ -192,8 +193,8 @@ __global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int
     }
     const float x1 = load(src + offset + i), x2 = load(src + offset + i + half);
     if constexpr (kInverse) {
-      add_to(dst + offset + i, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-      add_to(dst + offset + i + half, __fsub_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+      store(dst + offset + i, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+      store(dst + offset + i + half, __fsub_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
     } else {
       store(dst + offset + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
       store(dst + offset + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
@@ -203,8 +204,9 @@ __global__ void rope_kernel(T* dst, const T* src, int64_t T_len, int64_t NH, int
 
 template <bool kInverse, typename T>
 cudaError_t launch_rope(T* dst, const T* src, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                        int64_t pos_offset, cudaStream_t stream) {
+                        int64_t pos_offset, int64_t stride, cudaStream_t stream) {
   if (B < 0 || T_len < 0 || NH < 0 || HS < 0 || HS % 2 != 0 || T_len > 0x7fffffff) return cudaErrorInvalidValue;
+  if (stride != 0 && stride < NH * HS) return cudaErrorInvalidValue;
   const int64_t rows = B * NH, half = HS / 2;
   if (rows == 0 || T_len == 0 || half == 0) return cudaSuccess;
   // Row slices so that each thread rotates about kRopePairsPerThread pairs (at most 65535 slices).
@@ -213,7 +215,8 @@ cudaError_t launch_rope(T* dst, const T* src, int64_t B, int64_t T_len, int64_t 
   const int64_t rows_per_block = (rows + slices - 1) / slices;
   if (rows > 0x7fffffffll || rows_per_block * half > 0x7fffffffll) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(T_len), static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  rope_kernel<T, kInverse><<<grid, kBlock, 0, stream>>>(dst, src, T_len, NH, HS, rows, rows_per_block, theta,
+  const int64_t ld = stride != 0 ? stride : NH * HS;
+  rope_kernel<T, kInverse><<<grid, kBlock, 0, stream>>>(dst, src, T_len, NH, HS, ld, rows, rows_per_block, theta,
                                                         pos_offset);
   return cudaGetLastError();
 }
@@ -283,14 +286,14 @@ cudaError_t residual_backward(T* da, T* db, const T* dout, int64_t n, cudaStream
 
 template <typename T>
 cudaError_t rope_forward(T* out, const T* inp, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                         int64_t pos_offset, cudaStream_t stream) {
-  return launch_rope<false>(out, inp, B, T_len, NH, HS, theta, pos_offset, stream);
+                         int64_t pos_offset, cudaStream_t stream, int64_t stride) {
+  return launch_rope<false>(out, inp, B, T_len, NH, HS, theta, pos_offset, stride, stream);
 }
 
 template <typename T>
 cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                          int64_t pos_offset, cudaStream_t stream) {
-  return launch_rope<true>(dinp, dout, B, T_len, NH, HS, theta, pos_offset, stream);
+                          int64_t pos_offset, cudaStream_t stream, int64_t stride) {
+  return launch_rope<true>(dinp, dout, B, T_len, NH, HS, theta, pos_offset, stride, stream);
 }
 
 #define STRATA_INSTANTIATE_ELEMENTWISE(T)                                                                         \
@@ -301,9 +304,9 @@ cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int6
   template cudaError_t residual_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                        \
   template cudaError_t residual_backward<T>(T*, T*, const T*, int64_t, cudaStream_t);                             \
   template cudaError_t rope_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,          \
-                                       cudaStream_t);                                                             \
+                                       cudaStream_t, int64_t);                                                    \
   template cudaError_t rope_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, float, int64_t,         \
-                                        cudaStream_t);
+                                        cudaStream_t, int64_t);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_ELEMENTWISE)
 #undef STRATA_INSTANTIATE_ELEMENTWISE
 

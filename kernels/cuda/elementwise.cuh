@@ -45,13 +45,15 @@ cudaError_t residual_backward(T* da, T* db, const T* dout, int64_t n, cudaStream
 // out (B, T, NH, HS) = rotate(inp): pair (x[i], x[i + HS/2]) turned by (pos_offset + t) *
 // theta^(-2i/HS), i in [0, HS/2). HS must be even. out may equal inp. cos/sin are computed in
 // double and rounded to float, the rotation's products and sums are single fp32 operations (no
-// FMA contraction), as in kernels/cpu/ops_rope.cc. One thread per rotated pair.
+// FMA contraction), as in kernels/cpu/ops_rope.cc. One thread per rotated pair. stride (both): the
+// row stride in elements between consecutive positions (b, t) of both tensors (q or k as a column
+// block of the fused projection's output); 0 means NH * HS, else >= NH * HS (cudaErrorInvalidValue).
 template <typename T>
 cudaError_t rope_forward(T* out, const T* inp, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                         int64_t pos_offset, cudaStream_t stream);
-// dinp (B, T, NH, HS) += the inverse rotation of dout.
+                         int64_t pos_offset, cudaStream_t stream, int64_t stride = 0);
+// dinp (B, T, NH, HS) = the inverse rotation of dout, overwritten; dinp may equal dout.
 template <typename T>
 cudaError_t rope_backward(T* dinp, const T* dout, int64_t B, int64_t T_len, int64_t NH, int64_t HS, float theta,
-                          int64_t pos_offset, cudaStream_t stream);
+                          int64_t pos_offset, cudaStream_t stream, int64_t stride = 0);
 
 }  // namespace strata::kernels::cuda

@@ -158,8 +158,10 @@ __device__ __forceinline__ void p_times_tile(float (&out)[kM][HS / 8][4], const 
   }
 }
 
+// q_ld: the row stride of q and dq; kv_ld: of k, v, dk and dv (both resolved from qkv_stride);
+// out and dout are packed (NH * HS).
 struct Shape {
-  int64_t B, T, NH, NKV;
+  int64_t B, T, NH, NKV, q_ld, kv_ld;
 };
 
 // The masks of a warp's walk: a key tile whose last key is after the warp's first row (the tiles
@@ -210,10 +212,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows start first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.NH * HS, kv_ld = s.NKV * HS;
-  const T* q_base = q + (b * s.T * s.NH + h) * HS;
-  const T* k_base = k + (b * s.T * s.NKV + kh) * HS;
-  const T* v_base = v + (b * s.T * s.NKV + kh) * HS;
+  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld;
+  const T* q_base = q + b * s.T * q_ld + h * HS;
+  const T* k_base = k + b * s.T * kv_ld + kh * HS;
+  const T* v_base = v + b * s.T * kv_ld + kh * HS;
   const int64_t q0 = static_cast<int64_t>(qt) * kRows<kM>;
   // 32-bit rows and columns for the masks (forward() checks that T's tiles fit).
   const int T32 = static_cast<int>(s.T);
@@ -406,10 +408,10 @@ __global__ void __launch_bounds__(kThreads, kDqBlocksPerSm<HS, kM>) dq_kernel(T*
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.NH * HS, kv_ld = s.NKV * HS;
-  const int64_t q_off = (b * s.T * s.NH + h) * HS;
-  const T* k_base = k + (b * s.T * s.NKV + kh) * HS;
-  const T* v_base = v + (b * s.T * s.NKV + kh) * HS;
+  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = s.NH * HS;
+  const int64_t q_off = b * s.T * q_ld + h * HS, o_off = (b * s.T * s.NH + h) * HS;
+  const T* k_base = k + b * s.T * kv_ld + kh * HS;
+  const T* v_base = v + b * s.T * kv_ld + kh * HS;
   const int64_t q0 = static_cast<int64_t>(qt) * kRows<kM>;
   const int T32 = static_cast<int>(s.T);
   const int last_kt = min(static_cast<int>((q0 + kRows<kM> - 1) / kTile), (T32 - 1) / kTile);
@@ -417,12 +419,12 @@ __global__ void __launch_bounds__(kThreads, kDqBlocksPerSm<HS, kM>) dq_kernel(T*
   const WarpSpan span(static_cast<int>(q0) + warp_row0, 16 * kM, T32);
 
   queue_tile<T, HS, kRows<kM>>(sQ, q + q_off, q_ld, q0, s.T);
-  queue_tile<T, HS, kRows<kM>>(sO, dout + q_off, q_ld, q0, s.T);
+  queue_tile<T, HS, kRows<kM>>(sO, dout + o_off, o_ld, q0, s.T);
   cp_async_commit();
   queue_tile<T, HS>(sK(0), k_base, kv_ld, 0, s.T);
   queue_tile<T, HS>(sV(0), v_base, kv_ld, 0, s.T);
   cp_async_commit();
-  row_terms<T, HS, kRows<kM>>(sD, sL, dout + q_off, out + q_off, q_ld, lse + (b * s.NH + h) * s.T, q0, s.T);
+  row_terms<T, HS, kRows<kM>>(sD, sL, dout + o_off, out + o_off, o_ld, lse + (b * s.NH + h) * s.T, q0, s.T);
   cp_async_wait<1>();  // Q and dO
   __syncthreads();
   uint32_t qf[kFragsHeld ? HS / 16 : 1][4], dof[kFragsHeld ? HS / 16 : 1][4];
@@ -534,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, kDqBlocksPerSm<HS, kM>) dq_kernel(T*
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (row32[m][i] >= T32) continue;
-      T* row = dq + ((b * s.T + row32[m][i]) * s.NH + h) * HS;
+      T* row = dq + (b * s.T + row32[m][i]) * s.q_ld + h * HS;
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
         T* at = row + n * 8 + t4 * 2;
@@ -585,8 +587,8 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS, kM>) dkv_kernel(
   const auto sL = [&](int buf) { return terms_base + (2 * buf + 1) * kTile; };
   const int64_t b = blockIdx.x / s.NKV, kh = blockIdx.x % s.NKV, group = s.NH / s.NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.NH * HS, kv_ld = s.NKV * HS;
-  const int64_t kv_off = (b * s.T * s.NKV + kh) * HS;
+  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = s.NH * HS;
+  const int64_t kv_off = b * s.T * kv_ld + kh * HS;
   // The first key blocks see the most queries: they start first.
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kKeys;
   const int T32 = static_cast<int>(s.T);
@@ -599,9 +601,8 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS, kM>) dkv_kernel(
   const auto tile_of = [&](int i) { return first_qt + i % spans; };
   const auto queue_step = [&](int i, int buf) {
     const int64_t h = head_of(i), q0 = static_cast<int64_t>(tile_of(i)) * kTile;
-    const int64_t q_off = (b * s.T * s.NH + h) * HS;
-    queue_tile<T, HS>(sQ(buf), q + q_off, q_ld, q0, s.T);
-    queue_tile<T, HS>(sO(buf), dout + q_off, q_ld, q0, s.T);
+    queue_tile<T, HS>(sQ(buf), q + b * s.T * q_ld + h * HS, q_ld, q0, s.T);
+    queue_tile<T, HS>(sO(buf), dout + (b * s.T * s.NH + h) * HS, o_ld, q0, s.T);
     if constexpr (kTermsGiven) {
       const int r = threadIdx.x % kTile;
       const bool valid = q0 + r < s.T;  // rows past T: 0 (their P is masked below)
@@ -645,8 +646,8 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS, kM>) dkv_kernel(
       cp_async_wait<0>();
     }
     if constexpr (!kTermsGiven) {
-      const int64_t h = head_of(i), q_off = (b * s.T * s.NH + h) * HS;
-      row_terms<T, HS>(sD(cur), sL(cur), dout + q_off, out + q_off, q_ld, lse + (b * s.NH + h) * s.T, q0_32, s.T);
+      const int64_t h = head_of(i), o_off = (b * s.T * s.NH + h) * HS;
+      row_terms<T, HS>(sD(cur), sL(cur), dout + o_off, out + o_off, o_ld, lse + (b * s.NH + h) * s.T, q0_32, s.T);
     }
     __syncthreads();
 
@@ -747,6 +748,10 @@ cudaError_t backward_hs(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                 scale_log2, scale, terms);
 }
 
+Shape shape_of(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  return {B, T_len, NH, NKV, qkv_stride != 0 ? qkv_stride : NH * HS, qkv_stride != 0 ? qkv_stride : NKV * HS};
+}
+
 // The m-tiles a warp of the three kernels owns at head size HS for `rows`; 0 when that choice is
 // not built (two at head size 128).
 int m_tiles(int64_t HS, WarpRows rows) {
@@ -764,11 +769,12 @@ int m_tiles(int64_t HS, WarpRows rows) {
 }  // namespace
 
 template <typename T>
-bool supported(int64_t HS, std::initializer_list<const void*> pointers) {
+bool supported(int64_t HS, int64_t qkv_stride, std::initializer_list<const void*> pointers) {
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
     if (HS != 64 && HS != 128) return false;
+    if (qkv_stride % 8 != 0) return false;  // every row of q, k, v 16-byte aligned
     for (const void* p : pointers)
       if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
     return true;
@@ -777,11 +783,12 @@ bool supported(int64_t HS, std::initializer_list<const void*> pointers) {
 
 template <typename T>
 cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len, int64_t NH,
-                    int64_t NKV, int64_t HS, cudaStream_t stream, WarpRows rows) {
+                    int64_t NKV, int64_t HS, cudaStream_t stream, int64_t qkv_stride, WarpRows rows) {
   if constexpr (std::is_same_v<T, float>) {
     return cudaErrorInvalidValue;
   } else {
-    const Shape s{B, T_len, NH, NKV};
+    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS)) return cudaErrorInvalidValue;
+    const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
     if (B * NH > 0x7fffffff || (T_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidValue;
     switch (m_tiles(HS, rows)) {
       case 1:
@@ -798,11 +805,13 @@ cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int6
 template <typename T>
 cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                      const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
-                     cudaStream_t stream, float* scratch, size_t scratch_floats, WarpRows rows) {
+                     cudaStream_t stream, float* scratch, size_t scratch_floats, int64_t qkv_stride,
+                     WarpRows rows) {
   if constexpr (std::is_same_v<T, float>) {
     return cudaErrorInvalidValue;
   } else {
-    const Shape s{B, T_len, NH, NKV};
+    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS)) return cudaErrorInvalidValue;
+    const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
     if (B * NH > 0x7fffffff || (T_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidValue;
     switch (m_tiles(HS, rows)) {
       case 1:
@@ -818,12 +827,12 @@ cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
 }
 
 #define STRATA_INSTANTIATE_FLASH(T)                                                                              \
-  template bool supported<T>(int64_t, std::initializer_list<const void*>);                                      \
+  template bool supported<T>(int64_t, int64_t, std::initializer_list<const void*>);                             \
   template cudaError_t forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                  int64_t, cudaStream_t, WarpRows);                                              \
+                                  int64_t, cudaStream_t, int64_t, WarpRows);                                     \
   template cudaError_t backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*,   \
                                    int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, float*, size_t,    \
-                                   WarpRows);
+                                   int64_t, WarpRows);
 STRATA_FOR_EACH_ELEMENT_TYPE(STRATA_INSTANTIATE_FLASH)
 #undef STRATA_INSTANTIATE_FLASH
 

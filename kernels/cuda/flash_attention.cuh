@@ -22,13 +22,15 @@ namespace strata::kernels::cuda::flash {
 // tests, which hold the two equal.
 enum class WarpRows { automatic, m16, m32 };
 
-// True when the tiled kernels handle this element type, head size and these pointers.
+// True when the tiled kernels handle this element type, head size, row stride of q, k, v (and
+// their gradients; attention.cuh's qkv_stride, a multiple of 8 elements) and these pointers.
 template <typename T>
-bool supported(int64_t HS, std::initializer_list<const void*> pointers);
+bool supported(int64_t HS, int64_t qkv_stride, std::initializer_list<const void*> pointers);
 
 template <typename T>
 cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t T_len, int64_t NH,
-                    int64_t NKV, int64_t HS, cudaStream_t stream, WarpRows rows = WarpRows::automatic);
+                    int64_t NKV, int64_t HS, cudaStream_t stream, int64_t qkv_stride = 0,
+                    WarpRows rows = WarpRows::automatic);
 
 // scratch (stream-ordered device scratch; may be null): when it holds 2 B NH T floats, the dq
 // kernel leaves each query row's D = rowsum(dout * out) and lse there for the dk, dv kernel, which
@@ -37,6 +39,6 @@ template <typename T>
 cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                      const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS,
                      cudaStream_t stream, float* scratch = nullptr, size_t scratch_floats = 0,
-                     WarpRows rows = WarpRows::automatic);
+                     int64_t qkv_stride = 0, WarpRows rows = WarpRows::automatic);
 
 }  // namespace strata::kernels::cuda::flash

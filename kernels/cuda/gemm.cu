@@ -644,16 +644,39 @@ GemmStatus matmul_backward(const GemmContext& ctx, T* dinp, T* dweight, T* dbias
 }
 
 template <typename T>
-GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> terms, int64_t N,
+GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> given, int64_t N,
                                      int64_t C, GemmOptions options, cudaStream_t stream, bool overwrite) {
   GemmStatus status;
-  for (const DinpTerm<T>& t : terms) {
-    if (!valid_shape(N, C, t.OC, t.OC)) {
+  constexpr size_t kMaxTerms = 8;
+  if (given.size() > kMaxTerms) {
+    status.cublas = CUBLAS_STATUS_INVALID_VALUE;
+    return status;
+  }
+  // Resolve the strides and join adjacent terms (column blocks of one dout, row blocks of one weight).
+  DinpTerm<T> joined[kMaxTerms];
+  size_t count = 0;
+  for (DinpTerm<T> t : given) {
+    t.dout_stride = row_stride(t.OC, t.dout_stride);
+    if (!valid_shape(N, C, t.OC, t.dout_stride)) {
       status.cublas = CUBLAS_STATUS_INVALID_VALUE;
       return status;
     }
+    if (t.OC == 0) continue;
+    DinpTerm<T>* last = count > 0 ? &joined[count - 1] : nullptr;
+    if (last != nullptr && last->dout_stride == t.dout_stride && t.dout == last->dout + last->OC &&
+        t.weight == last->weight + last->OC * C && last->OC + t.OC <= t.dout_stride) {
+      last->OC += t.OC;
+    } else {
+      joined[count++] = t;
+    }
   }
+  const std::span<const DinpTerm<T>> terms(joined, count);
   if (N == 0 || C == 0) return status;
+  if (count == 1) {  // one GEMM, as matmul_backward's input gradient
+    const DinpTerm<T>& t = joined[0];
+    return matmul_backward<T>(ctx, dinp, nullptr, nullptr, t.dout, nullptr, t.weight, N, C, t.OC, options, stream,
+                              t.dout_stride, GradStores{overwrite, false});
+  }
   if (status.cublas = bind<T>(ctx.cublas, options, stream); !status.ok()) return status;
   // dinp^T (C, N) (+)= weight_t^T (C, OC_t) . dout_t^T (OC_t, N): gemm(N, N, m = C, n = N, k = OC_t).
   if constexpr (!is_16bit<T>()) {
@@ -661,8 +684,8 @@ GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<
     for (const DinpTerm<T>& t : terms) {
       if (t.OC == 0) continue;
       const float beta = first && overwrite ? 0.0f : 1.0f;
-      status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, t.OC, t.weight, C, t.dout, t.OC, beta, dinp,
-                              data_type<T>(), C, options);
+      status.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, t.OC, t.weight, C, t.dout, t.dout_stride,
+                              beta, dinp, data_type<T>(), C, options);
       if (!status.ok()) return status;
       first = false;
     }
@@ -674,8 +697,9 @@ GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<
       bool first = true;
       for (const DinpTerm<T>& t : terms) {
         if (t.OC == 0) continue;
-        st.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, rows, cols, t.OC, t.weight + r0, C, t.dout + c0 * t.OC,
-                            t.OC, first ? 0.0f : 1.0f, ctx.product, CUDA_R_32F, ldp, options);
+        st.cublas = gemm<T>(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, rows, cols, t.OC, t.weight + r0, C,
+                            t.dout + c0 * t.dout_stride, t.dout_stride, first ? 0.0f : 1.0f, ctx.product, CUDA_R_32F,
+                            ldp, options);
         if (!st.ok()) return st;
         first = false;
       }

@@ -139,12 +139,14 @@ constexpr int64_t aligned_rows(int64_t OC) {
   return OC / kVector * kVector;
 }
 
-// One term of matmul_backward_input_sum: dout (N, OC) @ weight (OC, C), packed rows.
+// One term of matmul_backward_input_sum: dout (N, OC) @ weight (OC, C); dout's rows start
+// dout_stride elements apart (0 means OC, else >= OC).
 template <typename T>
 struct DinpTerm {
   const T* dout = nullptr;
   const T* weight = nullptr;
   int64_t OC = 0;
+  int64_t dout_stride = 0;
 };
 
 // dinp (N, C) += (or = when `overwrite`) the sum over `terms` of dout_t @ weight_t, each element
@@ -153,6 +155,10 @@ struct DinpTerm {
 // sum), or round(sum); column tiles when (C x N) exceeds ctx.product_floats. fp32 T: cuBLAS with
 // beta = 1 straight into dinp. The projections that share an input (q, k, v) get one rounding
 // instead of one per projection, and one pass over dinp instead of one per accumulating term.
+// Adjacent terms -- the next one's dout the columns right after this one's in the same rows, its
+// weight the rows right after this one's -- are one GEMM over their joined K (the fused q, k, v
+// projection's gradient, column blocks of one (N, C + 2 KV) tensor: one GEMM straight into dinp,
+// no product tile), so the sum's grouping, and its last bits, follow the layout.
 template <typename T>
 GemmStatus matmul_backward_input_sum(const GemmContext& ctx, T* dinp, std::span<const DinpTerm<T>> terms, int64_t N,
                                      int64_t C, GemmOptions options, cudaStream_t stream, bool overwrite);

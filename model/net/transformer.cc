@@ -45,7 +45,7 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
                Activations& a, ActivationGrads& d) {
   const uint64_t N = uint64_t(B) * uint64_t(T), C = c.dim, KV = c.kv_dim(), NH = c.n_head;
   const uint64_t H = c.ffn_hidden, FC = c.fc_rows(), V = c.vocab, L = c.n_layer;
-  const bool gpt2 = c.arch == Arch::gpt2, llama = !gpt2;
+  const bool gpt2 = c.arch == Arch::gpt2;
   Carver k(base, esize);
   a.residual = k.tensor((L + 1) * N * C);
   a.layers.assign(checkpoint ? 1 : L, {});
@@ -53,9 +53,10 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
     la.ln1 = k.tensor(N * C);
     la.ln1_mean = gpt2 ? k.stats(N) : nullptr;
     la.ln1_rstd = k.stats(N);
-    la.q = k.tensor(N * C);
-    la.k = k.tensor(N * KV);
-    la.v = k.tensor(N * KV);
+    la.qkv = k.tensor(N * (C + 2 * KV));
+    la.q = la.qkv;
+    la.k = la.qkv != nullptr ? la.qkv + C * esize : nullptr;
+    la.v = la.qkv != nullptr ? la.qkv + (C + KV) * esize : nullptr;
     la.att = k.tensor(N * C);
     la.att_lse = k.stats(N * NH);
     la.att_proj = k.tensor(N * C);
@@ -77,11 +78,10 @@ uint64_t carve(const ModelConfig& c, bool checkpoint, uint64_t esize, int64_t B,
   d.dres = k.tensor(N * C);
   d.dln = k.tensor(N * C);
   d.datt = k.tensor(N * C);
-  d.dq = k.tensor(N * C);
-  d.dk = k.tensor(N * KV);
-  d.dv = k.tensor(N * KV);
-  d.dq_rot = llama ? k.tensor(N * C) : nullptr;
-  d.dk_rot = llama ? k.tensor(N * KV) : nullptr;
+  d.dqkv = k.tensor(N * (C + 2 * KV));
+  d.dq = d.dqkv;
+  d.dk = d.dqkv != nullptr ? d.dqkv + C * esize : nullptr;
+  d.dv = d.dqkv != nullptr ? d.dqkv + (C + KV) * esize : nullptr;
   d.dfc = k.tensor(N * FC);
   d.dfc_act = k.tensor(N * H);
   return k.used();
@@ -434,21 +434,18 @@ Status Transformer::tiled_layer_forward(int l) {
   });
 }
 
-// ln1 -> q, k, v (row blocks of the fused weight) -> [RoPE] -> causal attention -> out projection.
+// ln1 -> qkv (N, C + 2 KV) = one GEMM with the fused weight [Wq; Wk; Wv] -> [RoPE on q and k, in
+// place] -> causal attention over q, k, v, column blocks of qkv's rows -> out projection.
 Status Transformer::attention_forward(const LayerParams& p, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
-  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
-  const std::byte* qkv_b = p.qkv_b;  // GPT-2 only
-  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.q, a.ln1, p.qkv_w, qkv_b, N, C, C));
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_forward(options_.dtype, a.k, a.ln1, at(p.qkv_w, C * C), qkv_b ? at(qkv_b, C) : nullptr, N, C, KV));
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_forward(options_.dtype, a.v, a.ln1, at(p.qkv_w, (C + KV) * C), qkv_b ? at(qkv_b, C + KV) : nullptr, N, C, KV));
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head, QKV = C + 2 * KV;
+  STRATA_RETURN_IF_ERROR(ops_.matmul_forward(options_.dtype, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, QKV));
   if (config_.arch == Arch::llama) {
-    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0));
-    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.q, a.q, B_, T_, NH, HS, config_.rope_theta, 0, QKV));
+    STRATA_RETURN_IF_ERROR(ops_.rope_forward(options_.dtype, a.k, a.k, B_, T_, NKV, HS, config_.rope_theta, 0, QKV));
   }
-  STRATA_RETURN_IF_ERROR(ops_.attention_forward(options_.dtype, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS));
+  STRATA_RETURN_IF_ERROR(
+      ops_.attention_forward(options_.dtype, a.att, a.att_lse, a.q, a.k, a.v, B_, T_, NH, NKV, HS, QKV));
   return ops_.matmul_forward(options_.dtype, a.att_proj, a.att, p.attn_proj_w, p.attn_proj_b, N, C, C);
 }
 
@@ -781,41 +778,31 @@ Status Transformer::mlp_in_backward(const LayerParams& p, const LayerParams& g, 
 
 Status Transformer::attention_backward(const LayerParams& p, const LayerParams& g, const LayerActivations& a) {
   const int64_t N = B_ * T_, C = config_.dim, KV = config_.kv_dim(), HS = config_.head_dim();
-  const int64_t NH = config_.n_head, NKV = config_.n_kv_head;
-  const bool llama = config_.arch == Arch::llama;
+  const int64_t NH = config_.n_head, NKV = config_.n_kv_head, QKV = C + 2 * KV;
   const ActivationGrads& d = dacts_;
   constexpr GradStore kSet = GradStore::overwrite;
-  // Attention and RoPE add into their gradients: those start at zero. datt and dln are written by
-  // their first GEMM, and every weight and bias gradient (each written once into the sink's zeroed
-  // chunk) is overwritten.
-  for (auto [buf, elements] : {std::pair{d.dq, N * C}, {d.dk, N * KV}, {d.dv, N * KV}, {d.dq_rot, N * C},
-                               {d.dk_rot, N * KV}}) {
-    if (buf != nullptr) STRATA_RETURN_IF_ERROR(backend_.fill_zero(buf, bytes(elements)));
-  }
+  // Attention adds into dq, dk, dv: dqkv starts at zero. datt and dln are written by their GEMM, and
+  // every weight and bias gradient (each written once into the sink's zeroed chunk) is overwritten.
+  STRATA_RETURN_IF_ERROR(backend_.fill_zero(d.dqkv, bytes(N * QKV)));
   STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, d.datt, g.attn_proj_w, g.attn_proj_b, d.dres, a.att,
                                               p.attn_proj_w, N, C, C, 0, kSet, kSet));
-  // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward
-  // turns them into the projections' output gradients.
-  std::byte* dq_att = llama ? d.dq_rot : d.dq;
-  std::byte* dk_att = llama ? d.dk_rot : d.dk;
-  STRATA_RETURN_IF_ERROR(
-      ops_.attention_backward(options_.dtype, dq_att, dk_att, d.dv, d.datt, a.q, a.k, a.v, a.att, a.att_lse, B_, T_, NH, NKV, HS));
-  if (llama) {
-    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dq, d.dq_rot, B_, T_, NH, HS, config_.rope_theta, 0));
-    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dk, d.dk_rot, B_, T_, NKV, HS, config_.rope_theta, 0));
+  STRATA_RETURN_IF_ERROR(ops_.attention_backward(options_.dtype, d.dq, d.dk, d.dv, d.datt, a.q, a.k, a.v, a.att,
+                                                 a.att_lse, B_, T_, NH, NKV, HS, QKV));
+  // LLaMA's q and k were rotated: attention's gradients are the rotated ones, RoPE's backward turns
+  // them (in place) into the projection's output gradients.
+  if (config_.arch == Arch::llama) {
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dq, d.dq, B_, T_, NH, HS, config_.rope_theta, 0, QKV));
+    STRATA_RETURN_IF_ERROR(ops_.rope_backward(options_.dtype, d.dk, d.dk, B_, T_, NKV, HS, config_.rope_theta, 0, QKV));
   }
-  // The three projections share the input: dln is the sum of their input gradients, formed in
-  // fp32 and rounded once; then each projection's weight (and bias) gradient.
-  const InputGradTerm terms[] = {
-      {d.dq, p.qkv_w, C}, {d.dk, at(p.qkv_w, C * C), KV}, {d.dv, at(p.qkv_w, (C + KV) * C), KV}};
+  // dln = dq @ Wq + dk @ Wk + dv @ Wv: the three column blocks of dqkv against the row blocks of the
+  // fused weight, formed in fp32 and rounded once (CUDA: one GEMM over K = C + 2 KV straight into
+  // dln; the CPU backend adds term by term, its bits those of three projections). Then the fused
+  // weight's gradient dqkv^T @ ln1 and the bias's (GPT-2), one GEMM.
+  const InputGradTerm terms[] = {{d.dq, p.qkv_w, C, QKV}, {d.dk, at(p.qkv_w, C * C), KV, QKV},
+                                 {d.dv, at(p.qkv_w, (C + KV) * C), KV, QKV}};
   STRATA_RETURN_IF_ERROR(ops_.matmul_backward_input_sum(options_.dtype, d.dln, terms, N, C, kSet));
-  std::byte* gb = g.qkv_b;  // GPT-2 only
-  STRATA_RETURN_IF_ERROR(
-      ops_.matmul_backward(options_.dtype, nullptr, g.qkv_w, gb, d.dq, a.ln1, p.qkv_w, N, C, C, 0, kSet, kSet));
-  STRATA_RETURN_IF_ERROR(ops_.matmul_backward(options_.dtype, nullptr, at(g.qkv_w, C * C), gb ? at(gb, C) : nullptr,
-                                              d.dk, a.ln1, at(p.qkv_w, C * C), N, C, KV, 0, kSet, kSet));
-  return ops_.matmul_backward(options_.dtype, nullptr, at(g.qkv_w, (C + KV) * C), gb ? at(gb, C + KV) : nullptr,
-                              d.dv, a.ln1, at(p.qkv_w, (C + KV) * C), N, C, KV, 0, kSet, kSet);
+  return ops_.matmul_backward(options_.dtype, nullptr, g.qkv_w, g.qkv_b, d.dqkv, a.ln1, p.qkv_w, N, C, QKV, 0, kSet,
+                              kSet);
 }
 
 Status Transformer::norm_backward(std::byte* dinp, std::byte* dw, std::byte* db, const std::byte* dout,

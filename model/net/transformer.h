@@ -76,9 +76,10 @@ struct LayerActivations {
   std::byte* ln1 = nullptr;        // (N, C) first norm output
   float* ln1_mean = nullptr;   // (N)    GPT-2 LayerNorm only
   float* ln1_rstd = nullptr;   // (N)
-  std::byte* q = nullptr;          // (B, T, NH, HS)  LLaMA: after RoPE
-  std::byte* k = nullptr;          // (B, T, NKV, HS) LLaMA: after RoPE
-  std::byte* v = nullptr;          // (B, T, NKV, HS)
+  std::byte* qkv = nullptr;        // (N, C + 2 KV) the fused projection's output, rows [q | k | v]
+  std::byte* q = nullptr;          // (B, T, NH, HS) in qkv's rows (stride C + 2 KV). LLaMA: after RoPE
+  std::byte* k = nullptr;          // (B, T, NKV, HS) in qkv's rows. LLaMA: after RoPE
+  std::byte* v = nullptr;          // (B, T, NKV, HS) in qkv's rows
   std::byte* att = nullptr;        // (N, C) attention output, heads side by side
   float* att_lse = nullptr;    // (B, NH, T)
   std::byte* att_proj = nullptr;   // (N, C) after c_proj / o_proj
@@ -109,11 +110,11 @@ struct ActivationGrads {
   std::byte* dres = nullptr;   // (N, C) d loss / d residual stream, carried down through the layers
   std::byte* dln = nullptr;    // (N, C) d norm output
   std::byte* datt = nullptr;   // (N, C)
-  std::byte* dq = nullptr;     // (N, C) LLaMA: before RoPE
-  std::byte* dk = nullptr;     // (N, NKV*HS)
-  std::byte* dv = nullptr;     // (N, NKV*HS)
-  std::byte* dq_rot = nullptr; // (N, C) LLaMA only: after RoPE
-  std::byte* dk_rot = nullptr; // (N, NKV*HS) LLaMA only
+  std::byte* dqkv = nullptr;   // (N, C + 2 KV) rows [dq | dk | dv], the fused projection's output gradient
+  std::byte* dq = nullptr;     // (N, C) in dqkv's rows (stride C + 2 KV); LLaMA: rotated, then turned
+                               // in place into the gradient before RoPE
+  std::byte* dk = nullptr;     // (N, NKV*HS) in dqkv's rows; as dq
+  std::byte* dv = nullptr;     // (N, NKV*HS) in dqkv's rows
   std::byte* dfc = nullptr;    // (N, FC)
   std::byte* dfc_act = nullptr;  // (N, H)
 };

@@ -160,7 +160,9 @@ Status CudaComputeOps::queue_matmul_backward_input_sum(DType dt, void* dinp, std
   const auto gemm = [&](auto tag) {
     using T = typename decltype(tag)::type;
     kc::DinpTerm<T> typed[ComputeOps::kMaxInputGradTerms];
-    for (size_t i = 0; i < terms.size(); ++i) typed[i] = {as<T>(terms[i].dout), as<T>(terms[i].weight), terms[i].OC};
+    for (size_t i = 0; i < terms.size(); ++i) {
+      typed[i] = {as<T>(terms[i].dout), as<T>(terms[i].weight), terms[i].OC, terms[i].dout_stride};
+    }
     return kc::matmul_backward_input_sum(gemm_context(), as<T>(dinp), std::span<const kc::DinpTerm<T>>(typed, terms.size()),
                                          N, C, kc::GemmOptions{tf32_}, stream_, dinp_store == GradStore::overwrite);
   };
@@ -319,41 +321,43 @@ Status CudaComputeOps::queue_token_embedding_backward(DType dt, void* dwte, cons
 }
 
 Status CudaComputeOps::queue_rope_forward(DType dt, void* out, const void* inp, int64_t B, int64_t T_len, int64_t NH,
-                                          int64_t HS, float theta, int64_t pos_offset) {
+                                          int64_t HS, float theta, int64_t pos_offset, int64_t stride) {
   return launch(dt, "rope_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::rope_forward(as<T>(out), as<T>(inp), B, T_len, NH, HS, theta, pos_offset, stream_);
+    return kc::rope_forward(as<T>(out), as<T>(inp), B, T_len, NH, HS, theta, pos_offset, stream_, stride);
   });
 }
 
 Status CudaComputeOps::queue_rope_backward(DType dt, void* dinp, const void* dout, int64_t B, int64_t T_len,
-                                           int64_t NH, int64_t HS, float theta, int64_t pos_offset) {
+                                           int64_t NH, int64_t HS, float theta, int64_t pos_offset, int64_t stride) {
   return launch(dt, "rope_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::rope_backward(as<T>(dinp), as<T>(dout), B, T_len, NH, HS, theta, pos_offset, stream_);
+    return kc::rope_backward(as<T>(dinp), as<T>(dout), B, T_len, NH, HS, theta, pos_offset, stream_, stride);
   });
 }
 
 Status CudaComputeOps::queue_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k,
                                                const void* v, int64_t B, int64_t T_len, int64_t NH, int64_t NKV,
-                                               int64_t HS) {
+                                               int64_t HS, int64_t qkv_stride) {
   STRATA_RETURN_IF_ERROR(check_head_size("attention_forward", HS));
   return launch(dt, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return kc::attention_forward(as<T>(out), lse, as<T>(q), as<T>(k), as<T>(v), B, T_len, NH, NKV, HS, stream_);
+    return kc::attention_forward(as<T>(out), lse, as<T>(q), as<T>(k), as<T>(v), B, T_len, NH, NKV, HS, stream_,
+                                 qkv_stride);
   });
 }
 
 Status CudaComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, void* dv, const void* dout,
                                                 const void* q, const void* k, const void* v, const void* out,
                                                 const float* lse, int64_t B, int64_t T_len, int64_t NH, int64_t NKV,
-                                                int64_t HS) {
+                                                int64_t HS, int64_t qkv_stride) {
   STRATA_RETURN_IF_ERROR(check_head_size("attention_backward", HS));
   return launch(dt, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const kc::GemmContext ctx = gemm_context();  // the product tiles hold the per-row terms
     return kc::attention_backward(as<T>(dq), as<T>(dk), as<T>(dv), as<T>(dout), as<T>(q), as<T>(k), as<T>(v),
-                                  as<T>(out), lse, B, T_len, NH, NKV, HS, stream_, ctx.product, ctx.product_floats);
+                                  as<T>(out), lse, B, T_len, NH, NKV, HS, stream_, ctx.product, ctx.product_floats,
+                                  qkv_stride);
   });
 }
 

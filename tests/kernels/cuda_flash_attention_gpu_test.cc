@@ -167,7 +167,7 @@ TYPED_TEST(CudaFlashAttentionTest, ThirtyTwoRowsAWarpEqualSixteenBitForBit) {
       DeviceTensor<T> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(nq), d_out_ref(out_t);
       DeviceTensor<float> d_lse(nl), d_lse_ref(lse);
       ASSERT_EQ(flash::forward<T>(d_out.data(), d_lse.data(), d_q.data(), d_k.data(), d_v.data(), c.B, c.T_len, c.NH,
-                                  c.NKV, c.HS, nullptr, rows),
+                                  c.NKV, c.HS, nullptr, 0, rows),
                 cudaSuccess);
       results[ci].push_back(d_out.download());
       results[ci].push_back(d_lse.download());
@@ -178,7 +178,7 @@ TYPED_TEST(CudaFlashAttentionTest, ThirtyTwoRowsAWarpEqualSixteenBitForBit) {
         ASSERT_EQ(flash::backward<T>(d_dq.data(), d_dk.data(), d_dv.data(), d_dout.data(), d_q.data(), d_k.data(),
                                      d_v.data(), d_out_ref.data(), d_lse_ref.data(), c.B, c.T_len, c.NH, c.NKV, c.HS,
                                      nullptr, with_scratch ? scratch.data() : nullptr,
-                                     with_scratch ? static_cast<size_t>(2 * nl) : 0, rows),
+                                     with_scratch ? static_cast<size_t>(2 * nl) : 0, 0, rows),
                   cudaSuccess);
         for (DeviceTensor<T>* t : {&d_dq, &d_dk, &d_dv}) {
           results[ci].push_back(t->download());
@@ -206,10 +206,11 @@ TYPED_TEST(CudaFlashAttentionTest, ThirtyTwoRowsAWarpEqualSixteenBitForBit) {
   DeviceTensor<T> a(n), b2(n), c2(n), d(n), e(n), f(n), g(n), o(n);
   DeviceTensor<float> l(c.T_len);
   EXPECT_EQ(flash::forward<T>(o.data(), l.data(), a.data(), b2.data(), c2.data(), c.B, c.T_len, c.NH, c.NKV, c.HS,
-                              nullptr, flash::WarpRows::m32),
+                              nullptr, 0, flash::WarpRows::m32),
             cudaErrorInvalidValue);
   EXPECT_EQ(flash::backward<T>(d.data(), e.data(), f.data(), g.data(), a.data(), b2.data(), c2.data(), o.data(),
-                               l.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr, nullptr, 0, flash::WarpRows::m32),
+                               l.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr, nullptr, 0, 0,
+                               flash::WarpRows::m32),
             cudaErrorInvalidValue);
 }
 

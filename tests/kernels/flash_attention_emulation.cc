@@ -3,7 +3,8 @@
 // waits and mma/ldmatrix fragment layouts, checked without a GPU. Against the CPU reference
 // (kernels/cpu/ops_attention.h) at whole and partial tiles, grouped heads, head sizes 64 and 128
 // and gradients accumulated onto non-zero values; and the same bits for 32 rows a warp as for 16
-// (flash::WarpRows), and with the per-row scratch as without. The emulated mma sums in another
+// (flash::WarpRows), with the per-row scratch as without, and with q, k, v and their gradients as
+// column blocks of one tensor (qkv_stride) as packed. The emulated mma sums in another
 // order than the tensor cores, so these are not the GPU's bits: the gpu tests
 // (cuda_flash_attention_gpu_test.cc) hold those; this test holds the logic where no GPU is.
 // Built with the CUDA backend (it needs the CUDA headers only); CTest label `kernels`.
@@ -14,7 +15,9 @@
 #define STRATA_FLASH_EMULATION 1
 #include "kernels/cuda/flash_attention.cu"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -60,31 +63,80 @@ std::pair<double, double> tolerance() {
   return {7.5e-3, 5e-3};
 }
 
+// q, k, v (or dq, dk, dv) as column blocks of one (B * T, stride) tensor, as the fused projection
+// leaves them (attention.cuh's qkv_stride); the padding columns hold NaN, which must stay.
+template <typename T>
+struct FusedRows {
+  HostTensor<T> all;
+  int64_t rows, stride, widths[3], begins[3];
+  FusedRows(const Case& c, int64_t stride_, const std::vector<float>* parts[3])
+      : all(std::vector<float>(static_cast<size_t>(c.B * c.T_len * stride_), std::numeric_limits<float>::quiet_NaN())),
+        rows(c.B * c.T_len), stride(stride_), widths{c.NH * c.HS, c.NKV * c.HS, c.NKV * c.HS},
+        begins{0, c.NH * c.HS, (c.NH + c.NKV) * c.HS} {
+    for (int p = 0; p < 3; ++p) {
+      const HostTensor<T> packed(*parts[p]);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(&all.bits[size_t(r * stride + begins[p])], &packed.bits[size_t(r * widths[p])],
+                    size_t(widths[p]) * 2);
+    }
+  }
+  T* part(int p) { return all.data() + begins[p]; }
+  std::vector<float> values(int p) const {
+    const std::vector<float> v = all.values();
+    std::vector<float> packed(size_t(rows * widths[p]));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&packed[size_t(r * widths[p])], &v[size_t(r * stride + begins[p])], size_t(widths[p]) * 4);
+    return packed;
+  }
+  bool padding_intact() const {
+    const std::vector<float> v = all.values();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = begins[2] + widths[2]; col < stride; ++col)
+        if (!std::isnan(v[size_t(r * stride + col)])) return false;
+    return true;
+  }
+};
+
 // Everything one WarpRows choice computes for a case: out, lse, then dq, dk, dv without and with
-// scratch.
+// scratch. qkv_stride 0: q, k, v and their gradients packed; else column blocks of one tensor each.
 template <typename T>
 std::vector<std::vector<float>> run_kernels(const Case& c, WarpRows rows, const std::vector<std::vector<float>>& in,
-                                            const std::vector<float>& out_ref, const std::vector<float>& lse_ref) {
+                                            const std::vector<float>& out_ref, const std::vector<float>& lse_ref,
+                                            int64_t qkv_stride = 0) {
   const int64_t nq = c.B * c.T_len * c.NH * c.HS, nl = c.B * c.NH * c.T_len;
   HostTensor<T> q(in[0]), k(in[1]), v(in[2]), dout(in[3]), out(std::vector<float>(static_cast<size_t>(nq)));
+  const std::vector<float>* qkv_parts[3] = {&in[0], &in[1], &in[2]};
+  const int64_t fused_stride = qkv_stride != 0 ? qkv_stride : (c.NH + 2 * c.NKV) * c.HS;  // unused when 0
+  FusedRows<T> qkv(c, fused_stride, qkv_parts);
+  T* const qp = qkv_stride != 0 ? qkv.part(0) : q.data();
+  T* const kp = qkv_stride != 0 ? qkv.part(1) : k.data();
+  T* const vp = qkv_stride != 0 ? qkv.part(2) : v.data();
   HostTensor<T> out_t(out_ref);
   std::vector<float> lse(static_cast<size_t>(nl)), lse_in = lse_ref;
   std::vector<std::vector<float>> results;
-  EXPECT_EQ(forward<T>(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
-                       rows),
+  EXPECT_EQ(forward<T>(out.data(), lse.data(), qp, kp, vp, c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr, qkv_stride, rows),
             cudaSuccess);
   results.push_back(out.values());
   results.push_back(lse);
   for (const bool with_scratch : {false, true}) {
     HostTensor<T> dq(in[4]), dk(in[5]), dv(in[6]);
+    const std::vector<float>* grad_parts[3] = {&in[4], &in[5], &in[6]};
+    FusedRows<T> dqkv(c, fused_stride, grad_parts);
     std::vector<float> scratch(static_cast<size_t>(2 * nl), std::numeric_limits<float>::quiet_NaN());
-    EXPECT_EQ(backward<T>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out_t.data(),
+    EXPECT_EQ(backward<T>(qkv_stride != 0 ? dqkv.part(0) : dq.data(), qkv_stride != 0 ? dqkv.part(1) : dk.data(),
+                          qkv_stride != 0 ? dqkv.part(2) : dv.data(), dout.data(), qp, kp, vp, out_t.data(),
                           lse_in.data(), c.B, c.T_len, c.NH, c.NKV, c.HS, nullptr,
-                          with_scratch ? scratch.data() : nullptr, with_scratch ? scratch.size() : 0, rows),
+                          with_scratch ? scratch.data() : nullptr, with_scratch ? scratch.size() : 0, qkv_stride,
+                          rows),
               cudaSuccess);
-    results.push_back(dq.values());
-    results.push_back(dk.values());
-    results.push_back(dv.values());
+    if (qkv_stride != 0) {
+      EXPECT_TRUE(dqkv.padding_intact()) << "a gradient written outside its columns";
+      for (int p = 0; p < 3; ++p) results.push_back(dqkv.values(p));
+    } else {
+      results.push_back(dq.values());
+      results.push_back(dk.values());
+      results.push_back(dv.values());
+    }
   }
   return results;
 }
@@ -149,7 +201,28 @@ TYPED_TEST(FlashAttentionEmulated, MatchesCpuAndEveryWarpRowsChoiceGivesTheSameB
       for (size_t i = 0; i < 8; ++i)
         EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[r][i].data(), runs[0][i].size() * sizeof(float)), 0)
             << names[i] << ": 32 rows a warp changed a bit";
+
+    // q, k, v (and their gradients) as column blocks of one tensor with padded rows, as the fused
+    // projection leaves them: the same bits as packed (for the widest choice, the automatic one).
+    const int64_t qkv_stride = (c.NH + 2 * c.NKV) * c.HS + 8;
+    const std::vector<std::vector<float>> fused = run_kernels<T>(c, choices.back(), in, out_t, lse, qkv_stride);
+    ASSERT_EQ(fused.size(), 8u);
+    for (size_t i = 0; i < 8; ++i)
+      EXPECT_EQ(std::memcmp(runs.back()[i].data(), fused[i].data(), fused[i].size() * sizeof(float)), 0)
+          << names[i] << ": the row stride of q, k, v changed a bit";
   }
+}
+
+TYPED_TEST(FlashAttentionEmulated, ARowStrideThatBreaksSixteenByteRowsIsRefused) {
+  using T = TypeParam;
+  EXPECT_FALSE(supported<T>(64, 3 * 64 + 4, {}));
+  EXPECT_TRUE(supported<T>(64, 3 * 64 + 8, {}));
+  std::vector<uint16_t> x(4 * 64 * 256);
+  std::vector<float> l(64);
+  T* p = reinterpret_cast<T*>(x.data());
+  EXPECT_EQ(forward<T>(p, l.data(), p, p, p, 1, 64, 1, 1, 64, nullptr, 3 * 64 + 4), cudaErrorInvalidValue);
+  EXPECT_EQ(forward<T>(p, l.data(), p, p, p, 1, 64, 2, 1, 64, nullptr, 64), cudaErrorInvalidValue)
+      << "a stride shorter than q's row";
 }
 
 TYPED_TEST(FlashAttentionEmulated, ThirtyTwoRowsAtHeadSize128IsRefused) {
@@ -157,8 +230,8 @@ TYPED_TEST(FlashAttentionEmulated, ThirtyTwoRowsAtHeadSize128IsRefused) {
   std::vector<uint16_t> x(64 * 128);
   std::vector<float> l(64);
   T* p = reinterpret_cast<T*>(x.data());
-  EXPECT_EQ(forward<T>(p, l.data(), p, p, p, 1, 64, 1, 1, 128, nullptr, WarpRows::m32), cudaErrorInvalidValue);
-  EXPECT_EQ(backward<T>(p, p, p, p, p, p, p, p, l.data(), 1, 64, 1, 1, 128, nullptr, nullptr, 0, WarpRows::m32),
+  EXPECT_EQ(forward<T>(p, l.data(), p, p, p, 1, 64, 1, 1, 128, nullptr, 0, WarpRows::m32), cudaErrorInvalidValue);
+  EXPECT_EQ(backward<T>(p, p, p, p, p, p, p, p, l.data(), 1, 64, 1, 1, 128, nullptr, nullptr, 0, 0, WarpRows::m32),
             cudaErrorInvalidValue);
 }
 

@@ -1,11 +1,15 @@
 // Tests for kernels/cpu/ops_rope.h against a plain float64 rotary embedding ("rotate half"
-// pairing): forward, backward (and its float64 finite-difference check), accumulation, guard
-// bytes, position offset, in-place forward, determinism.
+// pairing): forward, backward (and its float64 finite-difference check), guard bytes, position
+// offset, in-place forward and backward, determinism, row strides (q or k inside the fused
+// projection's rows).
 #include "kernels/cpu/ops_rope.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #include "tests/kernels/ops_test_support.h"
 
@@ -45,9 +49,12 @@ OpSpec rope_spec(int64_t B, int64_t T, int64_t NH, int64_t HS, float theta, int6
   spec.forward = [=](const testing::ConstFloatPtrs& in, const testing::FloatPtrs& out) {
     rope_forward(out[0], in[0], B, T, NH, HS, theta, offset);
   };
+  // rope_backward overwrites; the harness's contract is +=, so the spec adds its result.
   spec.backward = [=](const testing::ConstFloatPtrs& in, const testing::ConstFloatPtrs& dout,
                       const testing::FloatPtrs& grads) {
-    rope_backward(grads[0], dout[0], B, T, NH, HS, theta, offset);
+    std::vector<float> d(static_cast<size_t>(B * T * NH * HS));
+    rope_backward(d.data(), dout[0], B, T, NH, HS, theta, offset);
+    for (size_t i = 0; i < d.size(); ++i) grads[0][i] += d[i];
   };
   spec.reference_forward = [=](const Doubles& in) {
     return Doubles{reference_rotate(in[0], B, T, NH, HS, theta, offset, false)};
@@ -85,6 +92,44 @@ TEST(OpsRope, PositionZeroIsIdentityAndInPlaceEqualsOutOfPlace) {
   EXPECT_TRUE(testing::bit_identical(in_place, out));
   for (int64_t b = 0; b < B; ++b) {  // t = 0 rows of every batch element are unchanged
     for (int64_t i = 0; i < NH * HS; ++i) EXPECT_EQ(out[b * T * NH * HS + i], x[b * T * NH * HS + i]);
+  }
+}
+
+// The backward overwrites dinp (whatever it held) and may run in place, with the same bits.
+TEST(OpsRope, BackwardOverwritesAndRunsInPlace) {
+  const int64_t B = 2, T = 5, NH = 3, HS = 8, n = B * T * NH * HS;
+  const auto dout = testing::random_floats(n, 54);
+  std::vector<float> dinp(n, std::numeric_limits<float>::quiet_NaN()), in_place = dout;
+  rope_backward(dinp.data(), dout.data(), B, T, NH, HS, kRopeThetaDefault, 2);
+  rope_backward(in_place.data(), in_place.data(), B, T, NH, HS, kRopeThetaDefault, 2);
+  for (float x : dinp) ASSERT_FALSE(std::isnan(x)) << "dinp's old value was read";
+  EXPECT_TRUE(testing::bit_identical(in_place, dinp));
+}
+
+// With rows `stride` apart (q inside the fused projection's rows), forward and backward give the
+// packed layout's bits and never touch the other columns.
+TEST(OpsRope, RowStrideGivesThePackedBitsAndLeavesTheOtherColumns) {
+  const int64_t B = 2, T = 6, NH = 2, HS = 8, cols = NH * HS, stride = cols + 24, rows = B * T;
+  const auto x = testing::random_floats(rows * cols, 55);
+  std::vector<float> packed(rows * cols), wide(rows * stride, -7.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) wide[r * stride + c] = x[r * cols + c];
+  for (const bool backward : {false, true}) {
+    std::vector<float> got = wide;
+    if (backward) {
+      rope_backward(packed.data(), x.data(), B, T, NH, HS, kRopeThetaDefault, 1);
+      rope_backward(got.data(), got.data(), B, T, NH, HS, kRopeThetaDefault, 1, stride);
+    } else {
+      rope_forward(packed.data(), x.data(), B, T, NH, HS, kRopeThetaDefault, 1);
+      rope_forward(got.data(), got.data(), B, T, NH, HS, kRopeThetaDefault, 1, stride);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(std::memcmp(&got[r * stride + c], &packed[r * cols + c], 4), 0)
+            << (backward ? "backward" : "forward") << " row " << r << " column " << c;
+      }
+      for (int64_t c = cols; c < stride; ++c) ASSERT_EQ(got[r * stride + c], -7.0f) << "column " << c << " written";
+    }
   }
 }
 

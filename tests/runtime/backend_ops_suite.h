@@ -218,14 +218,18 @@ TEST_P(BackendOpsTest, EncoderAndTokenEmbeddingForwardAndBackward) {
 TEST_P(BackendOpsTest, RopeForwardAndBackward) {
   const int64_t B = 2, T = 6, NH = 3, HS = 16, n = B * T * NH * HS, pos = 5;
   const float theta = 10000.0f;
-  Tensor x = act(n, random(n)), y = act(n), dout = act(n, random(n)), dx = act(n, random(n));
+  // dinp is overwritten (NaN before: never read), and may be dout itself.
+  Tensor x = act(n, random(n)), y = act(n), dout = act(n, random(n));
+  Tensor dx = act(n, std::vector<double>(n, std::numeric_limits<double>::quiet_NaN())), dx_in_place = act(n, dout.host);
   ASSERT_TRUE(ops().rope_forward(dt(), y.data, x.data, B, T, NH, HS, theta, pos).is_ok());
   ASSERT_TRUE(ops().rope_backward(dt(), dx.data, dout.data, B, T, NH, HS, theta, pos).is_ok());
-  std::vector<double> want_y(n, 0.0), want_dx = dx.host;
+  ASSERT_TRUE(ops().rope_backward(dt(), dx_in_place.data, dx_in_place.data, B, T, NH, HS, theta, pos).is_ok());
+  std::vector<double> want_y(n, 0.0), want_dx(n, 0.0);
   ref::rope(want_y, x.host, B, T, NH, HS, theta, pos, false);
   ref::rope(want_dx, dout.host, B, T, NH, HS, theta, pos, true);
   expect_near(read(y), want_y, act_tol(), "rope out");
   expect_near(read(dx), want_dx, act_tol(), "rope dinp");
+  EXPECT_EQ(read_bytes(dx_in_place), read_bytes(dx)) << "rope dinp in place";
 }
 
 // gelu and rope may run in place and residual_forward may write over a: the results are those of

@@ -275,6 +275,46 @@ TEST_P(BackendOpsTest, InputGradientOfSharedInputRoundsOnce) {
   expect_near(read(g), want, Tol{8 * ulp, 2 * ulp}, "dinp");  // |values| <= ~4: a few roundings
 }
 
+// The terms as the fused q, k, v projection gives them: column blocks of one dout (rows padded with
+// NaN, never read) against row blocks of one weight. The double reference on every backend (CUDA
+// joins them into one GEMM over K = 10); on the CPU, which sums term by term, the bits of the same
+// terms packed.
+TEST_P(BackendOpsTest, InputGradientOfColumnBlocksOfOneDout) {
+  const double ulp = 2 * unit_roundoff(dt());
+  const int64_t M = 9, K = 7, widths[3] = {3, 2, 5}, S = 16;
+  const std::vector<double> dout_values = random(M * S), w_values = random(10 * K), g0 = random(M * K);
+  std::vector<double> image(M * S, NAN);
+  for (int64_t n = 0; n < M; ++n)
+    for (int64_t o = 0; o < 10; ++o) image[n * S + o] = dout_values[n * S + o];
+  Tensor dout = act(M * S, image), w = act(10 * K, w_values), g = act(M * K, g0), g_packed = act(M * K, g0);
+  const size_t es = dtype_size(dt());
+  std::vector<InputGradTerm> joined, packed;
+  std::vector<Tensor> packed_douts;
+  int64_t begin = 0;
+  for (const int64_t OC : widths) {
+    joined.push_back({static_cast<std::byte*>(dout.data) + begin * es, static_cast<std::byte*>(w.data) + begin * K * es,
+                      OC, S});
+    std::vector<double> block;
+    for (int64_t n = 0; n < M; ++n)
+      for (int64_t o = 0; o < OC; ++o) block.push_back(dout_values[n * S + begin + o]);
+    packed_douts.push_back(act(M * OC, block));
+    packed.push_back({packed_douts.back().data, static_cast<std::byte*>(w.data) + begin * K * es, OC});
+    begin += OC;
+  }
+  std::vector<double> want = g0;
+  for (int64_t n = 0; n < M; ++n)
+    for (int64_t c = 0; c < K; ++c)
+      for (int64_t o = 0; o < 10; ++o) want[n * K + c] += dout_values[n * S + o] * w_values[o * K + c];
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), g.data, joined, M, K).is_ok());
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), g_packed.data, packed, M, K).is_ok());
+  expect_near(read(g), want, Tol{8 * ulp, 2 * ulp}, "dinp from column blocks of one dout");
+  if (GetParam().kind == BackendKind::cpu) EXPECT_EQ(read_bytes(g), read_bytes(g_packed));
+  Tensor set = act(M * K, std::vector<double>(M * K, NAN));
+  ASSERT_TRUE(ops().matmul_backward_input_sum(dt(), set.data, joined, M, K, GradStore::overwrite).is_ok());
+  for (int64_t i = 0; i < M * K; ++i) want[i] -= g0[i];
+  expect_near(read(set), want, Tol{8 * ulp, 2 * ulp}, "overwritten dinp from column blocks of one dout");
+}
+
 // The GPT-2 MLP's projection with its GELU as one op, against matmul_forward + gelu_forward (and
 // its input gradient against matmul_backward + gelu_backward): the same bits where the backend
 // composes them (the CPU, and fp32 on CUDA); where it fuses them (CUDA, 16-bit: cuBLASLt's GELU

@@ -124,15 +124,11 @@ TEST(ModelGoldenActivationsTest, Gpt2LayerZero) {
   const LayerActivations& l0 = a.layers[0];
   EXPECT_EQ(r.device_to_host(a.residual, N * C), g.f32("act.embed"));  // one fp32 add: exact
   EXPECT_LE(normwise_error(r.device_to_host(l0.ln1, N * C), g.f32("act.h.0.ln_1")), kActTolerance);
-  // c_attn output rows are [q | k | v]; the model keeps them as three (N, C) buffers.
-  const auto q = r.device_to_host(l0.q, N * C), k = r.device_to_host(l0.k, N * C), v = r.device_to_host(l0.v, N * C);
-  std::vector<float> qkv(N * 3 * C);
-  for (int64_t n = 0; n < N; ++n) {
-    std::copy_n(q.begin() + n * C, C, qkv.begin() + n * 3 * C);
-    std::copy_n(k.begin() + n * C, C, qkv.begin() + n * 3 * C + C);
-    std::copy_n(v.begin() + n * C, C, qkv.begin() + n * 3 * C + 2 * C);
-  }
-  EXPECT_LE(normwise_error(qkv, g.f32("act.h.0.attn.qkv")), kActTolerance);
+  // c_attn's output rows [q | k | v], as the model keeps them (one (N, 3C) tensor, q, k, v its column blocks).
+  EXPECT_LE(normwise_error(r.device_to_host(l0.qkv, N * 3 * C), g.f32("act.h.0.attn.qkv")), kActTolerance);
+  EXPECT_EQ(l0.q, l0.qkv);
+  EXPECT_EQ(l0.k, l0.qkv + C * sizeof(float));
+  EXPECT_EQ(l0.v, l0.qkv + 2 * C * sizeof(float));
   EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.h.0.attn.y")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.h.0.attn.out")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C * sizeof(float), N * C), g.f32("act.h.0.out")), kActTolerance);
@@ -149,8 +145,16 @@ TEST(ModelGoldenActivationsTest, LlamaLayerZero) {
   const LayerActivations& l0 = a.layers[0];
   EXPECT_EQ(r.device_to_host(a.residual, N * C), g.f32("act.embed"));  // a row copy: exact
   EXPECT_LE(normwise_error(r.device_to_host(l0.ln1, N * C), g.f32("act.layers.0.input_layernorm")), kActTolerance);
-  EXPECT_LE(normwise_error(r.device_to_host(l0.q, N * C), g.f32("act.layers.0.self_attn.q_rot")), kActTolerance);
-  EXPECT_LE(normwise_error(r.device_to_host(l0.k, N * KV), g.f32("act.layers.0.self_attn.k_rot")), kActTolerance);
+  // q and k after RoPE: column blocks [0, C) and [C, C + KV) of the fused projection's rows.
+  const std::vector<float> qkv = r.device_to_host(l0.qkv, N * (C + 2 * KV));
+  std::vector<float> q_rot, k_rot;
+  for (int64_t n = 0; n < N; ++n) {
+    const auto row = qkv.begin() + n * (C + 2 * KV);
+    q_rot.insert(q_rot.end(), row, row + C);
+    k_rot.insert(k_rot.end(), row + C, row + C + KV);
+  }
+  EXPECT_LE(normwise_error(q_rot, g.f32("act.layers.0.self_attn.q_rot")), kActTolerance);
+  EXPECT_LE(normwise_error(k_rot, g.f32("act.layers.0.self_attn.k_rot")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att, N * C), g.f32("act.layers.0.self_attn.y")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(l0.att_proj, N * C), g.f32("act.layers.0.self_attn.out")), kActTolerance);
   EXPECT_LE(normwise_error(r.device_to_host(a.residual + N * C * sizeof(float), N * C), g.f32("act.layers.0.out")), kActTolerance);
