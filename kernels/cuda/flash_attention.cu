@@ -27,7 +27,9 @@
 // g, g + 8 and columns 2t, 2t + 1 (+ 8); B columns g, rows 2t, 2t + 1 (+ 8); C rows g, g + 8 and
 // columns 2t, 2t + 1. Shared tiles have a pitch of HS + 8 elements so ldmatrix rows fall in
 // different banks.
+#include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cuda/device_common.cuh"
@@ -65,7 +67,7 @@ constexpr int kPitch = HS + 8;
 // Queues rows [row0, row0 + kN) of a (T, ld) row-major tensor (HS elements used per row) into
 // a kN x kPitch shared tile; rows at or past T become zeros. The caller waits and syncs.
 template <typename T, int HS, int kN = kTile>
-__device__ __forceinline__ void queue_tile(T* tile, const T* base, int64_t ld, int64_t row0, int64_t T_len) {
+__device__ __forceinline__ void queue_tile(T* tile, const T* base, int ld, int64_t row0, int64_t T_len) {
   constexpr int kChunks = HS / 8;  // 16-byte chunks per row
   for (int i = threadIdx.x; i < kN * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
@@ -158,10 +160,11 @@ __device__ __forceinline__ void p_times_tile(float (&out)[kM][HS / 8][4], const 
   }
 }
 
-// q_ld: the row stride of q and dq; kv_ld: of k, v, dk and dv (both resolved from qkv_stride);
-// out and dout are packed (NH * HS).
+// q_ld: the row stride of q and dq; kv_ld: of k, v, dk and dv (both resolved from qkv_stride; 32-bit,
+// as NH * HS: fewer registers in the address arithmetic); out and dout are packed (NH * HS).
 struct Shape {
-  int64_t B, T, NH, NKV, q_ld, kv_ld;
+  int64_t B, T, NH, NKV;
+  int q_ld, kv_ld;
 };
 
 // The masks of a warp's walk: a key tile whose last key is after the warp's first row (the tiles
@@ -212,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows start first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld;
+  const int q_ld = s.q_ld, kv_ld = s.kv_ld;
   const T* q_base = q + b * s.T * q_ld + h * HS;
   const T* k_base = k + b * s.T * kv_ld + kh * HS;
   const T* v_base = v + b * s.T * kv_ld + kh * HS;
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
 // base 2 (rows past T: +inf, so their P is 0) into lse2[kN]. Two threads a row, each summing every
 // other element: the same order for any kN. All threads; the caller syncs after.
 template <typename T, int HS, int kN = kTile>
-__device__ __forceinline__ void row_terms(float* d, float* lse2, const T* dout_rows, const T* out_rows, int64_t ld,
+__device__ __forceinline__ void row_terms(float* d, float* lse2, const T* dout_rows, const T* out_rows, int ld,
                                           const float* lse_rows, int64_t row0, int64_t T_len) {
   for (int r = threadIdx.x / 2; r < kN; r += kThreads / 2) {
     const int64_t row = row0 + r;
@@ -408,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, kDqBlocksPerSm<HS, kM>) dq_kernel(T*
   const int64_t b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kh = h / (s.NH / s.NKV);
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = s.NH * HS;
+  const int q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = static_cast<int>(s.NH) * HS;
   const int64_t q_off = b * s.T * q_ld + h * HS, o_off = (b * s.T * s.NH + h) * HS;
   const T* k_base = k + b * s.T * kv_ld + kh * HS;
   const T* v_base = v + b * s.T * kv_ld + kh * HS;
@@ -587,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, kDkvBlocksPerSm<HS, kM>) dkv_kernel(
   const auto sL = [&](int buf) { return terms_base + (2 * buf + 1) * kTile; };
   const int64_t b = blockIdx.x / s.NKV, kh = blockIdx.x % s.NKV, group = s.NH / s.NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-  const int64_t q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = s.NH * HS;
+  const int q_ld = s.q_ld, kv_ld = s.kv_ld, o_ld = static_cast<int>(s.NH) * HS;
   const int64_t kv_off = b * s.T * kv_ld + kh * HS;
   // The first key blocks see the most queries: they start first.
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kKeys;
@@ -748,8 +751,10 @@ cudaError_t backward_hs(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                 scale_log2, scale, terms);
 }
 
+// The caller has checked that the strides fit in an int (forward, backward).
 Shape shape_of(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
-  return {B, T_len, NH, NKV, qkv_stride != 0 ? qkv_stride : NH * HS, qkv_stride != 0 ? qkv_stride : NKV * HS};
+  return {B, T_len, NH, NKV, static_cast<int>(qkv_stride != 0 ? qkv_stride : NH * HS),
+          static_cast<int>(qkv_stride != 0 ? qkv_stride : NKV * HS)};
 }
 
 // The m-tiles a warp of the three kernels owns at head size HS for `rows`; 0 when that choice is
@@ -787,7 +792,10 @@ cudaError_t forward(T* out, float* lse, const T* q, const T* k, const T* v, int6
   if constexpr (std::is_same_v<T, float>) {
     return cudaErrorInvalidValue;
   } else {
-    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS)) return cudaErrorInvalidValue;
+    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS) ||
+        std::max(qkv_stride, NH * HS) > std::numeric_limits<int>::max()) {
+      return cudaErrorInvalidValue;
+    }
     const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
     if (B * NH > 0x7fffffff || (T_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidValue;
     switch (m_tiles(HS, rows)) {
@@ -810,7 +818,10 @@ cudaError_t backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
   if constexpr (std::is_same_v<T, float>) {
     return cudaErrorInvalidValue;
   } else {
-    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS)) return cudaErrorInvalidValue;
+    if (!supported<T>(HS, qkv_stride, {}) || (qkv_stride != 0 && qkv_stride < NH * HS) ||
+        std::max(qkv_stride, NH * HS) > std::numeric_limits<int>::max()) {
+      return cudaErrorInvalidValue;
+    }
     const Shape s = shape_of(B, T_len, NH, NKV, HS, qkv_stride);
     if (B * NH > 0x7fffffff || (T_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidValue;
     switch (m_tiles(HS, rows)) {
