@@ -86,7 +86,8 @@ class ComputeOps {
   // each; an fp32 dinp is its own accumulator (one fp32 add per term, as separate calls). 1 to
   // kMaxInputGradTerms terms, none aliasing dinp. The CPU backend sums term by term (one sgemm
   // each, so the layout never changes its bits); the CUDA backend runs adjacent terms (column
-  // blocks of one dout in the same rows, row blocks of one weight) as one GEMM over their joined K.
+  // blocks of one dout in the same rows, row blocks of one weight) as one GEMM over their joined K
+  // (in fp32 too: one add for the joined terms).
   static constexpr size_t kMaxInputGradTerms = 4;
   Status matmul_backward_input_sum(DType dt, void* dinp, std::span<const InputGradTerm> terms, int64_t N, int64_t C,
                                    GradStore dinp_store = GradStore::add);
