@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cpu/grad_accumulate.h"
+#include "kernels/cpu/ops_attention.h"
 
 namespace strata {
 
@@ -380,8 +381,8 @@ Status ComputeOps::attention_forward(DType dt, void* out, float* lse, const void
   OpArgs a(*this, "attention_forward");
   a.activations(dt);
   check_attention_args(a, B, T, NH, NKV, HS);
-  const int64_t q_ld = a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);
-  const int64_t kv_ld = qkv_stride != 0 ? q_ld : NKV * HS;
+  a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);  // checked; an invalid one stops the checks below
+  const auto [q_ld, kv_ld] = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
   a.tensor("out", out, dt, {B, T, NH, HS}).tensor("lse", lse, 4, {B, NH, T});
   a.strided("q", q, dt, B * T, NH * HS, q_ld).strided("k", k, dt, B * T, NKV * HS, kv_ld);
   a.strided("v", v, dt, B * T, NKV * HS, kv_ld);
@@ -395,8 +396,8 @@ Status ComputeOps::attention_backward(DType dt, void* dq, void* dk, void* dv, co
   OpArgs a(*this, "attention_backward");
   a.activations(dt);
   check_attention_args(a, B, T, NH, NKV, HS);
-  const int64_t q_ld = a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);
-  const int64_t kv_ld = qkv_stride != 0 ? q_ld : NKV * HS;
+  a.row_stride("qkv_stride", qkv_stride, "NH * HS", NH * HS);  // checked; an invalid one stops the checks below
+  const auto [q_ld, kv_ld] = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
   a.strided("dq", dq, dt, B * T, NH * HS, q_ld).strided("dk", dk, dt, B * T, NKV * HS, kv_ld);
   a.strided("dv", dv, dt, B * T, NKV * HS, kv_ld).tensor("dout", dout, dt, {B, T, NH, HS});
   a.strided("q", q, dt, B * T, NH * HS, q_ld).strided("k", k, dt, B * T, NKV * HS, kv_ld);

@@ -37,25 +37,21 @@ float dot(const float* a, const float* b, int64_t n) {
 // The shapes of one call and the offsets into its tensors.
 struct AttentionShape {
   int64_t B, T, NH, NKV, HS;
-  int64_t qkv_stride;  // 0: packed
+  QkvRowStrides ld;
   int64_t group() const { return NH / NKV; }
   // Offset of head h at position (b, t) in a packed (B, T, NH, HS) tensor: out, dout.
   int64_t out_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * NH + h) * HS; }
   // Offset of query head h at position (b, t) in q or dq.
-  int64_t q_offset(int64_t b, int64_t t, int64_t h) const {
-    return (b * T + t) * (qkv_stride != 0 ? qkv_stride : NH * HS) + h * HS;
-  }
+  int64_t q_offset(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * ld.q + h * HS; }
   // Offset of kv head kh at position (b, t) in k, v, dk or dv.
-  int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const {
-    return (b * T + t) * (qkv_stride != 0 ? qkv_stride : NKV * HS) + kh * HS;
-  }
+  int64_t kv_offset(int64_t b, int64_t t, int64_t kh) const { return (b * T + t) * ld.kv + kh * HS; }
 };
 
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                        int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
-  const AttentionShape s{B, T, NH, NKV, HS, qkv_stride};
+  const AttentionShape s{B, T, NH, NKV, HS, qkv_row_strides(NH, NKV, HS, qkv_stride)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // Row r = (b * NH + h) * T + t, the same order as lse.
   parallel_ranges(B * NH * T, kRowGrain, [&](int64_t r0, int64_t r1) {
@@ -87,7 +83,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t NH,
                         int64_t NKV, int64_t HS, int64_t qkv_stride) {
-  const AttentionShape s{B, T, NH, NKV, HS, qkv_stride};
+  const AttentionShape s{B, T, NH, NKV, HS, qkv_row_strides(NH, NKV, HS, qkv_stride)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 
   // D (B, NH, T): row r = (b * NH + h) * T + t, as lse.

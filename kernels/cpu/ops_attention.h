@@ -18,6 +18,14 @@
 
 namespace strata::kernels {
 
+// The row strides qkv_stride gives (0: packed): q's and dq's, and k's, v's, dk's and dv's.
+struct QkvRowStrides {
+  int64_t q, kv;
+};
+constexpr QkvRowStrides qkv_row_strides(int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
+  return qkv_stride != 0 ? QkvRowStrides{qkv_stride, qkv_stride} : QkvRowStrides{NH * HS, NKV * HS};
+}
+
 // q (B, T, NH, HS), k and v (B, T, NKV, HS), NH % NKV == 0; out (B, T, NH, HS);
 // lse (B, NH, T) = log sum_{j <= t} exp(scale * q_t . k_j), scale = 1 / sqrt(HS).
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,

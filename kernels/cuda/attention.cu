@@ -6,6 +6,7 @@
 //   dq      : per query row, D = dout . out, then dq += scale sum_j p (dout . v_j - D) k_j
 //   dk, dv  : per key row (b, kv head, j), over the group's heads h and t >= j (D recomputed)
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cpu/ops_attention.h"  // qkv_row_strides
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 
@@ -156,7 +157,8 @@ bool valid(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_
 }
 
 Shape shape_of(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
-  return {B, T_len, NH, NKV, HS, qkv_stride != 0 ? qkv_stride : NH * HS, qkv_stride != 0 ? qkv_stride : NKV * HS};
+  const QkvRowStrides ld = qkv_row_strides(NH, NKV, HS, qkv_stride);
+  return {B, T_len, NH, NKV, HS, ld.q, ld.kv};
 }
 
 unsigned blocks_for_rows(int64_t rows) {

@@ -32,6 +32,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/ops_attention.h"  // qkv_row_strides
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 #if !defined(STRATA_FLASH_EMULATION)  // else tests/kernels/flash_emulation.h, included first, has them
@@ -753,8 +754,8 @@ cudaError_t backward_hs(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
 
 // The caller has checked that the strides fit in an int (forward, backward).
 Shape shape_of(int64_t B, int64_t T_len, int64_t NH, int64_t NKV, int64_t HS, int64_t qkv_stride) {
-  return {B, T_len, NH, NKV, static_cast<int>(qkv_stride != 0 ? qkv_stride : NH * HS),
-          static_cast<int>(qkv_stride != 0 ? qkv_stride : NKV * HS)};
+  const QkvRowStrides ld = qkv_row_strides(NH, NKV, HS, qkv_stride);
+  return {B, T_len, NH, NKV, static_cast<int>(ld.q), static_cast<int>(ld.kv)};
 }
 
 // The m-tiles a warp of the three kernels owns at head size HS for `rows`; 0 when that choice is
