@@ -297,7 +297,9 @@ Status CpuComputeOps::queue_attention_forward(DType dt, void* out, float* lse, c
                                               const void* v, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                                               int64_t qkv_stride) {
   const int64_t rows = B * T, qc = NH * HS, kvc = NKV * HS;
-  const auto [q_ld, kv_ld] = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
+  // A struct, not a structured binding: clang 14 cannot capture bindings in the lambda.
+  const kernels::QkvRowStrides ld = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
+  const int64_t q_ld = ld.q, kv_ld = ld.kv;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
     kernels::attention_forward(a.out(out, rows * qc), lse, a.in_rows(q, rows, qc, q_ld), a.in_rows(k, rows, kvc, kv_ld),
                                a.in_rows(v, rows, kvc, kv_ld), B, T, NH, NKV, HS, qkv_stride);
@@ -309,7 +311,9 @@ Status CpuComputeOps::queue_attention_backward(DType dt, void* dq, void* dk, voi
                                                int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                                                int64_t qkv_stride) {
   const int64_t rows = B * T, qc = NH * HS, kvc = NKV * HS;
-  const auto [q_ld, kv_ld] = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
+  // A struct, not a structured binding: clang 14 cannot capture bindings in the lambda.
+  const kernels::QkvRowStrides ld = kernels::qkv_row_strides(NH, NKV, HS, qkv_stride);
+  const int64_t q_ld = ld.q, kv_ld = ld.kv;
   return enqueue_in_fp32(dt, [=](WidenedArgs& a) {
     kernels::attention_backward(a.inout_rows(dq, rows, qc, q_ld), a.inout_rows(dk, rows, kvc, kv_ld),
                                 a.inout_rows(dv, rows, kvc, kv_ld), a.in(dout, rows * qc),
